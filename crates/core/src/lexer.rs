@@ -1,0 +1,1 @@
+//! ClickHouse-aware lexer. OWNER: lexer helper. Stub so the crate compiles.

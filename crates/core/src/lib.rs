@@ -1,0 +1,15 @@
+//! Pure core of alchemy-clickhouse-schema.
+//!
+//! No I/O lives here: no network, no filesystem, no clock. Everything that
+//! touches Kubernetes or ClickHouse is reached through traits implemented by
+//! other crates, so every rule in this crate is unit-testable on plain values.
+
+pub mod config;
+pub mod error;
+pub mod fingerprint;
+pub mod lexer;
+pub mod on_cluster;
+pub mod redact;
+pub mod validate;
+
+pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};

@@ -1,0 +1,1 @@
+//! OWNER: sandbox hosts helper. Stub so the workspace compiles.

@@ -1,0 +1,1 @@
+//! OWNER: sandbox API helper. Stub so the workspace compiles.
