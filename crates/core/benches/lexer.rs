@@ -1,0 +1,2 @@
+// Stub: replaced by the owning helper.
+fn main() {}
