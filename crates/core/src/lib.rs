@@ -4,12 +4,14 @@
 //! touches Kubernetes or ClickHouse is reached through traits implemented by
 //! other crates, so every rule in this crate is unit-testable on plain values.
 
+pub mod command;
 pub mod config;
 pub mod error;
 pub mod fingerprint;
 pub mod lexer;
 pub mod on_cluster;
 pub mod redact;
+pub mod transport;
 pub mod validate;
 
 pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};

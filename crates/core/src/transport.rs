@@ -1,0 +1,131 @@
+//! The seams between the reconcile logic and the outside world.
+//!
+//! The core never talks to Kubernetes or reads a clock itself. It asks a
+//! [`PodLister`] for pods, an [`Executor`] to run a command in a container and
+//! a [`Clock`] for time, so every scenario (churn, replacement, timeouts) can be
+//! scripted in unit tests on a fake clock, and the same logic runs over kube-rs
+//! or over an executor injected from JavaScript.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+/// What the reconcile logic needs to know about one pod, independent of kube types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodInfo {
+    pub name: String,
+    /// `metadata.uid`; the identity of the pod object. Absent only for
+    /// executors that cannot tell (the comparison then falls back to names).
+    pub uid: Option<String>,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+    /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
+    pub phase: Option<String>,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+    /// Names of the pod's containers.
+    pub containers: Vec<String>,
+}
+
+impl PodInfo {
+    /// Terminating and terminal-phase pods can never become Ready again, so
+    /// they are not part of the set a fanout has to cover.
+    pub fn is_on_its_way_out(&self) -> bool {
+        self.terminating || matches!(self.phase.as_deref(), Some("Succeeded") | Some("Failed"))
+    }
+
+    pub fn has_container(&self, container: &str) -> bool {
+        self.containers.iter().any(|c| c == container)
+    }
+}
+
+/// One command to run in one container, with its stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// argv; never contains a statement (statements travel on stdin).
+    pub command: Vec<String>,
+    pub stdin: String,
+    /// The executor abandons the exec after this long and reports
+    /// [`TransportErrorKind::Timeout`].
+    pub timeout: Duration,
+}
+
+/// The result of an exec that ran to completion (whatever its exit code).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportErrorKind {
+    /// The connection failed or dropped (WebSocket error, reset, 5xx, 429):
+    /// worth retrying.
+    Transient,
+    /// The exec did not finish within its timeout: retried like a transient failure.
+    Timeout,
+    /// The API refused the call (401, 403, 404, 400): retrying cannot help.
+    Refused,
+}
+
+/// A failure to reach the pod or to learn the command's outcome. Distinct from
+/// a command that ran and failed, which is an [`ExecOutput`] with a non-zero
+/// exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportError {
+    pub kind: TransportErrorKind,
+    /// Describes the failure; must not contain request bodies (statements).
+    pub message: String,
+    /// HTTP status when the API server answered with one.
+    pub http_status: Option<u16>,
+}
+
+impl TransportError {
+    pub fn new(kind: TransportErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), http_status: None }
+    }
+
+    pub fn with_http_status(mut self, status: u16) -> Self {
+        self.http_status = Some(status);
+        self
+    }
+
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.kind, TransportErrorKind::Transient | TransportErrorKind::Timeout)
+    }
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+/// Lists the pods of a namespace that match an equality label selector.
+pub trait PodLister: Send + Sync {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send;
+}
+
+/// Runs one command in one container (`pods/exec`).
+pub trait Executor: Send + Sync {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send;
+}
+
+/// Time, injected so budgets and backoff are testable without waiting.
+pub trait Clock: Send + Sync {
+    /// Monotonic time since an arbitrary origin.
+    fn now(&self) -> Duration;
+    /// Wall-clock time as RFC 3339 / ISO-8601 UTC, for `appliedAt`.
+    fn now_iso8601(&self) -> String;
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send;
+}
