@@ -1,1 +1,0 @@
-//! ClickHouse-aware lexer. OWNER: lexer helper. Stub so the crate compiles.
