@@ -1,0 +1,287 @@
+//! The Kubernetes API subset: discovery (what kubectl reads before anything else) and pods.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, RawQuery, State as AxState};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use crate::auth::Attributes;
+use crate::pods::{Pod, pod_list, pod_table};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::state::State;
+use crate::{exec, status};
+
+type S = AxState<Arc<State>>;
+
+pub fn routes() -> Router<Arc<State>> {
+    Router::new()
+        .route("/version", get(version))
+        .route("/healthz", get(ok))
+        .route("/readyz", get(ok))
+        .route("/livez", get(ok))
+        .route("/api", get(api_versions))
+        .route("/apis", get(api_groups))
+        .route("/api/v1", get(api_v1))
+        .route("/api/v1/pods", get(list_all_pods))
+        .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
+        .route(
+            "/api/v1/namespaces/{ns}/pods/{name}",
+            get(get_pod).delete(delete_pod),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/pods/{name}/exec",
+            get(exec::handle).post(exec::handle),
+        )
+}
+
+pub async fn not_found_route() -> Response {
+    status::failure(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+        Some(json!({})),
+    )
+}
+
+async fn ok() -> &'static str {
+    "ok"
+}
+
+async fn version() -> Response {
+    status::json_response(
+        StatusCode::OK,
+        &json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-sandbox", "gitCommit": "sandbox",
+            "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z", "goVersion": "go1.24.2",
+            "compiler": "gc", "platform": "linux/amd64",
+        }),
+    )
+}
+
+/// Discovery needs a valid token (any role), as `system:discovery` grants it to authenticated users.
+fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Response> {
+    state
+        .auth
+        .authenticate(headers)
+        .map(|_| ())
+        .ok_or_else(status::unauthorized)
+}
+
+async fn api_versions(AxState(state): S, headers: HeaderMap) -> Response {
+    if let Err(r) = authenticated(&state, &headers) {
+        return r;
+    }
+    status::json_response(
+        StatusCode::OK,
+        &json!({"kind": "APIVersions", "versions": ["v1"]}),
+    )
+}
+
+async fn api_groups(AxState(state): S, headers: HeaderMap) -> Response {
+    if let Err(r) = authenticated(&state, &headers) {
+        return r;
+    }
+    status::json_response(
+        StatusCode::OK,
+        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+    )
+}
+
+async fn api_v1(AxState(state): S, headers: HeaderMap) -> Response {
+    if let Err(r) = authenticated(&state, &headers) {
+        return r;
+    }
+    status::json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": [
+                {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                 "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+                 "shortNames": ["po"], "categories": ["all"]},
+                {"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions",
+                 "verbs": ["create", "get"]},
+                {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod",
+                 "verbs": ["get", "patch", "update"]},
+            ],
+        }),
+    )
+}
+
+fn query_pairs(q: &Option<String>) -> Vec<(String, String)> {
+    form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
+fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+async fn list_all_pods(state: S, headers: HeaderMap, q: RawQuery) -> Response {
+    list(state, headers, q, None).await
+}
+
+async fn list_pods(state: S, Path(ns): Path<String>, headers: HeaderMap, q: RawQuery) -> Response {
+    list(state, headers, q, Some(ns)).await
+}
+
+async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: Option<String>) -> Response {
+    let pairs = query_pairs(&q);
+    let watch = param(&pairs, "watch").is_some_and(|w| w == "true" || w == "1");
+    let verb = if watch { "watch" } else { "list" };
+    if let Err(r) = state.auth.authorize(
+        &headers,
+        Attributes {
+            verb,
+            resource: "pods",
+            namespace: ns.as_deref(),
+            name: None,
+        },
+    ) {
+        return r;
+    }
+    if let Some(fault) = state.faults().take_list(ns.as_deref().unwrap_or("")) {
+        let mut r = if fault.status == 429 {
+            status::failure(
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.",
+                Some(json!({
+                "retryAfterSeconds": fault.retry_after_seconds.unwrap_or(1)})),
+            )
+        } else {
+            status::failure(
+                fault.status,
+                "InternalError",
+                "Internal error occurred: injected by the sandbox",
+                Some(json!({"causes": [{"message": "injected by the sandbox"}]})),
+            )
+        };
+        if let Some(secs) = fault.retry_after_seconds.or((fault.status == 429).then_some(1)) {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        return r;
+    }
+    let labels = match LabelSelector::parse(param(&pairs, "labelSelector").unwrap_or("")) {
+        Ok(s) => s,
+        Err(e) => return status::bad_request(&format!("unable to parse requirement: {e}")),
+    };
+    let fields = match FieldSelector::parse(param(&pairs, "fieldSelector").unwrap_or("")) {
+        Ok(s) => s,
+        Err(e) => return status::bad_request(&e.0),
+    };
+    let (items, rv): (Vec<Pod>, u64) = {
+        let store = state.store();
+        let items = store
+            .pods
+            .values()
+            .filter(|p| ns.as_ref().is_none_or(|n| &p.namespace == n))
+            .filter(|p| labels.matches(&p.labels) && fields.matches(|f| p.field(f)))
+            .cloned()
+            .collect();
+        (items, store.resource_version)
+    };
+    if watch {
+        return watch_response(&items, rv);
+    }
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if wants_table(accept) {
+        let include = param(&pairs, "includeObject").unwrap_or("Metadata");
+        return status::json_response(StatusCode::OK, &pod_table(&items, rv, include));
+    }
+    status::json_response(StatusCode::OK, &pod_list(&items, rv))
+}
+
+/// Watches are not a product need; an answer with the current objects and an immediate end lets
+/// clients that open one (kubectl's `--wait`) see the state and move on.
+fn watch_response(items: &[Pod], _rv: u64) -> Response {
+    let body: String = items
+        .iter()
+        .map(|p| json!({"type": "ADDED", "object": p.to_json()}).to_string() + "\n")
+        .collect();
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn wants_table(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
+}
+
+async fn get_pod(
+    AxState(state): S,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = state.auth.authorize(
+        &headers,
+        Attributes {
+            verb: "get",
+            resource: "pods",
+            namespace: Some(&ns),
+            name: Some(&name),
+        },
+    ) {
+        return r;
+    }
+    match state.pod(&name).filter(|p| p.namespace == ns) {
+        Some(p) => {
+            let accept = headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if wants_table(accept) {
+                let rv = p.resource_version;
+                return status::json_response(StatusCode::OK, &pod_table(&[p], rv, "Metadata"));
+            }
+            status::json_response(StatusCode::OK, &p.to_json())
+        }
+        None => status::not_found("pods", &name),
+    }
+}
+
+/// Deletion is immediate (no grace period): the object goes away at once and its host with it,
+/// so a test sees "pod gone" without waiting; use the control API's `terminating` state to test
+/// a pod that lingers with a deletionTimestamp.
+async fn delete_pod(
+    AxState(state): S,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = state.auth.authorize(
+        &headers,
+        Attributes {
+            verb: "delete",
+            resource: "pods",
+            namespace: Some(&ns),
+            name: Some(&name),
+        },
+    ) {
+        return r;
+    }
+    if state.pod(&name).filter(|p| p.namespace == ns).is_none() {
+        return status::not_found("pods", &name);
+    }
+    match state.remove_pod(&name).await {
+        Ok(mut pod) => {
+            pod.deletion = Some(std::time::SystemTime::now());
+            let body: Value = pod.to_json();
+            status::json_response(StatusCode::OK, &body)
+        }
+        Err(e) => status::failure(500, "InternalError", &e.to_string(), None),
+    }
+}

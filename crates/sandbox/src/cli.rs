@@ -1,0 +1,249 @@
+//! `sandbox start|serve|stop`: `start` launches a detached `serve` and returns once the sandbox
+//! answers; `stop` ends exactly the process `start` recorded, then sweeps leftovers of the hosts.
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::sandbox::{RuntimeKind, Sandbox, SandboxInfo, SandboxOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "sandbox",
+    about = "Test Kubernetes API whose pods are real ClickHouse servers"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start a detached sandbox and wait until it is ready.
+    Start(StartArgs),
+    /// Run the sandbox in the foreground until SIGTERM/SIGINT (what `start` launches).
+    Serve(StartArgs),
+    /// Stop the sandbox `start` launched from this directory; quiet when none runs.
+    Stop(DirArgs),
+    /// Print sandbox.json when a sandbox runs from this directory.
+    Status(DirArgs),
+}
+
+#[derive(Args, Clone)]
+struct StartArgs {
+    #[arg(long, env = "SANDBOX_PODS", default_value_t = 3)]
+    pods: usize,
+    #[arg(long, default_value = ".sandbox")]
+    dir: PathBuf,
+    /// Hosts instance 1..=200 (subnet 10.250.<K>.0/24); default: first free one.
+    #[arg(long)]
+    instance: Option<u8>,
+    /// API server port on 127.0.0.1; 0: ephemeral.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// No ClickHouse: exec runs on this machine (protocol experiments only).
+    #[arg(long)]
+    local: bool,
+    /// Seconds `start` waits for readiness.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+}
+
+#[derive(Args)]
+struct DirArgs {
+    #[arg(long, default_value = ".sandbox")]
+    dir: PathBuf,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Cmd::Start(a) => start(a),
+        Cmd::Serve(a) => serve(a),
+        Cmd::Stop(d) => stop(&d.dir),
+        Cmd::Status(d) => status(&d.dir),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sandbox: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn pid_file(dir: &Path) -> PathBuf {
+    dir.join("sandbox.pid")
+}
+fn info_file(dir: &Path) -> PathBuf {
+    dir.join("sandbox.json")
+}
+
+fn alive(pid: i32) -> bool {
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// The recorded PID, only if that process is still our `sandbox serve` (PIDs get reused).
+fn running_pid(dir: &Path) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(pid_file(dir)).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    (alive(pid) && args.iter().any(|a| *a == b"serve")).then_some(pid)
+}
+
+fn start(a: StartArgs) -> Result<(), String> {
+    let begun = Instant::now();
+    std::fs::create_dir_all(&a.dir).map_err(|e| format!("creating {}: {e}", a.dir.display()))?;
+    let dir = std::fs::canonicalize(&a.dir).map_err(|e| e.to_string())?;
+    if let Some(pid) = running_pid(&dir) {
+        return Err(format!(
+            "a sandbox already runs from {} (pid {pid}); `sandbox stop` first",
+            dir.display()
+        ));
+    }
+    let _ = std::fs::remove_file(info_file(&dir));
+    let log_path = dir.join("sandbox.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .arg("--pods")
+        .arg(a.pods.to_string())
+        .arg("--dir")
+        .arg(&dir);
+    cmd.arg("--port").arg(a.port.to_string());
+    if let Some(i) = a.instance {
+        cmd.arg("--instance").arg(i.to_string());
+    }
+    if a.local {
+        cmd.arg("--local");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .env_remove("SANDBOX_PODS");
+    // Its own session: the sandbox outlives this command and the terminal's signals.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("spawning serve: {e}"))?;
+    std::fs::write(pid_file(&dir), format!("{}\n", child.id())).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(info_file(&dir))
+            && let Ok(info) = serde_json::from_str::<SandboxInfo>(&text)
+            && info.pid == child.id()
+        {
+            println!(
+                "sandbox ready in {:.2}s: {} pods ({}), API {}\nexport KUBECONFIG={}",
+                begun.elapsed().as_secs_f64(),
+                info.pods.len(),
+                info.pods.join(", "),
+                info.server,
+                info.kubeconfig.display()
+            );
+            return Ok(());
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let _ = std::fs::remove_file(pid_file(&dir));
+            let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(format!(
+                "serve exited with {st} before it was ready; log:\n{tail}"
+            ));
+        }
+        if Instant::now() > deadline {
+            let _ = stop(&dir);
+            return Err(format!(
+                "not ready after {} s; see {}",
+                a.timeout,
+                log_path.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn serve(a: StartArgs) -> Result<(), String> {
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        let opts = SandboxOptions {
+            pods: a.pods,
+            dir: Some(a.dir.clone()),
+            instance: a.instance,
+            port: a.port,
+            runtime: if a.local {
+                RuntimeKind::Local
+            } else {
+                RuntimeKind::Hosts
+            },
+            ..SandboxOptions::default()
+        };
+        let begun = Instant::now();
+        let sandbox = Sandbox::start(opts).await.map_err(|e| e.to_string())?;
+        println!(
+            "sandbox serving on {} ({:.2}s)",
+            sandbox.server_url(),
+            begun.elapsed().as_secs_f64()
+        );
+        let _ = std::io::stdout().flush();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        println!("sandbox: shutting down");
+        let dir = sandbox.dir().to_path_buf();
+        let r = sandbox.shutdown().await.map_err(|e| e.to_string());
+        let _ = std::fs::remove_file(info_file(&dir));
+        r
+    })
+}
+
+fn stop(dir: &Path) -> Result<(), String> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    if let Some(pid) = running_pid(dir) {
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if alive(pid) {
+            eprintln!("sandbox: pid {pid} ignored SIGTERM for 30 s, killing it");
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        println!("sandbox stopped (pid {pid})");
+    }
+    let run = dir.join("run");
+    if run.exists() {
+        sandbox_hosts::cleanup_stale(&run).map_err(|e| format!("cleanup: {e}"))?;
+    }
+    let _ = std::fs::remove_file(pid_file(dir));
+    let _ = std::fs::remove_file(info_file(dir));
+    Ok(())
+}
+
+fn status(dir: &Path) -> Result<(), String> {
+    match running_pid(dir) {
+        Some(_) => {
+            let text = std::fs::read_to_string(info_file(dir)).map_err(|e| e.to_string())?;
+            println!("{text}");
+            Ok(())
+        }
+        None => Err(format!("no sandbox runs from {}", dir.display())),
+    }
+}

@@ -1,0 +1,184 @@
+//! Control endpoints for tests and demos, on the API server itself under `/sandbox/`, admin token
+//! only. Same operations as the Rust `Sandbox` methods (both call `State`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, State as AxState};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use serde_json::{Value, json};
+
+use crate::faults::Fault;
+use crate::pods::{Container, Pod};
+use crate::state::{AddPod, ControlError, PodState, State};
+use crate::status;
+
+type S = AxState<Arc<State>>;
+
+pub fn routes() -> Router<Arc<State>> {
+    Router::new()
+        .route("/sandbox/info", get(info))
+        .route("/sandbox/pods", get(list).post(add))
+        .route("/sandbox/pods/{name}", get(one).delete(remove))
+        .route("/sandbox/pods/{name}/replace", post(replace))
+        .route("/sandbox/pods/{name}/state", put(set_state))
+        .route("/sandbox/pods/{name}/containers", put(set_containers))
+        .route("/sandbox/pods/{name}/labels", put(set_labels))
+        .route("/sandbox/pods/{name}/server/stop", post(stop_server))
+        .route("/sandbox/pods/{name}/server/start", post(start_server))
+        .route("/sandbox/exec-log", get(exec_log).delete(clear_exec_log))
+        .route(
+            "/sandbox/faults",
+            get(faults).post(arm_fault).delete(clear_faults),
+        )
+}
+
+fn admin(state: &State, headers: &HeaderMap) -> Result<(), Response> {
+    match state.auth.authenticate(headers) {
+        None => Err(status::unauthorized()),
+        Some(u) if u.allows("*", "*") => Ok(()),
+        Some(u) => Err(status::failure(
+            403,
+            "Forbidden",
+            &format!("User \"{}\" cannot use the sandbox control API", u.name),
+            None,
+        )),
+    }
+}
+
+fn reply(r: Result<Value, ControlError>) -> Response {
+    match r {
+        Ok(v) => status::json_response(StatusCode::OK, &v),
+        Err(ControlError::NotFound(n)) => status::not_found("pods", &n),
+        Err(e @ ControlError::AlreadyExists(_)) => {
+            status::failure(409, "AlreadyExists", &e.to_string(), None)
+        }
+        Err(e @ ControlError::Invalid(_)) => status::bad_request(&e.to_string()),
+        Err(e) => status::failure(500, "InternalError", &e.to_string(), None),
+    }
+}
+
+fn pod(r: Result<Pod, ControlError>) -> Response {
+    reply(r.map(|p| json!(p)))
+}
+
+macro_rules! guard {
+    ($state:expr, $headers:expr) => {
+        if let Err(r) = admin(&$state, &$headers) {
+            return r;
+        }
+    };
+}
+
+async fn info(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(Ok(json!({
+        "namespace": state.namespace,
+        "cluster": state.cluster_name,
+        "tokens": state.auth.tokens(),
+        "passwords": state.passwords,
+        "pods": state.pods().iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
+    })))
+}
+
+async fn list(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(Ok(json!(state.pods())))
+}
+
+async fn one(AxState(state): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    guard!(state, headers);
+    pod(state.pod(&name).ok_or(ControlError::NotFound(name)))
+}
+
+async fn add(AxState(state): S, headers: HeaderMap, body: Option<axum::Json<AddPod>>) -> Response {
+    guard!(state, headers);
+    let req = body.map(|b| b.0).unwrap_or_else(AddPod::clickhouse);
+    pod(state.add_pod(req).await)
+}
+
+async fn remove(AxState(state): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    guard!(state, headers);
+    pod(state.remove_pod(&name).await)
+}
+
+async fn replace(AxState(state): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    guard!(state, headers);
+    pod(state.replace_pod(&name).await)
+}
+
+#[derive(serde::Deserialize)]
+struct StateBody {
+    state: PodState,
+}
+
+async fn set_state(
+    AxState(state): S,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    axum::Json(b): axum::Json<StateBody>,
+) -> Response {
+    guard!(state, headers);
+    pod(state.set_pod_state(&name, b.state))
+}
+
+async fn set_containers(
+    AxState(state): S,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    axum::Json(c): axum::Json<Vec<Container>>,
+) -> Response {
+    guard!(state, headers);
+    pod(state.set_containers(&name, c))
+}
+
+async fn set_labels(
+    AxState(state): S,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    axum::Json(l): axum::Json<BTreeMap<String, String>>,
+) -> Response {
+    guard!(state, headers);
+    pod(state.set_labels(&name, l))
+}
+
+async fn stop_server(AxState(state): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    guard!(state, headers);
+    pod(state.stop_server(&name).await)
+}
+
+async fn start_server(AxState(state): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    guard!(state, headers);
+    pod(state.start_server(&name).await)
+}
+
+async fn exec_log(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(Ok(json!(state.exec_log())))
+}
+
+async fn clear_exec_log(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    state.clear_exec_log();
+    reply(Ok(json!({})))
+}
+
+async fn faults(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(Ok(json!(state.faults().armed())))
+}
+
+async fn arm_fault(AxState(state): S, headers: HeaderMap, axum::Json(f): axum::Json<Fault>) -> Response {
+    guard!(state, headers);
+    state.arm_fault(f);
+    reply(Ok(json!(state.faults().armed())))
+}
+
+async fn clear_faults(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    state.clear_faults();
+    reply(Ok(json!([])))
+}

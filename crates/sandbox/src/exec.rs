@@ -1,0 +1,521 @@
+//! `pods/{name}/exec` over WebSocket with the `v5.channel.k8s.io` / `v4.channel.k8s.io`
+//! subprotocols: what kube-rs and kubectl 1.31+ speak. The handshake is done by hand (not axum's
+//! `WebSocketUpgrade`) because client-go may upgrade a POST and because the server, not the
+//! client's header order, must decide between v5 and v4.
+
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, Request, State as AxState};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+
+use crate::auth::Attributes;
+use crate::exec_log::ExecRecord;
+use crate::faults::{DropPoint, ExecFault};
+use crate::pods::{Backing, Phase};
+use crate::runtime::local_command;
+use crate::state::State;
+use crate::status;
+
+pub const V5: &str = "v5.channel.k8s.io";
+pub const V4: &str = "v4.channel.k8s.io";
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const CLOSE: u8 = 255;
+
+/// Stdin kept in the exec log per call; enough for any DDL batch, bounded for runaway clients.
+const STDIN_LOG_LIMIT: usize = 16 << 20;
+
+/// The environment an image gives every process but the pod spec does not list.
+fn image_env(pod: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+        ("HOSTNAME".into(), pod.into()),
+        ("HOME".into(), "/root".into()),
+    ]
+}
+
+#[derive(Debug, Default)]
+struct ExecQuery {
+    command: Vec<String>,
+    container: Option<String>,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+}
+
+fn flag(v: &str) -> bool {
+    matches!(v, "true" | "1" | "True" | "TRUE")
+}
+
+fn parse_query(q: &str) -> ExecQuery {
+    let mut out = ExecQuery::default();
+    for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+        match k.as_ref() {
+            "command" => out.command.push(v.into_owned()),
+            "container" => out.container = Some(v.into_owned()).filter(|c| !c.is_empty()),
+            "stdin" => out.stdin = flag(&v),
+            "stdout" => out.stdout = flag(&v),
+            "stderr" => out.stderr = flag(&v),
+            "tty" => out.tty = flag(&v),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Server preference: v5 (it can signal stdin EOF) over v4, whatever order the client lists them in.
+pub fn choose_protocol(offered: &[String]) -> Option<&'static str> {
+    [V5, V4].into_iter().find(|p| offered.iter().any(|o| o == p))
+}
+
+pub async fn handle(
+    AxState(state): AxState<Arc<State>>,
+    Path((namespace, name)): Path<(String, String)>,
+    mut req: Request,
+) -> Response {
+    let user = match state.auth.authorize(
+        req.headers(),
+        Attributes {
+            verb: "create",
+            resource: "pods/exec",
+            namespace: Some(&namespace),
+            name: Some(&name),
+        },
+    ) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let pod = match state.pod(&name).filter(|p| p.namespace == namespace) {
+        Some(p) => p,
+        None => return status::not_found("pods", &name),
+    };
+    let q = parse_query(req.uri().query().unwrap_or(""));
+    let container = match &q.container {
+        Some(c) => match pod.containers.iter().find(|x| &x.name == c) {
+            Some(x) => x.clone(),
+            None => return status::bad_request(&format!("container {c} is not valid for pod {name}")),
+        },
+        None if pod.containers.len() == 1 => pod.containers[0].clone(),
+        None => {
+            let names: Vec<_> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+            return status::bad_request(&format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                names.join(" ")
+            ));
+        }
+    };
+    match pod.phase {
+        Phase::Running => {}
+        Phase::Succeeded | Phase::Failed => {
+            return status::bad_request(&format!(
+                "cannot exec into a container in a completed pod; current phase is {}",
+                pod.phase.as_str()
+            ));
+        }
+        _ => {
+            return status::bad_request(&format!(
+                "unable to upgrade connection: container not found (\"{}\")",
+                container.name
+            ));
+        }
+    }
+    if q.command.is_empty() {
+        return status::bad_request("you must specify at least 1 command");
+    }
+    if !q.stdin && !q.stdout && !q.stderr {
+        return status::bad_request("you must specify at least one of stdin, stdout, stderr");
+    }
+
+    let is_websocket = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let key = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned();
+    let (true, Some(key)) = (is_websocket, key) else {
+        return status::bad_request("Upgrade request required: this server speaks exec over WebSocket only");
+    };
+    let offered: Vec<String> = req
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_string()))
+        .collect();
+    let Some(protocol) = choose_protocol(&offered) else {
+        return status::bad_request(&format!(
+            "unable to upgrade connection: requested protocols {offered:?} not supported, want one of [{V5} {V4}]"
+        ));
+    };
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return status::bad_request("connection cannot be upgraded");
+    };
+
+    let fault = state.faults().take_exec(&name);
+    let mut env = image_env(&name);
+    env.extend(container.env.iter().cloned());
+    let stderr = q.stderr && !q.tty;
+    let record = ExecRecord {
+        id: 0,
+        time: SystemTime::now(),
+        user: user.name.clone(),
+        namespace: namespace.clone(),
+        pod: name.clone(),
+        container: container.name.clone(),
+        argv: q.command.clone(),
+        stdin: Vec::new(),
+        exit_code: None,
+        protocol: protocol.to_string(),
+        outcome: "running".to_string(),
+    };
+    let id = state.log_exec(record);
+    let session = Session {
+        state: state.clone(),
+        id,
+        pod: name,
+        backing: pod.backing,
+        argv: q.command,
+        env,
+        stdin: q.stdin,
+        stdout: q.stdout,
+        stderr,
+        v5: protocol == V5,
+        fault,
+    };
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+                session.run(ws).await;
+            }
+            Err(e) => session.finish(None, &format!("upgrade_failed: {e}")),
+        }
+    });
+
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(
+        header::SEC_WEBSOCKET_ACCEPT,
+        HeaderValue::from_str(&accept).expect("base64 is a valid header"),
+    );
+    h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
+    resp
+}
+
+type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+struct Session {
+    state: Arc<State>,
+    id: u64,
+    pod: String,
+    backing: Backing,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    v5: bool,
+    fault: Option<ExecFault>,
+}
+
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut v = Vec::with_capacity(data.len() + 1);
+    v.push(channel);
+    v.extend_from_slice(data);
+    Message::binary(v)
+}
+
+/// The status document kubelet sends on the error channel when the process ends.
+pub fn exit_status(code: i32) -> serde_json::Value {
+    if code == 0 {
+        json!({"metadata": {}, "status": "Success"})
+    } else {
+        json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": format!("command terminated with non-zero exit code: command terminated with exit code {code}"),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+        })
+    }
+}
+
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    channel: u8,
+    tx: mpsc::Sender<Message>,
+    mut first: Option<oneshot::Sender<()>>,
+) {
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if tx.send(frame(channel, &buf[..n])).await.is_err() {
+                    break;
+                }
+                if let Some(f) = first.take() {
+                    let _ = f.send(());
+                }
+            }
+        }
+    }
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        // The exec runs in its own process group so `sh -c` children die with it.
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
+    }
+}
+
+impl Session {
+    fn finish(&self, exit_code: Option<i32>, outcome: &str) {
+        let outcome = outcome.to_string();
+        self.state.update_exec(self.id, |r| {
+            r.exit_code = exit_code;
+            r.outcome = outcome;
+        });
+    }
+
+    fn command(&self) -> Result<std::process::Command, String> {
+        match self.backing {
+            Backing::Host => self.state.runtime.command(&self.pod, &self.argv, &self.env),
+            Backing::Local => local_command(&self.argv, &self.env),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    async fn run(self, ws: Ws) {
+        let (mut sink, mut stream) = ws.split();
+        if let Some(ExecFault::Stall(seconds)) = self.fault {
+            // Hold the connection, answer nothing, until the client gives up.
+            let _ = tokio::time::timeout(Duration::from_secs(seconds), async {
+                while let Some(Ok(m)) = stream.next().await {
+                    if m.is_close() {
+                        break;
+                    }
+                }
+            })
+            .await;
+            self.finish(None, "fault_stall");
+            return;
+        }
+
+        let spawned = self.command().and_then(|mut cmd| {
+            cmd.process_group(0)
+                .stdin(if self.stdin { Stdio::piped() } else { Stdio::null() })
+                .stdout(if self.stdout {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stderr(if self.stderr {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                });
+            let mut cmd = tokio::process::Command::from(cmd);
+            cmd.kill_on_drop(true);
+            cmd.spawn().map_err(|e| format!("exec: {:?}: {e}", self.argv[0]))
+        });
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(message) => {
+                let st = json!({"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError",
+                                "details": {"causes": [{"message": message}]}});
+                let _ = sink.send(frame(ERROR, st.to_string().as_bytes())).await;
+                let _ = sink.send(close_normal()).await;
+                self.finish(None, "spawn_failed");
+                return;
+            }
+        };
+        let pid = child.id();
+
+        let (tx, mut rx) = mpsc::channel::<Message>(16);
+        let writer = tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                let last = m.is_close();
+                if sink.send(m).await.is_err() || last {
+                    break;
+                }
+            }
+        });
+        let (first_out_tx, first_out_rx) = oneshot::channel();
+        let mut pumps = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            pumps.push(tokio::spawn(pump(out, STDOUT, tx.clone(), Some(first_out_tx))));
+        }
+        if let Some(err) = child.stderr.take() {
+            pumps.push(tokio::spawn(pump(err, STDERR, tx.clone(), None)));
+        }
+
+        let stdin_log = Arc::new(Mutex::new(Vec::new()));
+        let (gone_tx, mut gone_rx) = oneshot::channel::<()>();
+        let mut child_stdin = child.stdin.take();
+        let v5 = self.v5;
+        let log = stdin_log.clone();
+        let reader = tokio::spawn(async move {
+            while let Some(Ok(msg)) = stream.next().await {
+                let data = match msg {
+                    Message::Binary(b) => b,
+                    Message::Close(_) => break,
+                    _ => continue,
+                };
+                match data.first() {
+                    Some(&STDIN) => {
+                        let bytes = &data[1..];
+                        {
+                            let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                            let room = STDIN_LOG_LIMIT.saturating_sub(l.len());
+                            l.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                        }
+                        if let Some(s) = child_stdin.as_mut()
+                            && s.write_all(bytes).await.is_err()
+                        {
+                            child_stdin = None;
+                        }
+                    }
+                    // v5's "close stream" frame: [255, channel]. Dropping the pipe is the EOF.
+                    Some(&CLOSE) if v5 && data.get(1) == Some(&STDIN) => child_stdin = None,
+                    _ => {}
+                }
+            }
+            let _ = gone_tx.send(());
+        });
+
+        let drop_now = async {
+            match self.fault {
+                Some(ExecFault::Drop(DropPoint::AfterStart)) => {}
+                Some(ExecFault::Drop(DropPoint::AfterStdout)) => {
+                    if first_out_rx.await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                _ => std::future::pending::<()>().await,
+            }
+        };
+        let sync_log = |s: &Session| {
+            let bytes = stdin_log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            s.state.update_exec(s.id, |r| r.stdin = bytes);
+        };
+
+        let exited = tokio::select! {
+            st = child.wait() => st.ok(),
+            _ = &mut gone_rx => None,
+            _ = drop_now => {
+                kill_group(pid);
+                // Abort both halves: the connection closes with no close frame and no status.
+                writer.abort();
+                reader.abort();
+                for p in &pumps { p.abort(); }
+                sync_log(&self);
+                self.finish(None, "fault_drop");
+                return;
+            }
+        };
+        let Some(exit) = exited else {
+            kill_group(pid);
+            let _ = child.wait().await;
+            writer.abort();
+            reader.abort();
+            sync_log(&self);
+            self.finish(None, "client_disconnected");
+            return;
+        };
+        let code = exit.code().unwrap_or_else(|| {
+            use std::os::unix::process::ExitStatusExt;
+            128 + exit.signal().unwrap_or(0)
+        });
+        // Output the process wrote before exiting still has to reach the client.
+        let drained = async {
+            for p in pumps {
+                let _ = p.await;
+            }
+        };
+        tokio::select! {
+            _ = drained => {}
+            _ = &mut gone_rx => {
+                kill_group(pid);
+                writer.abort();
+                sync_log(&self);
+                self.finish(Some(code), "client_disconnected");
+                return;
+            }
+        }
+        if matches!(self.fault, Some(ExecFault::Drop(_))) {
+            // The process finished before the drop point was reached: drop before the status.
+            writer.abort();
+            reader.abort();
+            sync_log(&self);
+            self.finish(Some(code), "fault_drop");
+            return;
+        }
+        let _ = tx
+            .send(frame(ERROR, exit_status(code).to_string().as_bytes()))
+            .await;
+        let _ = tx.send(close_normal()).await;
+        drop(tx);
+        let _ = writer.await;
+        // Give the client a moment to answer the close frame, then let the connection go.
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut gone_rx).await;
+        reader.abort();
+        sync_log(&self);
+        self.finish(Some(code), "completed");
+    }
+}
+
+fn close_normal() -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefers_v5_whatever_the_client_order() {
+        let offered = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(choose_protocol(&offered(&[V4, V5])), Some(V5));
+        assert_eq!(choose_protocol(&offered(&[V4])), Some(V4));
+        assert_eq!(choose_protocol(&offered(&["channel.k8s.io"])), None);
+    }
+
+    #[test]
+    fn query_is_parsed_like_the_apiserver() {
+        let q = parse_query(
+            "command=sh&command=-c&command=echo+%22hi%22&container=clickhouse&stdin=true&stdout=1",
+        );
+        assert_eq!(q.command, vec!["sh", "-c", "echo \"hi\""]);
+        assert_eq!(q.container.as_deref(), Some("clickhouse"));
+        assert!(q.stdin && q.stdout && !q.stderr && !q.tty);
+    }
+}

@@ -1,0 +1,261 @@
+//! The pod objects the API serves. Only what clients and the product read is modelled, but every
+//! field that is there has the apiserver's shape (uid, resourceVersion, conditions, ...).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Unknown => "Unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Container {
+    pub name: String,
+    pub image: String,
+    /// The container's `env` in the pod spec; exec processes get exactly these (plus the image's
+    /// PATH/HOME/HOSTNAME, which a real container also has but the spec does not show).
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+}
+
+/// How a pod's exec processes run: on a ClickHouse host of the runtime, or on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backing {
+    Host,
+    Local,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Pod {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub resource_version: u64,
+    #[serde(skip)]
+    pub created: SystemTime,
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip)]
+    pub deletion: Option<SystemTime>,
+    pub phase: Phase,
+    pub ready: bool,
+    pub containers: Vec<Container>,
+    pub ip: Option<Ipv4Addr>,
+    pub backing: Backing,
+    pub restart_count: u32,
+}
+
+fn ts(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+impl Pod {
+    pub fn is_terminating(&self) -> bool {
+        self.deletion.is_some()
+    }
+
+    pub fn to_json(&self) -> Value {
+        let created = ts(self.created);
+        let ready = if self.ready && self.phase == Phase::Running {
+            "True"
+        } else {
+            "False"
+        };
+        let mut metadata = json!({
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+            "resourceVersion": self.resource_version.to_string(),
+            "creationTimestamp": created,
+            "labels": self.labels,
+        });
+        if let Some(d) = self.deletion {
+            metadata["deletionTimestamp"] = json!(ts(d));
+            metadata["deletionGracePeriodSeconds"] = json!(30);
+        }
+        let containers: Vec<Value> = self
+            .containers
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name,
+                    "image": c.image,
+                    "env": c.env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect::<Vec<_>>(),
+                    "ports": if c.name == "clickhouse" {
+                        json!([{"name": "tcp", "containerPort": 9000, "protocol": "TCP"},
+                               {"name": "http", "containerPort": 8123, "protocol": "TCP"}])
+                    } else { json!([]) },
+                    "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                })
+            })
+            .collect();
+        let container_statuses: Vec<Value> = self
+            .containers
+            .iter()
+            .map(|c| {
+                let state = match self.phase {
+                    Phase::Running => json!({"running": {"startedAt": created}}),
+                    Phase::Pending => json!({"waiting": {"reason": "ContainerCreating"}}),
+                    Phase::Succeeded | Phase::Failed => json!({"terminated": {
+                        "exitCode": if self.phase == Phase::Succeeded { 0 } else { 1 },
+                        "reason": if self.phase == Phase::Succeeded { "Completed" } else { "Error" },
+                        "startedAt": created, "finishedAt": created}}),
+                    Phase::Unknown => json!({}),
+                };
+                json!({
+                    "name": c.name,
+                    "image": c.image,
+                    "imageID": format!("docker-pullable://{}", c.image),
+                    "containerID": format!("containerd://{}", self.uid.replace('-', "")),
+                    "ready": ready == "True",
+                    "started": self.phase == Phase::Running,
+                    "restartCount": self.restart_count,
+                    "state": state,
+                    "lastState": {},
+                })
+            })
+            .collect();
+        let condition = |t: &str, s: &str| json!({"type": t, "status": s, "lastProbeTime": null, "lastTransitionTime": created});
+        let scheduled = if self.phase == Phase::Pending && self.ip.is_none() {
+            "False"
+        } else {
+            "True"
+        };
+        let mut status = json!({
+            "phase": self.phase.as_str(),
+            "conditions": [
+                condition("PodScheduled", scheduled),
+                condition("Initialized", "True"),
+                condition("ContainersReady", ready),
+                condition("Ready", ready),
+            ],
+            "hostIP": "10.250.0.1",
+            "startTime": created,
+            "containerStatuses": container_statuses,
+            "qosClass": "BestEffort",
+        });
+        if let Some(ip) = self.ip {
+            status["podIP"] = json!(ip.to_string());
+            status["podIPs"] = json!([{"ip": ip.to_string()}]);
+        }
+        json!({
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": metadata,
+            "spec": {
+                "containers": containers,
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 30,
+                "dnsPolicy": "ClusterFirst",
+                "nodeName": "sandbox-node",
+                "hostname": self.name,
+                "schedulerName": "default-scheduler",
+            },
+            "status": status,
+        })
+    }
+
+    /// Field values for field selectors.
+    pub fn field(&self, field: &str) -> String {
+        match field {
+            "metadata.name" => self.name.clone(),
+            "metadata.namespace" => self.namespace.clone(),
+            "status.phase" => self.phase.as_str().to_string(),
+            "status.podIP" => self.ip.map(|i| i.to_string()).unwrap_or_default(),
+            "spec.nodeName" => "sandbox-node".to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// The STATUS column kubectl shows.
+    pub fn display_status(&self) -> &'static str {
+        if self.is_terminating() {
+            "Terminating"
+        } else {
+            self.phase.as_str()
+        }
+    }
+}
+
+pub fn pod_list(items: &[Pod], resource_version: u64) -> Value {
+    json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": resource_version.to_string()},
+        "items": items.iter().map(Pod::to_json).collect::<Vec<_>>(),
+    })
+}
+
+fn age(created: SystemTime) -> String {
+    let secs = SystemTime::now()
+        .duration_since(created)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s => format!("{}h", s / 3600),
+    }
+}
+
+/// The server-side printing kubectl asks for with `Accept: application/json;as=Table;...`.
+pub fn pod_table(items: &[Pod], resource_version: u64, include_object: &str) -> Value {
+    let col = |name: &str, ty: &str, format: &str, description: &str| json!({"name": name, "type": ty, "format": format, "description": description, "priority": 0});
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|p| {
+            let ready = usize::from(p.ready && p.phase == Phase::Running) * p.containers.len();
+            let object = match include_object {
+                "None" => Value::Null,
+                "Object" => p.to_json(),
+                _ => json!({
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": p.to_json()["metadata"].clone(),
+                }),
+            };
+            json!({
+                "cells": [p.name, format!("{ready}/{}", p.containers.len()), p.display_status(),
+                          p.restart_count, age(p.created)],
+                "object": object,
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version.to_string()},
+        "columnDefinitions": [
+            col("Name", "string", "name", "Name must be unique within a namespace."),
+            col("Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic."),
+            col("Status", "string", "", "The aggregate status of the containers in this pod."),
+            col("Restarts", "string", "", "The number of times the containers in this pod have been restarted."),
+            col("Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created."),
+        ],
+        "rows": rows,
+    })
+}

@@ -1,0 +1,356 @@
+//! The in-process test harness: `Sandbox::start` brings up hosts + API server and returns handles
+//! to drive it; dropping it (or `shutdown`) tears everything down.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::auth::{Authorizer, Tokens, default_users};
+use crate::exec_log::ExecRecord;
+use crate::faults::Fault;
+use crate::kubeconfig::{self, KubeconfigInput};
+use crate::pods::{Container, Pod};
+use crate::runtime::{HostsConfig, HostsRuntime, LocalProcess, PodRuntime, RuntimeError};
+use crate::server::Server;
+use crate::state::{AddPod, ControlError, Passwords, PodState, State, replica_name};
+use crate::{api, control, tls};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// Real ClickHouse servers in network namespaces (needs root and the installed packages).
+    Hosts,
+    /// Exec runs on this machine; for protocol tests that need no ClickHouse.
+    Local,
+}
+
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    /// Number of ClickHouse pods `chi-sandbox-0-<n>-0` at start.
+    pub pods: usize,
+    /// Where the kubeconfig, `sandbox.json` and the hosts' run directory go. `None`: a fresh
+    /// temporary directory, removed on shutdown.
+    pub dir: Option<PathBuf>,
+    /// Hosts instance (subnet 10.250.<instance>.0/24). `None`: the first one no other sandbox on
+    /// this machine holds (lock files under the temp dir).
+    pub instance: Option<u8>,
+    /// 0: ephemeral.
+    pub port: u16,
+    pub namespace: String,
+    pub cluster_name: String,
+    pub runtime: RuntimeKind,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        Self {
+            pods: 3,
+            dir: None,
+            instance: None,
+            port: 0,
+            namespace: "sandbox".into(),
+            cluster_name: "sandbox".into(),
+            runtime: RuntimeKind::Hosts,
+        }
+    }
+}
+
+impl SandboxOptions {
+    /// No ClickHouse: pods exec on this machine.
+    pub fn local(pods: usize) -> Self {
+        Self {
+            pods,
+            runtime: RuntimeKind::Local,
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("no free sandbox instance (1..=200) on this machine")]
+    NoInstance,
+}
+
+/// What `sandbox.json` holds: everything a client of the sandbox needs.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SandboxInfo {
+    pub port: u16,
+    pub server: String,
+    pub namespace: String,
+    pub cluster: String,
+    pub kubeconfig: PathBuf,
+    pub tokens: Tokens,
+    pub passwords: Passwords,
+    pub pods: Vec<String>,
+    pub instance: Option<u8>,
+    pub pid: u32,
+}
+
+pub struct Sandbox {
+    state: Arc<State>,
+    server: Server,
+    dir: PathBuf,
+    temp_dir: bool,
+    kubeconfig: PathBuf,
+    ca_pem: String,
+    instance: Option<u8>,
+    _instance_lock: Option<File>,
+    down: bool,
+}
+
+fn random_secret() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Holds an exclusive lock on one instance number for as long as the file stays open.
+fn claim_instance(wanted: Option<u8>) -> Result<(u8, File), SandboxError> {
+    let dir = std::env::temp_dir().join("sandbox-instances");
+    std::fs::create_dir_all(&dir)?;
+    let candidates: Vec<u8> = match wanted {
+        Some(i) => vec![i],
+        None => (1..=200).collect(),
+    };
+    for i in candidates {
+        let f = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(format!("{i}.lock")))?;
+        if f.try_lock().is_ok() {
+            return Ok((i, f));
+        }
+    }
+    Err(SandboxError::NoInstance)
+}
+
+impl Sandbox {
+    pub async fn start(opts: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let (dir, temp_dir) = match &opts.dir {
+            Some(d) => (d.clone(), false),
+            None => {
+                let d = std::env::temp_dir().join(format!(
+                    "sandbox-{}-{}",
+                    std::process::id(),
+                    uuid::Uuid::new_v4().simple()
+                ));
+                (d, true)
+            }
+        };
+        std::fs::create_dir_all(&dir)?;
+        let dir = std::fs::canonicalize(&dir)?;
+        let passwords = Passwords {
+            default: random_secret(),
+            writer: random_secret(),
+        };
+        let names: Vec<String> = (0..opts.pods).map(replica_name).collect();
+
+        let (runtime, instance, lock): (Arc<dyn PodRuntime>, _, _) = match opts.runtime {
+            RuntimeKind::Local => (Arc::new(LocalProcess::new()), None, None),
+            RuntimeKind::Hosts => {
+                let (instance, lock) = claim_instance(opts.instance)?;
+                let config = HostsConfig {
+                    instance,
+                    run_dir: dir.join("run"),
+                    cluster_name: opts.cluster_name.clone(),
+                    default_password: passwords.default.clone(),
+                    writer_password: passwords.writer.clone(),
+                };
+                let hosts_names = names.clone();
+                let rt = tokio::task::spawn_blocking(move || HostsRuntime::start(config, &hosts_names))
+                    .await
+                    .map_err(|e| RuntimeError(e.to_string()))??;
+                (Arc::new(rt), Some(instance), Some(lock))
+            }
+        };
+
+        let state = Arc::new(State::new(
+            Authorizer {
+                users: default_users(),
+            },
+            runtime.clone(),
+            opts.namespace.clone(),
+            opts.cluster_name.clone(),
+            passwords,
+        ));
+        for name in &names {
+            let ip = match opts.runtime {
+                RuntimeKind::Hosts => runtime
+                    .ip(name)
+                    .ok_or_else(|| RuntimeError(format!("host {name} has no IP")))?,
+                RuntimeKind::Local => runtime.add(name)?,
+            };
+            state.insert_pod(&AddPod::clickhouse(), name.clone(), ip)?;
+        }
+
+        let tls = tls::generate()?;
+        let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
+        let app = api::routes()
+            .merge(control::routes())
+            .fallback(api::not_found_route)
+            .with_state(state.clone());
+        let server = Server::start(listener, tls.server_config.clone(), app)?;
+        let kubeconfig = dir.join("kubeconfig");
+        let tokens = state.auth.tokens();
+        std::fs::write(
+            &kubeconfig,
+            kubeconfig::render(&KubeconfigInput {
+                port: server.addr.port(),
+                ca_pem: &tls.ca_pem,
+                tokens: &tokens,
+                namespace: &opts.namespace,
+            }),
+        )?;
+        let sandbox = Sandbox {
+            state,
+            server,
+            dir,
+            temp_dir,
+            kubeconfig,
+            ca_pem: tls.ca_pem,
+            instance,
+            _instance_lock: lock,
+            down: false,
+        };
+        std::fs::write(
+            sandbox.dir.join("sandbox.json"),
+            serde_json::to_string_pretty(&sandbox.info()).map_err(std::io::Error::other)?,
+        )?;
+        Ok(sandbox)
+    }
+
+    pub fn info(&self) -> SandboxInfo {
+        SandboxInfo {
+            port: self.port(),
+            server: self.server_url(),
+            namespace: self.state.namespace.clone(),
+            cluster: self.state.cluster_name.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            tokens: self.tokens(),
+            passwords: self.passwords(),
+            pods: self.pod_names(),
+            instance: self.instance,
+            pid: std::process::id(),
+        }
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn port(&self) -> u16 {
+        self.server.addr.port()
+    }
+    pub fn server_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port())
+    }
+    /// PEM of the CA that signed the server certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+    pub fn tokens(&self) -> Tokens {
+        self.state.auth.tokens()
+    }
+    pub fn passwords(&self) -> Passwords {
+        self.state.passwords.clone()
+    }
+    pub fn namespace(&self) -> &str {
+        &self.state.namespace
+    }
+    pub fn instance(&self) -> Option<u8> {
+        self.instance
+    }
+    pub fn pod_names(&self) -> Vec<String> {
+        self.state.pods().into_iter().map(|p| p.name).collect()
+    }
+    pub fn pod(&self, name: &str) -> Option<Pod> {
+        self.state.pod(name)
+    }
+    pub fn pods(&self) -> Vec<Pod> {
+        self.state.pods()
+    }
+
+    /// Adds a pod; with `AddPod::clickhouse()` a new empty server that joins the cluster.
+    pub async fn add_pod(&self, req: AddPod) -> Result<Pod, SandboxError> {
+        Ok(self.state.add_pod(req).await?)
+    }
+    pub async fn remove_pod(&self, name: &str) -> Result<Pod, SandboxError> {
+        Ok(self.state.remove_pod(name).await?)
+    }
+    /// Same name, new uid, empty server.
+    pub async fn replace_pod(&self, name: &str) -> Result<Pod, SandboxError> {
+        Ok(self.state.replace_pod(name).await?)
+    }
+    pub fn set_pod_state(&self, name: &str, state: PodState) -> Result<Pod, SandboxError> {
+        Ok(self.state.set_pod_state(name, state)?)
+    }
+    pub fn set_containers(&self, name: &str, containers: Vec<Container>) -> Result<Pod, SandboxError> {
+        Ok(self.state.set_containers(name, containers)?)
+    }
+    pub fn set_labels(&self, name: &str, labels: BTreeMap<String, String>) -> Result<Pod, SandboxError> {
+        Ok(self.state.set_labels(name, labels)?)
+    }
+    /// Stops the pod's ClickHouse server; the pod stays Running, Ready=False.
+    pub async fn stop_server(&self, name: &str) -> Result<Pod, SandboxError> {
+        Ok(self.state.stop_server(name).await?)
+    }
+    pub async fn start_server(&self, name: &str) -> Result<Pod, SandboxError> {
+        Ok(self.state.start_server(name).await?)
+    }
+    pub fn exec_log(&self) -> Vec<ExecRecord> {
+        self.state.exec_log()
+    }
+    pub fn clear_exec_log(&self) {
+        self.state.clear_exec_log()
+    }
+    pub fn inject(&self, fault: Fault) {
+        self.state.arm_fault(fault)
+    }
+    pub fn armed_faults(&self) -> Vec<Fault> {
+        self.state.faults().armed()
+    }
+    pub fn clear_faults(&self) {
+        self.state.clear_faults()
+    }
+
+    pub async fn shutdown(mut self) -> Result<(), SandboxError> {
+        self.server.stop();
+        let rt = self.state.runtime.clone();
+        self.down = true;
+        let r = tokio::task::spawn_blocking(move || rt.shutdown())
+            .await
+            .map_err(|e| RuntimeError(e.to_string()))?;
+        self.remove_temp_dir();
+        Ok(r?)
+    }
+
+    fn remove_temp_dir(&self) {
+        if self.temp_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if !self.down {
+            self.server.stop();
+            if let Err(e) = self.state.runtime.shutdown() {
+                eprintln!("sandbox: shutting down hosts: {e}");
+            }
+            self.remove_temp_dir();
+        }
+    }
+}

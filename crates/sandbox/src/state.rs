@@ -1,0 +1,398 @@
+//! Shared server state and the control operations on it; the control HTTP routes and the Rust
+//! `Sandbox` API are thin wrappers over these methods so both behave identically.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Authorizer;
+use crate::exec_log::ExecRecord;
+use crate::faults::{Fault, Faults};
+use crate::pods::{Backing, Container, Phase, Pod};
+use crate::runtime::{PodRuntime, RuntimeError};
+
+pub const CLICKHOUSE_CONTAINER: &str = "clickhouse";
+pub const CLICKHOUSE_IMAGE: &str = "clickhouse/clickhouse-server:18.16.1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("pod \"{0}\" not found")]
+    NotFound(String),
+    #[error("pod \"{0}\" already exists")]
+    AlreadyExists(String),
+    #[error("pod runtime: {0}")]
+    Runtime(#[from] RuntimeError),
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Passwords {
+    pub default: String,
+    pub writer: String,
+}
+
+/// What `add_pod` creates; every field has a ClickHouse-replica default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AddPod {
+    /// Default: the next free `chi-sandbox-0-<n>-0`.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Default: the ClickHouse operator's labels for a replica of the `sandbox` installation.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Default: one `clickhouse` container with the password env vars.
+    #[serde(default)]
+    pub containers: Option<Vec<Container>>,
+    /// `false`: no ClickHouse server behind it; exec runs on this machine.
+    #[serde(default = "yes")]
+    pub clickhouse: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl AddPod {
+    pub fn clickhouse() -> Self {
+        Self {
+            clickhouse: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// Lifecycle states a test can put a pod in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PodState {
+    /// Running and Ready, not terminating.
+    Running,
+    /// Running, Ready=False.
+    NotReady,
+    Pending,
+    /// deletionTimestamp set, still listed and still running.
+    Terminating,
+    Succeeded,
+    Failed,
+}
+
+pub struct Store {
+    pub pods: BTreeMap<String, Pod>,
+    pub resource_version: u64,
+}
+
+impl Store {
+    fn bump(&mut self) -> u64 {
+        self.resource_version += 1;
+        self.resource_version
+    }
+}
+
+pub struct State {
+    pub auth: Authorizer,
+    pub runtime: Arc<dyn PodRuntime>,
+    pub namespace: String,
+    pub cluster_name: String,
+    pub passwords: Passwords,
+    pub store: Mutex<Store>,
+    pub faults: Mutex<Faults>,
+    exec_log: Mutex<Vec<ExecRecord>>,
+    next_exec: AtomicU64,
+    next_local_ip: AtomicU8,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn replica_name(n: usize) -> String {
+    format!("chi-sandbox-0-{n}-0")
+}
+
+impl State {
+    pub fn new(
+        auth: Authorizer,
+        runtime: Arc<dyn PodRuntime>,
+        namespace: String,
+        cluster_name: String,
+        passwords: Passwords,
+    ) -> Self {
+        Self {
+            auth,
+            runtime,
+            namespace,
+            cluster_name,
+            passwords,
+            store: Mutex::new(Store {
+                pods: BTreeMap::new(),
+                resource_version: 1000,
+            }),
+            faults: Mutex::new(Faults::default()),
+            exec_log: Mutex::new(Vec::new()),
+            next_exec: AtomicU64::new(1),
+            next_local_ip: AtomicU8::new(100),
+        }
+    }
+
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    pub fn default_labels(&self, replica: Option<usize>) -> BTreeMap<String, String> {
+        let mut l = BTreeMap::new();
+        let mut put = |k: &str, v: &str| l.insert(k.to_string(), v.to_string());
+        put("clickhouse.altinity.com/app", "chop");
+        put("clickhouse.altinity.com/chi", "sandbox");
+        put("clickhouse.altinity.com/cluster", &self.cluster_name);
+        put("clickhouse.altinity.com/namespace", &self.namespace);
+        put("clickhouse.altinity.com/shard", "0");
+        put("clickhouse.altinity.com/ready", "yes");
+        if let Some(r) = replica {
+            put("clickhouse.altinity.com/replica", &r.to_string());
+        }
+        l
+    }
+
+    pub fn default_containers(&self) -> Vec<Container> {
+        vec![Container {
+            name: CLICKHOUSE_CONTAINER.to_string(),
+            image: CLICKHOUSE_IMAGE.to_string(),
+            env: vec![
+                ("CLICKHOUSE_PASSWORD".to_string(), self.passwords.default.clone()),
+                (
+                    "CLICKHOUSE_WRITER_PASSWORD".to_string(),
+                    self.passwords.writer.clone(),
+                ),
+            ],
+        }]
+    }
+
+    /// Puts a pod object in the store; the backing host must already exist.
+    pub fn insert_pod(&self, req: &AddPod, name: String, ip: Ipv4Addr) -> Result<Pod, ControlError> {
+        let replica = name
+            .strip_prefix("chi-sandbox-0-")
+            .and_then(|s| s.strip_suffix("-0"))
+            .and_then(|s| s.parse::<usize>().ok());
+        let mut store = self.store();
+        if store.pods.contains_key(&name) {
+            return Err(ControlError::AlreadyExists(name));
+        }
+        let pod = Pod {
+            name: name.clone(),
+            namespace: req.namespace.clone().unwrap_or_else(|| self.namespace.clone()),
+            uid: uuid::Uuid::new_v4().to_string(),
+            resource_version: store.bump(),
+            created: SystemTime::now(),
+            labels: req.labels.clone().unwrap_or_else(|| self.default_labels(replica)),
+            deletion: None,
+            phase: Phase::Running,
+            ready: true,
+            containers: req
+                .containers
+                .clone()
+                .unwrap_or_else(|| self.default_containers()),
+            ip: Some(ip),
+            backing: if req.clickhouse {
+                Backing::Host
+            } else {
+                Backing::Local
+            },
+            restart_count: 0,
+        };
+        store.pods.insert(name, pod.clone());
+        Ok(pod)
+    }
+
+    pub fn next_pod_name(&self) -> String {
+        let store = self.store();
+        (0..)
+            .map(replica_name)
+            .find(|n| !store.pods.contains_key(n))
+            .expect("unbounded")
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Pod> {
+        self.store().pods.get(name).cloned()
+    }
+
+    pub fn pods(&self) -> Vec<Pod> {
+        self.store().pods.values().cloned().collect()
+    }
+
+    fn update(&self, name: &str, f: impl FnOnce(&mut Pod)) -> Result<Pod, ControlError> {
+        let mut store = self.store();
+        let rv = store.bump();
+        let pod = store
+            .pods
+            .get_mut(name)
+            .ok_or_else(|| ControlError::NotFound(name.to_string()))?;
+        f(pod);
+        pod.resource_version = rv;
+        Ok(pod.clone())
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn PodRuntime) -> Result<T, RuntimeError> + Send + 'static,
+    ) -> Result<T, ControlError> {
+        let rt = self.runtime.clone();
+        tokio::task::spawn_blocking(move || f(rt.as_ref()))
+            .await
+            .map_err(|e| ControlError::Runtime(RuntimeError(e.to_string())))?
+            .map_err(ControlError::from)
+    }
+
+    pub async fn add_pod(&self, req: AddPod) -> Result<Pod, ControlError> {
+        let name = req.name.clone().unwrap_or_else(|| self.next_pod_name());
+        if self.pod(&name).is_some() {
+            return Err(ControlError::AlreadyExists(name));
+        }
+        let ip = if req.clickhouse {
+            let n = name.clone();
+            self.blocking(move |rt| rt.add(&n)).await?
+        } else {
+            Ipv4Addr::new(10, 244, 1, self.next_local_ip.fetch_add(1, Ordering::Relaxed))
+        };
+        self.insert_pod(&req, name, ip)
+    }
+
+    /// Removes the pod object at once and its host (if any) before returning.
+    pub async fn remove_pod(&self, name: &str) -> Result<Pod, ControlError> {
+        let pod = self
+            .store()
+            .pods
+            .remove(name)
+            .ok_or_else(|| ControlError::NotFound(name.to_string()))?;
+        self.store().bump();
+        if pod.backing == Backing::Host {
+            let n = name.to_string();
+            self.blocking(move |rt| rt.remove(&n)).await?;
+        }
+        Ok(pod)
+    }
+
+    /// A new pod object under the same name (new uid) whose server starts with empty data, as
+    /// when Kubernetes replaces a pod whose volume was lost.
+    pub async fn replace_pod(&self, name: &str) -> Result<Pod, ControlError> {
+        let backing = self.update(name, |p| {
+            p.uid = uuid::Uuid::new_v4().to_string();
+            p.created = SystemTime::now();
+            p.deletion = None;
+            p.phase = Phase::Pending;
+            p.ready = false;
+            p.restart_count = 0;
+        })?;
+        if backing.backing == Backing::Host {
+            let n = name.to_string();
+            self.blocking(move |rt| rt.wipe_and_restart(&n)).await?;
+        }
+        self.update(name, |p| {
+            p.phase = Phase::Running;
+            p.ready = true;
+        })
+    }
+
+    pub fn set_pod_state(&self, name: &str, state: PodState) -> Result<Pod, ControlError> {
+        self.update(name, |p| {
+            let (phase, ready, terminating) = match state {
+                PodState::Running => (Phase::Running, true, false),
+                PodState::NotReady => (Phase::Running, false, false),
+                PodState::Pending => (Phase::Pending, false, false),
+                PodState::Terminating => (p.phase, p.ready, true),
+                PodState::Succeeded => (Phase::Succeeded, false, false),
+                PodState::Failed => (Phase::Failed, false, false),
+            };
+            p.phase = phase;
+            p.ready = ready;
+            p.deletion = if terminating {
+                Some(p.deletion.unwrap_or_else(SystemTime::now))
+            } else {
+                None
+            };
+        })
+    }
+
+    pub fn set_containers(&self, name: &str, containers: Vec<Container>) -> Result<Pod, ControlError> {
+        if containers.is_empty() {
+            return Err(ControlError::Invalid("a pod needs at least one container".into()));
+        }
+        self.update(name, |p| p.containers = containers)
+    }
+
+    pub fn set_labels(&self, name: &str, labels: BTreeMap<String, String>) -> Result<Pod, ControlError> {
+        self.update(name, |p| p.labels = labels)
+    }
+
+    /// The pod stays Running but not Ready while its server is down, as a failing readiness
+    /// probe would show it.
+    pub async fn stop_server(&self, name: &str) -> Result<Pod, ControlError> {
+        self.server(name, false).await
+    }
+
+    pub async fn start_server(&self, name: &str) -> Result<Pod, ControlError> {
+        self.server(name, true).await
+    }
+
+    async fn server(&self, name: &str, start: bool) -> Result<Pod, ControlError> {
+        let pod = self
+            .pod(name)
+            .ok_or_else(|| ControlError::NotFound(name.to_string()))?;
+        if pod.backing == Backing::Host {
+            let n = name.to_string();
+            self.blocking(move |rt| {
+                if start {
+                    rt.start_server(&n)
+                } else {
+                    rt.stop_server(&n)
+                }
+            })
+            .await?;
+        }
+        self.update(name, |p| {
+            p.ready = start;
+            if start {
+                p.restart_count += 1;
+            }
+        })
+    }
+
+    pub fn exec_log(&self) -> Vec<ExecRecord> {
+        lock(&self.exec_log).clone()
+    }
+
+    pub fn clear_exec_log(&self) {
+        lock(&self.exec_log).clear();
+    }
+
+    pub fn log_exec(&self, mut record: ExecRecord) -> u64 {
+        record.id = self.next_exec.fetch_add(1, Ordering::Relaxed);
+        let id = record.id;
+        lock(&self.exec_log).push(record);
+        id
+    }
+
+    pub fn update_exec(&self, id: u64, f: impl FnOnce(&mut ExecRecord)) {
+        if let Some(r) = lock(&self.exec_log).iter_mut().find(|r| r.id == id) {
+            f(r);
+        }
+    }
+
+    pub fn arm_fault(&self, fault: Fault) {
+        lock(&self.faults).arm(fault);
+    }
+
+    pub fn clear_faults(&self) {
+        lock(&self.faults).clear();
+    }
+
+    pub fn faults(&self) -> MutexGuard<'_, Faults> {
+        lock(&self.faults)
+    }
+}
