@@ -66,15 +66,32 @@ pub fn validate(resource_id: &str, props: &Value) -> Result<ResolvedConfig, Clic
     // building error values, which keeps a passing validation cheap.
     if !compiled.validator.is_valid(props) {
         let mut execution_explained = false;
+        let mut translated: Vec<(ConfigIssue, bool)> = Vec::new();
         for error in compiled.validator.iter_errors(props) {
+            let is_type = matches!(error.kind(), ValidationErrorKind::Type { .. });
+            let mut fresh = Vec::new();
             translate(
                 &error,
                 &compiled.schema,
                 object,
                 &mut execution_explained,
-                &mut issues,
+                &mut fresh,
             );
+            translated.extend(fresh.into_iter().map(|i| (i, is_type)));
         }
+        // A value of the wrong type also fails the other rules at its path (an
+        // enum, say); the type is the one problem worth stating.
+        let wrong_type: std::collections::HashSet<String> = translated
+            .iter()
+            .filter(|(_, is_type)| *is_type)
+            .map(|(i, _)| i.path.clone())
+            .collect();
+        issues.extend(
+            translated
+                .into_iter()
+                .filter(|(i, is_type)| *is_type || !wrong_type.contains(&i.path))
+                .map(|(i, _)| i),
+        );
     }
     cross_field_rules(object, &mut issues);
 
@@ -606,5 +623,62 @@ fn check_on_cluster(props: &Map<String, Value>, field: &str, cluster: &str, issu
                 format!("must be cluster-wide under execution.mode 'onCluster' ({reason})"),
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn key_accepted_by_schema(key: &str) -> bool {
+        let props = json!({
+            "target": { "namespace": "ns", "podSelector": { key: "v" } },
+            "statements": ["SELECT 1"],
+        });
+        validate("keys", &props).is_ok()
+    }
+
+    proptest! {
+        // The schema's label-key pattern decides; label_key_problem only words
+        // the rejection. They must agree, or a rejected key would be explained
+        // as fine (or the other way round).
+        #[test]
+        fn label_key_explanation_agrees_with_the_schema(
+            key in prop_oneof![
+                "[a-zA-Z0-9._/ -]{0,12}",
+                "[a-z0-9.-]{0,10}/[a-zA-Z0-9._-]{0,10}",
+                ("[a-z]{250,256}", "[a-z]{1,3}").prop_map(|(p, n)| format!("{p}/{n}")),
+                "[a-zA-Z0-9]{60,66}",
+            ]
+        ) {
+            prop_assert_eq!(key_accepted_by_schema(&key), label_key_problem(&key).is_none(), "key {:?}", key);
+        }
+    }
+
+    #[test]
+    fn paths_render_like_typescript() {
+        let seg = |s: &str| Segment::Key(s.into());
+        assert_eq!(render_path(&[seg("client"), seg("port")]), "client.port");
+        assert_eq!(
+            render_path(&[seg("statements"), Segment::Index(1)]),
+            "statements[1]"
+        );
+        assert_eq!(
+            render_path(&[seg("target"), seg("podSelector"), seg("app")]),
+            "target.podSelector[\"app\"]"
+        );
+        assert_eq!(
+            render_path(&[seg("settings"), seg("max_threads")]),
+            "settings[\"max_threads\"]"
+        );
+        assert_eq!(render_path(&[seg("weird key")]), "[\"weird key\"]");
+        assert_eq!(render_path(&[seg("client"), seg("a\"b")]), "client[\"a\\\"b\"]");
+    }
+
+    #[test]
+    fn the_schema_compiles() {
+        assert!(compiled().is_ok());
     }
 }

@@ -1,0 +1,828 @@
+//! Every malformed prop is reported at its path with a reason that says what
+//! is wrong, and all problems are reported together.
+
+use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::{ClickHouseSchemaError, ConfigIssue};
+use serde_json::{Value, json};
+
+fn base() -> Value {
+    json!({
+        "target": { "namespace": "example-observability", "podSelector": { "clickhouse.altinity.com/chi": "orders" } },
+        "statements": ["CREATE DATABASE IF NOT EXISTS orders"],
+    })
+}
+
+/// `props` with the JSON pointer `pointer` set to `value` (parents created).
+fn with(mut props: Value, pointer: &str, value: Value) -> Value {
+    let mut node = &mut props;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, part) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            node[*part] = value;
+            break;
+        }
+        if node.get(*part).is_none() {
+            node[*part] = json!({});
+        }
+        node = node.get_mut(*part).expect("just inserted");
+    }
+    props
+}
+
+fn without(mut props: Value, pointer: &str) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').expect("pointer");
+    props
+        .pointer_mut(parent)
+        .and_then(Value::as_object_mut)
+        .expect("parent object")
+        .remove(key);
+    props
+}
+
+fn rejected(props: &Value) -> ClickHouseSchemaError {
+    match validate("orders-schema", props) {
+        Ok(_) => panic!("expected rejection of {props}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts an issue at exactly `path` whose reason contains `phrase`, and
+/// that the message carries it too.
+#[track_caller]
+fn assert_issue(props: Value, path: &str, phrase: &str) -> ClickHouseSchemaError {
+    let err = rejected(&props);
+    assert_eq!(err.code(), "E_INVALID_CONFIG");
+    assert!(
+        err.issues
+            .iter()
+            .any(|i| i.path == path && i.reason.contains(phrase)),
+        "no issue at {path:?} containing {phrase:?}; got:\n{err}"
+    );
+    let line = if path.is_empty() {
+        String::new()
+    } else {
+        format!("  - {path}: ")
+    };
+    assert!(err.message.contains(&line), "message lacks {line:?}:\n{err}");
+    assert!(
+        err.message
+            .starts_with("Invalid ClickHouseSchema configuration for 'orders-schema':"),
+        "{err}"
+    );
+    // jsonschema's own wording must never surface.
+    for raw in [
+        "is not valid under any of the given schemas",
+        "oneOf",
+        "anyOf",
+        "additionalProperties",
+        "is a required property",
+    ] {
+        assert!(
+            !err.message.contains(raw),
+            "raw jsonschema wording {raw:?} leaked:\n{err}"
+        );
+    }
+    err
+}
+
+#[track_caller]
+fn assert_single_issue(props: Value, path: &str, phrase: &str) {
+    let err = assert_issue(props, path, phrase);
+    assert_eq!(err.issues.len(), 1, "expected exactly one issue:\n{err}");
+}
+
+// --- whole props ----------------------------------------------------------
+
+#[test]
+fn props_must_be_an_object() {
+    for props in [json!(null), json!([]), json!("x"), json!(3), json!(true)] {
+        assert_single_issue(props, "", "props must be an object");
+    }
+}
+
+#[test]
+fn required_top_level_props() {
+    assert_single_issue(without(base(), "/target"), "target", "is required");
+    assert_single_issue(without(base(), "/statements"), "statements", "is required");
+}
+
+#[test]
+fn unknown_top_level_key_is_named() {
+    let err = assert_issue(
+        with(base(), "/statment", json!(["x"])),
+        "statment",
+        "not a recognised option",
+    );
+    assert!(
+        err.issues[0].reason.contains("statements"),
+        "should list the accepted keys: {err}"
+    );
+}
+
+#[test]
+fn executor_cannot_be_serialized() {
+    assert_single_issue(
+        with(base(), "/executor", json!({})),
+        "executor",
+        "cannot be serialized",
+    );
+}
+
+// --- target ---------------------------------------------------------------
+
+#[test]
+fn target_must_be_an_object() {
+    assert_single_issue(
+        with(base(), "/target", json!("ns")),
+        "target",
+        "must be an object",
+    );
+}
+
+#[test]
+fn target_namespace() {
+    assert_single_issue(
+        without(base(), "/target/namespace"),
+        "target.namespace",
+        "is required",
+    );
+    assert_single_issue(
+        with(base(), "/target/namespace", json!("")),
+        "target.namespace",
+        "must not be empty",
+    );
+    assert_single_issue(
+        with(base(), "/target/namespace", json!(7)),
+        "target.namespace",
+        "must be a string",
+    );
+    for bad in ["Orders", "orders_ns", "-orders", "orders-", "a.b"] {
+        assert_single_issue(
+            with(base(), "/target/namespace", json!(bad)),
+            "target.namespace",
+            "not a valid namespace",
+        );
+    }
+    assert_issue(
+        with(base(), "/target/namespace", json!("a".repeat(64))),
+        "target.namespace",
+        "longer than 63",
+    );
+}
+
+#[test]
+fn target_pod_selector_shape() {
+    assert_single_issue(
+        without(base(), "/target/podSelector"),
+        "target.podSelector",
+        "is required",
+    );
+    assert_single_issue(
+        with(base(), "/target/podSelector", json!({})),
+        "target.podSelector",
+        "at least one label",
+    );
+    assert_single_issue(
+        with(base(), "/target/podSelector", json!("app=x")),
+        "target.podSelector",
+        "must be an object",
+    );
+}
+
+#[test]
+fn target_pod_selector_keys() {
+    let cases = [
+        ("app/x/y", "at most one '/'"),
+        ("/x", "prefix before '/' must not be empty"),
+        ("Example.com/x", "DNS subdomain"),
+        ("example..com/x", "DNS subdomain"),
+        ("example.com/", "name must not be empty"),
+        ("-app", "must use letters, digits"),
+        ("app-", "must use letters, digits"),
+        ("ap p", "must use letters, digits"),
+        ("", "name must not be empty"),
+    ];
+    for (key, phrase) in cases {
+        let props = with(base(), "/target/podSelector", json!({ key: "v" }));
+        let path = format!("target.podSelector[{}]", serde_json::to_string(key).unwrap());
+        assert_single_issue(props, &path, phrase);
+    }
+    let long_name = "a".repeat(64);
+    let props = with(base(), "/target/podSelector", json!({ long_name.clone(): "v" }));
+    assert_single_issue(
+        props,
+        &format!("target.podSelector[\"{long_name}\"]"),
+        "longer than 63",
+    );
+    let long_prefix = format!("{}/app", "a".repeat(254));
+    let props = with(base(), "/target/podSelector", json!({ long_prefix.clone(): "v" }));
+    assert_single_issue(
+        props,
+        &format!("target.podSelector[\"{long_prefix}\"]"),
+        "longer than 253",
+    );
+}
+
+#[test]
+fn target_pod_selector_accepts_real_label_keys_and_values() {
+    let ok = [
+        ("clickhouse.altinity.com/chi", "orders"),
+        ("app.kubernetes.io/name", "clickhouse"),
+        ("app", ""),
+        ("A_b.C-9", "x.Y_z-1"),
+    ];
+    for (key, value) in ok {
+        let props = with(base(), "/target/podSelector", json!({ key: value }));
+        assert!(validate("ok", &props).is_ok(), "{key}={value} should be accepted");
+    }
+    let max = format!("{}/{}", "a".repeat(253), "b".repeat(63));
+    assert!(
+        validate(
+            "ok",
+            &with(base(), "/target/podSelector", json!({ max: "v".repeat(63) }))
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn target_pod_selector_values() {
+    let at = |key: &str| format!("target.podSelector[\"{key}\"]");
+    assert_single_issue(
+        with(base(), "/target/podSelector", json!({ "app": 5 })),
+        &at("app"),
+        "must be strings",
+    );
+    assert_single_issue(
+        with(base(), "/target/podSelector", json!({ "app": "a b" })),
+        &at("app"),
+        "not a valid label value",
+    );
+    assert_single_issue(
+        with(base(), "/target/podSelector", json!({ "app": "-a" })),
+        &at("app"),
+        "not a valid label value",
+    );
+    assert_single_issue(
+        with(base(), "/target/podSelector", json!({ "app": "a".repeat(64) })),
+        &at("app"),
+        "longer than 63",
+    );
+}
+
+#[test]
+fn target_container() {
+    assert_single_issue(
+        with(base(), "/target/container", json!("")),
+        "target.container",
+        "must not be empty",
+    );
+    assert_single_issue(
+        with(base(), "/target/container", json!("Click_House")),
+        "target.container",
+        "not a valid container name",
+    );
+    assert_single_issue(
+        with(base(), "/target/container", json!(false)),
+        "target.container",
+        "must be a string",
+    );
+}
+
+#[test]
+fn target_unknown_key() {
+    assert_single_issue(
+        with(base(), "/target/selector", json!({})),
+        "target.selector",
+        "not a recognised option",
+    );
+}
+
+// --- client ---------------------------------------------------------------
+
+#[test]
+fn client_must_be_an_object() {
+    assert_single_issue(
+        with(base(), "/client", json!("default")),
+        "client",
+        "must be an object",
+    );
+}
+
+#[test]
+fn client_password_is_refused_with_guidance() {
+    for key in ["password", "PASSWORD", "Password", "clickhousePassword"] {
+        let err = assert_issue(
+            with(base(), &format!("/client/{key}"), json!("hunter2")),
+            &format!("client.{key}"),
+            "no password prop",
+        );
+        assert!(err.issues[0].reason.contains("passwordEnv"), "{err}");
+        assert!(
+            !err.message.contains("hunter2"),
+            "the value must never be echoed: {err}"
+        );
+    }
+}
+
+#[test]
+fn client_unknown_key() {
+    let err = assert_issue(
+        with(base(), "/client/host", json!("h")),
+        "client.host",
+        "not a recognised option",
+    );
+    assert!(err.issues[0].reason.contains("passwordEnv"), "{err}");
+}
+
+#[test]
+fn client_user_and_database() {
+    for field in ["user", "database"] {
+        let path = format!("client.{field}");
+        let pointer = format!("/client/{field}");
+        assert_single_issue(with(base(), &pointer, json!("")), &path, "must not be empty");
+        assert_single_issue(with(base(), &pointer, json!(1)), &path, "must be a string");
+        for bad in ["a\nb", "a\u{0}b", "a\tb", "\r", "x\u{7f}"] {
+            assert_single_issue(with(base(), &pointer, json!(bad)), &path, "control characters");
+        }
+    }
+}
+
+#[test]
+fn client_password_env() {
+    for bad in ["1PASS", "MY-PASS", "${X}", "a b", "PASS;rm"] {
+        assert_single_issue(
+            with(base(), "/client/passwordEnv", json!(bad)),
+            "client.passwordEnv",
+            "not a valid environment variable name",
+        );
+    }
+    assert_single_issue(
+        with(base(), "/client/passwordEnv", json!("")),
+        "client.passwordEnv",
+        "must not be empty",
+    );
+    for ok in ["_X", "CH_PASS_2", "p"] {
+        assert!(
+            validate("ok", &with(base(), "/client/passwordEnv", json!(ok))).is_ok(),
+            "{ok}"
+        );
+    }
+}
+
+#[test]
+fn client_port() {
+    for bad in [json!(0), json!(65536), json!(-1)] {
+        assert_single_issue(
+            with(base(), "/client/port", bad),
+            "client.port",
+            "between 1 and 65535",
+        );
+    }
+    for bad in [json!(9000.5), json!("9000"), json!(null)] {
+        assert_single_issue(
+            with(base(), "/client/port", bad),
+            "client.port",
+            "must be an integer port",
+        );
+    }
+}
+
+// --- statements -----------------------------------------------------------
+
+#[test]
+fn statements_shape() {
+    assert_single_issue(
+        with(base(), "/statements", json!([])),
+        "statements",
+        "at least one statement",
+    );
+    assert_single_issue(
+        with(base(), "/statements", json!("CREATE DATABASE x")),
+        "statements",
+        "must be an array",
+    );
+    assert_single_issue(
+        with(base(), "/statements", json!(["SELECT 1", 2])),
+        "statements[1]",
+        "must be a string",
+    );
+}
+
+#[test]
+fn blank_statements_are_named_by_index() {
+    let err = rejected(&with(
+        base(),
+        "/statements",
+        json!(["SELECT 1", "", "  \n\t ", "SELECT 2"]),
+    ));
+    let paths: Vec<&str> = err.issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(paths, ["statements[1]", "statements[2]"], "{err}");
+    assert!(err.issues.iter().all(|i| i.reason.contains("blank")), "{err}");
+}
+
+// --- execution ------------------------------------------------------------
+
+#[test]
+fn execution_unknown_mode() {
+    assert_single_issue(
+        with(base(), "/execution", json!({ "mode": "replicated" })),
+        "execution.mode",
+        "not an execution mode",
+    );
+    assert_single_issue(
+        with(base(), "/execution", json!({ "mode": 1 })),
+        "execution.mode",
+        "'fanout' or 'onCluster'",
+    );
+    assert_single_issue(
+        with(base(), "/execution", json!({})),
+        "execution.mode",
+        "is required",
+    );
+}
+
+#[test]
+fn execution_not_an_object_says_what_is_expected() {
+    for bad in [json!("fanout"), json!(null), json!([])] {
+        assert_single_issue(
+            with(base(), "/execution", bad),
+            "execution",
+            "{ mode: 'onCluster', cluster:",
+        );
+    }
+}
+
+#[test]
+fn execution_on_cluster_needs_a_cluster() {
+    assert_single_issue(
+        with(base(), "/execution", json!({ "mode": "onCluster" })),
+        "execution.cluster",
+        "is required",
+    );
+    assert_single_issue(
+        with(
+            base(),
+            "/execution",
+            json!({ "mode": "onCluster", "cluster": "" }),
+        ),
+        "execution.cluster",
+        "must not be empty",
+    );
+    assert_single_issue(
+        with(base(), "/execution", json!({ "mode": "onCluster", "cluster": 3 })),
+        "execution.cluster",
+        "must be a string",
+    );
+    assert_single_issue(
+        with(
+            base(),
+            "/execution",
+            json!({ "mode": "onCluster", "cluster": "a\nb" }),
+        ),
+        "execution.cluster",
+        "control characters",
+    );
+}
+
+#[test]
+fn execution_cluster_not_allowed_under_fanout() {
+    assert_single_issue(
+        with(base(), "/execution", json!({ "mode": "fanout", "cluster": "c" })),
+        "execution.cluster",
+        "only used with mode 'onCluster'",
+    );
+}
+
+#[test]
+fn execution_unknown_key() {
+    assert_single_issue(
+        with(base(), "/execution", json!({ "mode": "fanout", "replicas": 3 })),
+        "execution.replicas",
+        "only mode and cluster",
+    );
+}
+
+// --- settings -------------------------------------------------------------
+
+#[test]
+fn settings_names() {
+    for bad in ["Max_threads", "max-threads", "1x", "", "max threads"] {
+        let props = with(base(), "/settings", json!({ bad: 1 }));
+        let path = format!("settings[{}]", serde_json::to_string(bad).unwrap());
+        assert_single_issue(props, &path, "not a valid setting name");
+    }
+}
+
+#[test]
+fn settings_values_are_scalars() {
+    for bad in [json!({ "a": 1 }), json!([1]), json!(null), json!(true)] {
+        assert_single_issue(
+            with(base(), "/settings/max_threads", bad),
+            "settings[\"max_threads\"]",
+            "must be a string or a number",
+        );
+    }
+    assert_single_issue(
+        with(base(), "/settings/log_comment", json!("a\nb")),
+        "settings[\"log_comment\"]",
+        "control characters",
+    );
+    assert_single_issue(
+        with(base(), "/settings", json!([])),
+        "settings",
+        "must be an object",
+    );
+}
+
+// --- onDelete / deleteStatements -------------------------------------------
+
+#[test]
+fn on_delete_values() {
+    assert_single_issue(with(base(), "/onDelete", json!("drop")), "onDelete", "'retain'");
+    assert_single_issue(
+        with(base(), "/onDelete", json!(true)),
+        "onDelete",
+        "'retain' or 'run'",
+    );
+}
+
+#[test]
+fn on_delete_run_requires_delete_statements() {
+    let err = assert_issue(
+        with(base(), "/onDelete", json!("run")),
+        "deleteStatements",
+        "is required when onDelete is 'run'",
+    );
+    assert_eq!(err.issues.len(), 1);
+    assert_single_issue(
+        with(
+            with(base(), "/onDelete", json!("run")),
+            "/deleteStatements",
+            json!([]),
+        ),
+        "deleteStatements",
+        "at least one statement",
+    );
+    assert_single_issue(
+        with(
+            with(base(), "/onDelete", json!("run")),
+            "/deleteStatements",
+            json!(["DROP DATABASE IF EXISTS x", " "]),
+        ),
+        "deleteStatements[1]",
+        "blank",
+    );
+}
+
+#[test]
+fn delete_statements_rejected_under_retain() {
+    for on_delete in [None, Some("retain")] {
+        let mut props = with(
+            base(),
+            "/deleteStatements",
+            json!(["DROP DATABASE IF EXISTS orders"]),
+        );
+        if let Some(v) = on_delete {
+            props = with(props, "/onDelete", json!(v));
+        }
+        let err = rejected(&props);
+        assert_eq!(err.issues.len(), 1, "{err}");
+        assert_eq!(err.issues[0].path, "deleteStatements");
+        assert!(err.issues[0].reason.contains("would never run"), "{err}");
+        assert!(
+            err.issues[0].reason.contains("onDelete: 'run'"),
+            "should say what to do: {err}"
+        );
+    }
+    // Even a malformed list is reported once: the fix is to remove it.
+    assert_single_issue(
+        with(base(), "/deleteStatements", json!([])),
+        "deleteStatements",
+        "would never run",
+    );
+}
+
+// --- tuning knobs ----------------------------------------------------------
+
+#[test]
+fn wait_for_pod() {
+    assert_single_issue(
+        with(base(), "/waitForPod/timeoutMs", json!(0)),
+        "waitForPod.timeoutMs",
+        "positive",
+    );
+    assert_single_issue(
+        with(base(), "/waitForPod/timeoutMs", json!(86_400_001)),
+        "waitForPod.timeoutMs",
+        "24 hours",
+    );
+    assert_single_issue(
+        with(base(), "/waitForPod/timeoutMs", json!(1.5)),
+        "waitForPod.timeoutMs",
+        "whole number",
+    );
+    assert_single_issue(
+        with(base(), "/waitForPod", json!(1000)),
+        "waitForPod",
+        "must be an object",
+    );
+    assert_single_issue(
+        with(base(), "/waitForPod/timeout", json!(1000)),
+        "waitForPod.timeout",
+        "not a recognised option",
+    );
+}
+
+#[test]
+fn statement_timeout() {
+    assert_single_issue(
+        with(base(), "/statementTimeoutMs", json!(0)),
+        "statementTimeoutMs",
+        "positive",
+    );
+    assert_single_issue(
+        with(base(), "/statementTimeoutMs", json!(1e12)),
+        "statementTimeoutMs",
+        "24 hours",
+    );
+    assert_single_issue(
+        with(base(), "/statementTimeoutMs", json!("300s")),
+        "statementTimeoutMs",
+        "whole number",
+    );
+}
+
+#[test]
+fn max_reconcile_passes() {
+    assert_single_issue(
+        with(base(), "/maxReconcilePasses", json!(0)),
+        "maxReconcilePasses",
+        "at least 1",
+    );
+    assert_single_issue(
+        with(base(), "/maxReconcilePasses", json!(101)),
+        "maxReconcilePasses",
+        "at most 100",
+    );
+    assert_single_issue(
+        with(base(), "/maxReconcilePasses", json!(2.5)),
+        "maxReconcilePasses",
+        "whole number",
+    );
+}
+
+#[test]
+fn retry() {
+    assert_single_issue(
+        with(base(), "/retry/maxAttempts", json!(0)),
+        "retry.maxAttempts",
+        "at least 1",
+    );
+    assert_single_issue(
+        with(base(), "/retry/maxAttempts", json!(21)),
+        "retry.maxAttempts",
+        "at most 20",
+    );
+    assert_single_issue(
+        with(base(), "/retry/backoffMs", json!(-1)),
+        "retry.backoffMs",
+        "must not be negative",
+    );
+    assert_single_issue(
+        with(base(), "/retry/backoffMs", json!(600_001)),
+        "retry.backoffMs",
+        "at most 600000",
+    );
+    assert_single_issue(with(base(), "/retry", json!(3)), "retry", "must be an object");
+    assert_single_issue(
+        with(base(), "/retry/attempts", json!(3)),
+        "retry.attempts",
+        "not a recognised option",
+    );
+}
+
+// --- kubeConfig / readyBarrier ----------------------------------------------
+
+#[test]
+fn kube_config() {
+    assert_single_issue(
+        with(base(), "/kubeConfig", json!("~/.kube/config")),
+        "kubeConfig",
+        "must be an object",
+    );
+    assert_single_issue(
+        with(base(), "/kubeConfig/path", json!("x")),
+        "kubeConfig.path",
+        "kubeconfigPath",
+    );
+    assert_single_issue(
+        with(base(), "/kubeConfig/skipTLSVerify", json!("yes")),
+        "kubeConfig.skipTLSVerify",
+        "boolean",
+    );
+    assert_single_issue(
+        with(base(), "/kubeConfig/cluster", json!({ "name": "c" })),
+        "kubeConfig.cluster.server",
+        "is required",
+    );
+    for credential in ["token", "certData", "keyData"] {
+        let props = with(
+            base(),
+            "/kubeConfig/user",
+            json!({ "name": "u", credential: "secret" }),
+        );
+        let err = assert_issue(
+            props,
+            &format!("kubeConfig.user.{credential}"),
+            "inline credential",
+        );
+        assert!(!err.message.contains("secret\""), "{err}");
+    }
+}
+
+#[test]
+fn ready_barrier() {
+    assert_single_issue(
+        with(base(), "/readyBarrier", json!("true")),
+        "readyBarrier",
+        "must be a boolean",
+    );
+}
+
+// --- all at once ------------------------------------------------------------
+
+#[test]
+fn every_problem_is_listed_in_one_error() {
+    let props = json!({
+        "target": { "namespace": "Bad_NS", "podSelector": { "bad key": "v" }, "container": "" },
+        "client": { "password": "x", "port": 0, "user": "a\nb", "passwordEnv": "1X" },
+        "statements": ["CREATE DATABASE IF NOT EXISTS x", "   "],
+        "execution": { "mode": "sideways" },
+        "settings": { "Bad": 1, "ok": [1] },
+        "onDelete": "run",
+        "waitForPod": { "timeoutMs": 0 },
+        "statementTimeoutMs": -5,
+        "maxReconcilePasses": 0,
+        "retry": { "maxAttempts": 99, "backoffMs": -1 },
+        "kubeConfig": { "bogus": true },
+        "readyBarrier": "yes",
+        "executor": {},
+        "extra": 1,
+    });
+    let err = rejected(&props);
+    let expected = [
+        "target.namespace",
+        "target.podSelector[\"bad key\"]",
+        "target.container",
+        "client.password",
+        "client.port",
+        "client.user",
+        "client.passwordEnv",
+        "statements[1]",
+        "execution.mode",
+        "settings[\"Bad\"]",
+        "settings[\"ok\"]",
+        "deleteStatements",
+        "waitForPod.timeoutMs",
+        "statementTimeoutMs",
+        "maxReconcilePasses",
+        "retry.maxAttempts",
+        "retry.backoffMs",
+        "kubeConfig.bogus",
+        "readyBarrier",
+        "executor",
+        "extra",
+    ];
+    for path in expected {
+        assert!(
+            err.issues.iter().any(|i| i.path == path),
+            "missing issue at {path}:\n{err}"
+        );
+        assert!(
+            err.message.contains(&format!("\n  - {path}: ")),
+            "message lacks {path}:\n{err}"
+        );
+    }
+    assert_eq!(
+        err.issues.len(),
+        expected.len(),
+        "one issue per problem, none duplicated:\n{err}"
+    );
+    // Issues follow the Props table order, unknown keys last.
+    let first = |p: &str| err.issues.iter().position(|i: &ConfigIssue| i.path == p).unwrap();
+    assert!(first("target.namespace") < first("client.port"));
+    assert!(first("client.port") < first("statements[1]"));
+    assert!(first("retry.backoffMs") < first("kubeConfig.bogus"));
+    assert_eq!(err.issues.last().map(|i| i.path.as_str()), Some("extra"));
+}
+
+#[test]
+fn resource_id_is_carried() {
+    let err = validate("billing-schema", &json!({})).unwrap_err();
+    assert_eq!(err.resource_id.as_deref(), Some("billing-schema"));
+    assert!(
+        err.message
+            .starts_with("Invalid ClickHouseSchema configuration for 'billing-schema':")
+    );
+}
