@@ -505,7 +505,7 @@ fn replace_spans(text: &str, mut spans: Vec<(usize, usize)>, marker: &str) -> St
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
     let mut current: Option<(usize, usize)> = None;
-    let mut flush = |out: &mut String, copied: &mut usize, (start, end): (usize, usize)| {
+    let flush = |out: &mut String, copied: &mut usize, (start, end): (usize, usize)| {
         out.push_str(&text[*copied..start]);
         out.push_str(marker);
         *copied = end;
