@@ -4,6 +4,7 @@
 //! touches Kubernetes or ClickHouse is reached through traits implemented by
 //! other crates, so every rule in this crate is unit-testable on plain values.
 
+pub mod cluster_id;
 pub mod command;
 pub mod config;
 pub mod error;
