@@ -1,16 +1,48 @@
-//! Test bed only: runs real ClickHouse 18.16 servers, one per network namespace, plus one ZooKeeper,
-//! so the sandbox's Kubernetes API can expose them as pods.
+//! Test bed only: runs real ClickHouse 18.16 servers, each in its own network namespace (a "pod"), plus
+//! one ZooKeeper, so the sandbox's Kubernetes API can expose them as pods.
+//!
+//! Layout under `run_dir`: `zookeeper/` (zoo.cfg, data, log), `hosts/<name>/` (config.xml, users.xml,
+//! config.d/remote_servers.xml, data/, tmp/, log/, stderr.log), `pids/<what>.pid` for every process
+//! started, and `netns.list` naming every bridge, namespace and veth created. The last two are what
+//! [`cleanup_stale`] acts on, and all it acts on.
+//!
+//! Addresses: the bridge is 10.250.<instance>.1, hosts get .10, .11, ... in creation order and an address
+//! is never reused within one `Hosts`: a ClickHouse DDL queue entry names hosts by address, and a new host
+//! on a removed host's address would replay DDL that was meant for the old one.
 
-use std::net::{Ipv4Addr, SocketAddr};
+mod clickhouse;
+mod error;
+mod netns;
+mod pids;
+mod zookeeper;
+
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+pub use error::HostsError;
+use error::IoContext;
+
+use clickhouse::ServerPaths;
+use zookeeper::ZooKeeperPaths;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_GRACE: Duration = Duration::from_secs(5);
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+const FIRST_HOST_OCTET: u16 = 10;
+const LAST_HOST_OCTET: u16 = 254;
+const MAX_HOST_NAME: usize = 200;
+const ZOOKEEPER_PID: &str = "zookeeper";
 
 pub struct HostsOptions {
     /// 1..=200: picks the subnet 10.250.<instance>.0/24 and prefixes every name (bridge `chsbx<instance>`,
-    /// netns `chsbx<instance>-<host>`), so several sandboxes can run at once.
+    /// netns `chsbx<instance>-<host>`), so several sandboxes can run at once (tests run their own).
     pub instance: u8,
-    /// Where configs, data, logs and pid files go; created if missing.
+    /// Where configs, data, logs and pid files go; created if missing. Data left there by an earlier run
+    /// is kept (a restarted sandbox finds its tables again); use a fresh directory for a fresh sandbox.
     pub run_dir: PathBuf,
-    /// remote_servers cluster name covering every host.
+    /// remote_servers cluster name covering every host (default sandbox uses "sandbox").
     pub cluster_name: String,
     /// Password of ClickHouse user `default` and of user `writer`.
     pub default_password: String,
@@ -25,62 +57,547 @@ pub struct HostInfo {
     pub server_running: bool,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum HostsError {
-    #[error("not implemented yet: {0}")]
-    NotImplemented(&'static str),
+struct Host {
+    name: String,
+    octet: u8,
+    netns: String,
+    veth: String,
+    paths: ServerPaths,
+    server: Option<Child>,
+}
+
+impl Host {
+    fn pid_name(&self) -> String {
+        format!("server-{}", self.name)
+    }
+
+    fn is_running(&self) -> bool {
+        self.server
+            .as_ref()
+            .is_some_and(|c| pids::is_alive(c.id() as i32))
+    }
 }
 
 pub struct Hosts {
     instance: u8,
+    cluster_name: String,
+    default_password: String,
+    writer_password: String,
+    records: netns::Records,
+    pid_dir: pids::PidDir,
+    zookeeper_paths: ZooKeeperPaths,
+    run_dir: PathBuf,
+    zookeeper: Option<Child>,
+    hosts: Vec<Host>,
+    next_octet: u16,
+    torn_down: bool,
 }
 
 impl Hosts {
+    /// Bridge + ZooKeeper (first, wait for `srvr` to report `Mode:`) + one netns/veth/clickhouse-server per
+    /// name; returns once every server answers `SELECT 1` (via clickhouse-client in its netns with the
+    /// password). On failure everything already created is torn down again.
     pub fn start(opts: HostsOptions, host_names: &[String]) -> Result<Hosts, HostsError> {
-        let _ = (opts, host_names);
-        Err(HostsError::NotImplemented("start"))
+        if !(1..=200).contains(&opts.instance) {
+            return Err(HostsError::InvalidOptions(format!(
+                "instance {} is not in 1..=200",
+                opts.instance
+            )));
+        }
+        validate_cluster_name(&opts.cluster_name)?;
+        for (i, name) in host_names.iter().enumerate() {
+            validate_host_name(name)?;
+            if host_names[..i].contains(name) {
+                return Err(HostsError::DuplicateHost(name.clone()));
+            }
+        }
+        std::fs::create_dir_all(&opts.run_dir).context(|| format!("creating {}", opts.run_dir.display()))?;
+        // Canonical, because recorded PIDs are recognised by this path in their command line.
+        let run_dir = opts
+            .run_dir
+            .canonicalize()
+            .context(|| format!("resolving {}", opts.run_dir.display()))?;
+        cleanup_stale(&run_dir)?;
+
+        let mut hosts = Hosts {
+            instance: opts.instance,
+            cluster_name: opts.cluster_name,
+            default_password: opts.default_password,
+            writer_password: opts.writer_password,
+            records: netns::Records::new(&run_dir),
+            pid_dir: pids::PidDir::new(&run_dir),
+            zookeeper_paths: ZooKeeperPaths::new(&run_dir),
+            run_dir,
+            zookeeper: None,
+            hosts: Vec::new(),
+            next_octet: FIRST_HOST_OCTET,
+            torn_down: false,
+        };
+        // From here on, an early return drops `hosts`, and Drop tears down whatever was created.
+        netns::create_bridge(&hosts.records, hosts.instance)?;
+        let zk = zookeeper::spawn(&hosts.zookeeper_paths, hosts.zookeeper_address())?;
+        hosts.pid_dir.record(ZOOKEEPER_PID, zk.id())?;
+        hosts.zookeeper = Some(zk);
+
+        // Namespaces are set up while the JVM boots.
+        for name in host_names {
+            hosts.create_host(name)?;
+        }
+        let ips = hosts.ips();
+        for host in &hosts.hosts {
+            clickhouse::write_remote_servers(&host.paths, &hosts.cluster_name, &ips)?;
+        }
+        hosts.wait_for_zookeeper()?;
+        for i in 0..hosts.hosts.len() {
+            hosts.spawn_server(i)?;
+        }
+        hosts.wait_ready(&(0..hosts.hosts.len()).collect::<Vec<_>>())?;
+        Ok(hosts)
     }
+
+    /// New netns + server with EMPTY data; every host's remote_servers is rewritten to include it (and
+    /// reloaded at once with `SYSTEM RELOAD CONFIG`). Returns when it answers.
     pub fn add(&mut self, name: &str) -> Result<HostInfo, HostsError> {
-        let _ = name;
-        Err(HostsError::NotImplemented("add"))
+        validate_host_name(name)?;
+        if self.index_of(name).is_ok() {
+            return Err(HostsError::DuplicateHost(name.to_string()));
+        }
+        let result = self.add_inner(name);
+        if result.is_err() && self.index_of(name).is_ok() {
+            let _ = self.remove(name);
+        }
+        result
     }
+
+    fn add_inner(&mut self, name: &str) -> Result<HostInfo, HostsError> {
+        self.create_host(name)?;
+        let i = self.hosts.len() - 1;
+        // A leftover data dir from an earlier host of the same name would not be an empty disk.
+        wipe_data(&self.hosts[i].paths)?;
+        self.rewrite_clusters()?;
+        self.spawn_server(i)?;
+        self.reload_clusters(Some(name));
+        self.wait_ready(&[i])?;
+        Ok(self.info(&self.hosts[i]))
+    }
+
+    /// Stop its server, delete its netns/veth and its whole directory (data, config, logs); the cluster
+    /// config of the other hosts is rewritten without it. Its address is not handed out again.
     pub fn remove(&mut self, name: &str) -> Result<(), HostsError> {
-        let _ = name;
-        Err(HostsError::NotImplemented("remove"))
+        let i = self.index_of(name)?;
+        self.stop_at(i);
+        let host = self.hosts.remove(i);
+        netns::delete_host(&self.records, &host.netns, &host.veth)?;
+        if host.paths.dir.exists() {
+            std::fs::remove_dir_all(&host.paths.dir)
+                .context(|| format!("deleting {}", host.paths.dir.display()))?;
+        }
+        self.rewrite_clusters()?;
+        self.reload_clusters(None);
+        Ok(())
     }
+
+    /// Pod replacement: stop the server, wipe its data dir (fresh empty disk), start again; same name and
+    /// IP. Returns when it answers. ZooKeeper keeps whatever the old incarnation registered there, as it
+    /// would in Kubernetes.
     pub fn wipe_and_restart(&mut self, name: &str) -> Result<(), HostsError> {
-        let _ = name;
-        Err(HostsError::NotImplemented("wipe_and_restart"))
+        let i = self.index_of(name)?;
+        self.stop_at(i);
+        wipe_data(&self.hosts[i].paths)?;
+        self.write_server_config(i)?;
+        self.spawn_server(i)?;
+        self.wait_ready(&[i])
     }
+
+    /// Stop only the server process (data kept), for "server down" tests. Idempotent.
     pub fn stop_server(&mut self, name: &str) -> Result<(), HostsError> {
-        let _ = name;
-        Err(HostsError::NotImplemented("stop_server"))
+        let i = self.index_of(name)?;
+        self.stop_at(i);
+        Ok(())
     }
+
+    /// Start the server process again (data kept); returns when it answers. A running server is left
+    /// alone.
     pub fn start_server(&mut self, name: &str) -> Result<(), HostsError> {
-        let _ = name;
-        Err(HostsError::NotImplemented("start_server"))
+        let i = self.index_of(name)?;
+        if !self.hosts[i].is_running() {
+            self.stop_at(i); // reaps a server that died on its own
+            self.write_server_config(i)?;
+            self.spawn_server(i)?;
+        }
+        self.wait_ready(&[i])
     }
+
+    /// A command that runs `argv` inside the host's network namespace with EXACTLY `env` (plus a sane
+    /// PATH, which `env` may override), like a container process:
+    /// `ip netns exec <ns> env -i PATH=... K=V ... argv...`, working directory `/`. The caller spawns it,
+    /// wires stdin/stdout/stderr and reads the exit status. argv[0] is e.g. `sh`.
     pub fn command(
         &self,
         name: &str,
         argv: &[String],
         env: &[(String, String)],
-    ) -> Result<std::process::Command, HostsError> {
-        let _ = (name, argv, env);
-        Err(HostsError::NotImplemented("command"))
+    ) -> Result<Command, HostsError> {
+        let host = &self.hosts[self.index_of(name)?];
+        let Some(program) = argv.first() else {
+            return Err(HostsError::InvalidOptions(
+                "command needs at least argv[0]".into(),
+            ));
+        };
+        // env(1) would take a first word containing '=' for one more variable.
+        if program.is_empty() || program.contains('=') {
+            return Err(HostsError::InvalidOptions(format!(
+                "argv[0] {program:?} is not a program name"
+            )));
+        }
+        if let Some((key, _)) = env
+            .iter()
+            .find(|(k, _)| k.is_empty() || k.contains('=') || k.contains('\0'))
+        {
+            return Err(HostsError::InvalidOptions(format!(
+                "environment variable name {key:?} is invalid"
+            )));
+        }
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &host.netns, "env", "-i"])
+            .arg(format!("PATH={}", clickhouse::SANE_PATH))
+            .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+            .args(argv)
+            .env_clear()
+            .env("PATH", clickhouse::SANE_PATH)
+            .current_dir("/");
+        Ok(cmd)
     }
+
     pub fn hosts(&self) -> Vec<HostInfo> {
-        Vec::new()
+        self.hosts.iter().map(|h| self.info(h)).collect()
     }
+
     pub fn zookeeper_address(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::new(10, 250, self.instance, 1), 2181))
+        SocketAddr::from((netns::bridge_ip(self.instance), zookeeper::CLIENT_PORT))
     }
-    pub fn shutdown(self) -> Result<(), HostsError> {
+
+    /// Where this sandbox keeps its files (canonical form of `HostsOptions::run_dir`).
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Stop every server and ZooKeeper, delete every netns, veth and the bridge. Also done on Drop (best
+    /// effort). Data and logs stay under run_dir.
+    pub fn shutdown(mut self) -> Result<(), HostsError> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<(), HostsError> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        // Servers first, while ZooKeeper still answers, so they close their sessions cleanly.
+        let mut servers: Vec<&mut Child> = self.hosts.iter_mut().filter_map(|h| h.server.as_mut()).collect();
+        pids::stop_children(&mut servers, STOP_GRACE);
+        for host in &mut self.hosts {
+            host.server = None;
+            self.pid_dir.forget(&host.pid_name());
+        }
+        if let Some(mut zk) = self.zookeeper.take() {
+            pids::stop_children(&mut [&mut zk], STOP_GRACE);
+            self.pid_dir.forget(ZOOKEEPER_PID);
+        }
+        // Only what was recorded: a name that existed before (another instance's bridge) is never ours.
+        netns::delete_recorded(&self.records)
+    }
+
+    fn info(&self, host: &Host) -> HostInfo {
+        HostInfo {
+            name: host.name.clone(),
+            ip: netns::host_ip(self.instance, host.octet),
+            netns: host.netns.clone(),
+            server_running: host.is_running(),
+        }
+    }
+
+    fn index_of(&self, name: &str) -> Result<usize, HostsError> {
+        self.hosts
+            .iter()
+            .position(|h| h.name == name)
+            .ok_or_else(|| HostsError::UnknownHost(name.to_string()))
+    }
+
+    fn ips(&self) -> Vec<Ipv4Addr> {
+        self.hosts
+            .iter()
+            .map(|h| netns::host_ip(self.instance, h.octet))
+            .collect()
+    }
+
+    /// Namespace, veth and config for a new host; its server is not started yet.
+    fn create_host(&mut self, name: &str) -> Result<(), HostsError> {
+        if self.next_octet > LAST_HOST_OCTET {
+            return Err(HostsError::AddressesExhausted {
+                subnet: format!("10.250.{}.0/24", self.instance),
+            });
+        }
+        let octet = self.next_octet as u8;
+        self.next_octet += 1;
+        let host = Host {
+            name: name.to_string(),
+            octet,
+            netns: netns::netns_name(self.instance, name),
+            veth: netns::veth_name(self.instance, octet),
+            paths: ServerPaths::new(&self.run_dir, name),
+            server: None,
+        };
+        netns::check_host_free(self.instance, &host.netns, &host.veth)?;
+        let created = netns::create_host(
+            &self.records,
+            self.instance,
+            &host.netns,
+            &host.veth,
+            netns::host_ip(self.instance, octet),
+        );
+        // Tracked even when creation failed half-way, so removal/teardown deletes the remains.
+        self.hosts.push(host);
+        created?;
+        self.write_server_config(self.hosts.len() - 1)
+    }
+
+    fn write_server_config(&self, i: usize) -> Result<(), HostsError> {
+        let host = &self.hosts[i];
+        let zk = self.zookeeper_address();
+        clickhouse::write_config(
+            &host.paths,
+            &clickhouse::ServerConfig {
+                host: &host.name,
+                ip: netns::host_ip(self.instance, host.octet),
+                cluster: &self.cluster_name,
+                zookeeper_ip: netns::bridge_ip(self.instance),
+                zookeeper_port: zk.port(),
+                default_password: &self.default_password,
+                writer_password: &self.writer_password,
+            },
+        )
+    }
+
+    fn rewrite_clusters(&self) -> Result<(), HostsError> {
+        let ips = self.ips();
+        for host in &self.hosts {
+            clickhouse::write_remote_servers(&host.paths, &self.cluster_name, &ips)?;
+        }
+        Ok(())
+    }
+
+    /// 18.16 would notice the rewritten file by itself within a few seconds; asking makes the new cluster
+    /// effective before add/remove return. Best effort: a server that does not answer reads the file
+    /// when it starts.
+    fn reload_clusters(&self, except: Option<&str>) {
+        for host in self
+            .hosts
+            .iter()
+            .filter(|h| Some(h.name.as_str()) != except && h.is_running())
+        {
+            let _ = clickhouse::query(&host.netns, &self.default_password, "SYSTEM RELOAD CONFIG");
+        }
+    }
+
+    fn spawn_server(&mut self, i: usize) -> Result<(), HostsError> {
+        let child = clickhouse::spawn(&self.hosts[i].netns, &self.hosts[i].paths)?;
+        let pid = child.id();
+        self.hosts[i].server = Some(child);
+        self.pid_dir.record(&self.hosts[i].pid_name(), pid)
+    }
+
+    fn stop_at(&mut self, i: usize) {
+        let host = &mut self.hosts[i];
+        if let Some(mut child) = host.server.take() {
+            pids::stop_children(&mut [&mut child], STOP_GRACE);
+        }
+        self.pid_dir.forget(&host.pid_name());
+    }
+
+    fn wait_for_zookeeper(&mut self) -> Result<(), HostsError> {
+        let addr = self.zookeeper_address();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if zookeeper::is_serving(addr) {
+                return Ok(());
+            }
+            let exited = match self.zookeeper.as_mut() {
+                Some(zk) => zk.try_wait().ok().flatten().map(|s| s.to_string()),
+                None => Some("was never started".into()),
+            };
+            let problem = match exited {
+                Some(status) => Some(format!("exited during start-up ({status})")),
+                None if Instant::now() >= deadline => Some(format!(
+                    "did not report `Mode:` to `srvr` on {addr} within {} s",
+                    READY_TIMEOUT.as_secs()
+                )),
+                None => None,
+            };
+            if let Some(problem) = problem {
+                let paths = &self.zookeeper_paths;
+                let log = if error::tail(&paths.log, 1) == "(no such file)" {
+                    &paths.console
+                } else {
+                    &paths.log
+                };
+                return Err(HostsError::ZooKeeper {
+                    problem,
+                    log: log.display().to_string(),
+                    log_tail: format!(
+                        "{}\n--- tail of {} ---\n{}",
+                        error::tail(log, 20),
+                        paths.console.display(),
+                        error::tail(&paths.console, 10)
+                    ),
+                });
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Polls all the given servers together, so parallel start-ups cost one start-up: a cheap TCP connect
+    /// first, then the real check, `SELECT 1` through clickhouse-client with the password.
+    fn wait_ready(&mut self, indices: &[usize]) -> Result<(), HostsError> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut pending: Vec<usize> = indices.to_vec();
+        let mut last_attempt = vec![String::from("no attempt yet"); self.hosts.len()];
+        while !pending.is_empty() {
+            let mut still = Vec::new();
+            for &i in &pending {
+                let host = &mut self.hosts[i];
+                let exited = match host.server.as_mut() {
+                    Some(child) => child.try_wait().ok().flatten().map(|s| s.to_string()),
+                    None => Some("not started".into()),
+                };
+                if let Some(status) = exited {
+                    let err = HostsError::Server {
+                        host: host.name.clone(),
+                        problem: format!("exited during start-up ({status})"),
+                        log_tail: host.paths.log_tails(),
+                    };
+                    self.stop_at(i);
+                    return Err(err);
+                }
+                let addr =
+                    SocketAddr::from((netns::host_ip(self.instance, host.octet), clickhouse::TCP_PORT));
+                match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                    Err(e) => {
+                        last_attempt[i] = format!("connect to {addr}: {e}");
+                        still.push(i);
+                    }
+                    Ok(_) => match clickhouse::query(&host.netns, &self.default_password, "SELECT 1") {
+                        Ok(out) if out.trim() == "1" => {}
+                        Ok(out) => {
+                            last_attempt[i] = format!("SELECT 1 returned {out:?}");
+                            still.push(i);
+                        }
+                        Err(e) => {
+                            last_attempt[i] = format!("SELECT 1 failed: {e}");
+                            still.push(i);
+                        }
+                    },
+                }
+            }
+            pending = still;
+            if pending.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let i = pending[0];
+                let err = HostsError::Server {
+                    host: self.hosts[i].name.clone(),
+                    problem: format!(
+                        "did not answer SELECT 1 within {} s (last attempt: {})",
+                        READY_TIMEOUT.as_secs(),
+                        last_attempt[i]
+                    ),
+                    log_tail: self.hosts[i].paths.log_tails(),
+                };
+                for &i in &pending {
+                    self.stop_at(i);
+                }
+                return Err(err);
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
         Ok(())
     }
 }
 
-pub fn cleanup_stale(run_dir: &Path) -> Result<(), HostsError> {
-    let _ = run_dir;
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+fn wipe_data(paths: &ServerPaths) -> Result<(), HostsError> {
+    for dir in [&paths.data, &paths.tmp] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).context(|| format!("wiping {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+    }
     Ok(())
+}
+
+/// Host names become netns names, directory names, XML text and ZooKeeper path parts: keep them to what a
+/// Kubernetes pod name allows.
+fn validate_host_name(name: &str) -> Result<(), HostsError> {
+    let bad = |reason: &str| {
+        Err(HostsError::InvalidHostName {
+            name: name.to_string(),
+            reason: reason.into(),
+        })
+    };
+    if name.is_empty() || name.len() > MAX_HOST_NAME {
+        return bad(&format!("must be 1..={MAX_HOST_NAME} characters"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return bad("only lowercase letters, digits, '-' and '.' are allowed");
+    }
+    if !name.as_bytes()[0].is_ascii_alphanumeric() || !name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+    {
+        return bad("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+/// The cluster name is an XML element name in remote_servers.
+fn validate_cluster_name(name: &str) -> Result<(), HostsError> {
+    let mut bytes = name.bytes();
+    let ok = matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(HostsError::InvalidOptions(format!(
+            "cluster name {name:?} must start with a letter or '_' and contain only letters, digits, '_' and '-'"
+        )))
+    }
+}
+
+/// Crash recovery for `sandbox stop` when the serving process died: kill every process whose PID is
+/// recorded under run_dir (only those, and only if its command line still names run_dir), delete the
+/// netns/veth/bridge recorded there. Idempotent, quiet when nothing is left. Data and logs are kept.
+pub fn cleanup_stale(run_dir: &Path) -> Result<(), HostsError> {
+    let Ok(run_dir) = run_dir.canonicalize() else {
+        return Ok(()); // never created: nothing can be left
+    };
+    let marker = run_dir.display().to_string();
+    let pid_dir = pids::PidDir::new(&run_dir);
+    let recorded = pid_dir.list();
+    // Servers before ZooKeeper, as in a normal shutdown.
+    let (zk, servers): (Vec<_>, Vec<_>) = recorded.into_iter().partition(|(what, _)| what == ZOOKEEPER_PID);
+    for group in [servers, zk] {
+        let pids_only: Vec<i32> = group.iter().map(|(_, pid)| *pid).collect();
+        pids::stop_foreign(&pids_only, &marker, STOP_GRACE);
+        for (what, _) in &group {
+            pid_dir.forget(what);
+        }
+    }
+    netns::delete_recorded(&netns::Records::new(&run_dir))
 }

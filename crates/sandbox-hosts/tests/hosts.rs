@@ -1,0 +1,308 @@
+//! Integration tests: they need root, iproute2, clickhouse-server/-client 18.16 and zookeeper
+//! (scripts/install-deps.sh). Each test uses its own `instance`, so they run in parallel.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use sandbox_hosts::{Hosts, HostsError, HostsOptions, cleanup_stale};
+
+const DEFAULT_PW: &str = "def'ault&<pw>";
+const WRITER_PW: &str = "writer-pw";
+
+fn options(instance: u8, run_dir: &Path) -> HostsOptions {
+    HostsOptions {
+        instance,
+        run_dir: run_dir.to_path_buf(),
+        cluster_name: "sandbox".into(),
+        default_password: DEFAULT_PW.into(),
+        writer_password: WRITER_PW.into(),
+    }
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs a statement the way the product does over pods/exec: `sh -c` with the password in the
+/// environment and the SQL on stdin.
+fn client(hosts: &Hosts, host: &str, user: &str, password: &str, sql: &str) -> Output {
+    let script = format!(
+        r#"exec clickhouse-client --port 9000 --user {user} --password "${{CLICKHOUSE_PASSWORD:-}}""#
+    );
+    let mut cmd = hosts
+        .command(
+            host,
+            &names(&["sh", "-c", &script]),
+            &[("CLICKHOUSE_PASSWORD".into(), password.into())],
+        )
+        .unwrap();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn ok(hosts: &Hosts, host: &str, sql: &str) -> String {
+    let out = client(hosts, host, "default", DEFAULT_PW, sql);
+    assert_eq!(out.code, 0, "{sql} on {host} failed: {}", out.stderr);
+    out.stdout
+}
+
+fn databases(hosts: &Hosts, host: &str) -> Vec<String> {
+    ok(
+        hosts,
+        host,
+        "SELECT name FROM system.databases WHERE name NOT IN ('system', 'default') ORDER BY name",
+    )
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+/// ClickHouse's exit status is the code mod 256; the real code is in the text.
+fn error_code(stderr: &str) -> Option<u32> {
+    let rest = &stderr[stderr.find("Code: ")? + 6..];
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+fn recorded_pids(run_dir: &Path) -> Vec<i32> {
+    std::fs::read_dir(run_dir.join("pids"))
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn netns_list() -> String {
+    String::from_utf8(
+        Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+}
+
+fn link_exists(name: &str) -> bool {
+    Command::new("ip")
+        .args(["link", "show", "dev", name])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+fn assert_nothing_left(instance: u8, pids: &[i32]) {
+    let prefix = format!("chsbx{instance}-");
+    assert!(
+        !netns_list().lines().any(|l| l.starts_with(&prefix)),
+        "netns left: {}",
+        netns_list()
+    );
+    assert!(!link_exists(&format!("chsbx{instance}")), "bridge left");
+    let links = String::from_utf8(Command::new("ip").args(["-o", "link"]).output().unwrap().stdout).unwrap();
+    let veth = format!(" chsbx{instance}h");
+    assert!(!links.lines().any(|l| l.contains(&veth)), "veth left: {links}");
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .map(|(_, s)| s.chars().next().unwrap_or('?'));
+        assert!(
+            stat.is_empty() || state == Some('Z'),
+            "process {pid} still running: {stat}"
+        );
+    }
+}
+
+#[test]
+fn cluster_lifecycle() {
+    const INSTANCE: u8 = 181;
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["ch-0", "ch-1", "ch-2"])).unwrap();
+    eprintln!("3 hosts ready in {:?}", started.elapsed());
+
+    let infos = hosts.hosts();
+    assert_eq!(infos.len(), 3);
+    assert_eq!(infos[0].ip.to_string(), format!("10.250.{INSTANCE}.10"));
+    assert_eq!(infos[2].netns, format!("chsbx{INSTANCE}-ch-2"));
+    assert!(infos.iter().all(|h| h.server_running));
+    assert_eq!(
+        hosts.zookeeper_address().to_string(),
+        format!("10.250.{INSTANCE}.1:2181")
+    );
+
+    // Each netns reaches its own server on localhost:9000.
+    for info in &infos {
+        let replica = ok(
+            &hosts,
+            &info.name,
+            "SELECT substitution FROM system.macros WHERE macro = 'replica'",
+        );
+        assert_eq!(replica.trim(), info.name);
+        assert_eq!(ok(&hosts, &info.name, "SELECT 1").trim(), "1");
+    }
+
+    let wrong = client(&hosts, "ch-0", "default", "not-the-password", "SELECT 1");
+    assert_ne!(wrong.code, 0);
+    let code = error_code(&wrong.stderr);
+    assert!(
+        matches!(code, Some(193) | Some(516) | Some(192)),
+        "wrong password: {}",
+        wrong.stderr
+    );
+    eprintln!("wrong password -> code {code:?}, exit {}", wrong.code);
+
+    let writer = client(
+        &hosts,
+        "ch-1",
+        "writer",
+        WRITER_PW,
+        "CREATE DATABASE IF NOT EXISTS w ON CLUSTER sandbox",
+    );
+    assert_eq!(writer.code, 0, "writer DDL: {}", writer.stderr);
+
+    ok(
+        &hosts,
+        "ch-0",
+        "CREATE DATABASE IF NOT EXISTS d ON CLUSTER sandbox",
+    );
+    for info in &infos {
+        assert_eq!(databases(&hosts, &info.name), ["d", "w"], "on {}", info.name);
+    }
+
+    let added = hosts.add("ch-3").unwrap();
+    assert_eq!(added.ip.to_string(), format!("10.250.{INSTANCE}.13"));
+    assert!(databases(&hosts, "ch-3").is_empty(), "a new host starts empty");
+    let clusters = ok(
+        &hosts,
+        "ch-0",
+        "SELECT count() FROM system.clusters WHERE cluster = 'sandbox'",
+    );
+    assert_eq!(
+        clusters.trim(),
+        "4",
+        "cluster config of an existing host includes the new one"
+    );
+    ok(
+        &hosts,
+        "ch-0",
+        "CREATE DATABASE IF NOT EXISTS e ON CLUSTER sandbox",
+    );
+    for name in ["ch-0", "ch-1", "ch-2", "ch-3"] {
+        assert!(
+            databases(&hosts, name).contains(&"e".to_string()),
+            "e missing on {name}"
+        );
+    }
+
+    hosts.wipe_and_restart("ch-1").unwrap();
+    assert!(
+        databases(&hosts, "ch-1").is_empty(),
+        "wiped host has {:?}",
+        databases(&hosts, "ch-1")
+    );
+    assert_eq!(hosts.hosts()[1].ip.to_string(), format!("10.250.{INSTANCE}.11"));
+
+    hosts.stop_server("ch-2").unwrap();
+    assert!(!hosts.hosts()[2].server_running);
+    let down = client(&hosts, "ch-2", "default", DEFAULT_PW, "SELECT 1");
+    assert_eq!(down.code, 210, "server down: {}", down.stderr);
+    hosts.start_server("ch-2").unwrap();
+    assert!(hosts.hosts()[2].server_running);
+    assert_eq!(
+        databases(&hosts, "ch-2"),
+        ["d", "e", "w"],
+        "data kept across stop/start"
+    );
+
+    let pids = recorded_pids(hosts.run_dir());
+    assert_eq!(pids.len(), 5, "ZooKeeper and four servers are recorded");
+    hosts.shutdown().unwrap();
+    assert_nothing_left(INSTANCE, &pids);
+    // Logs survive a shutdown for post-mortems.
+    assert!(dir.path().join("hosts/ch-0/log/clickhouse-server.log").exists());
+}
+
+#[test]
+fn remove_takes_host_out_of_cluster() {
+    const INSTANCE: u8 = 182;
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["a", "b"])).unwrap();
+    hosts.remove("b").unwrap();
+    assert!(!netns_list().contains(&format!("chsbx{INSTANCE}-b")));
+    assert!(!dir.path().join("hosts/b").exists());
+    assert_eq!(
+        ok(
+            &hosts,
+            "a",
+            "SELECT count() FROM system.clusters WHERE cluster = 'sandbox'"
+        )
+        .trim(),
+        "1"
+    );
+    // With b gone, ON CLUSTER does not wait for it.
+    ok(&hosts, "a", "CREATE DATABASE x ON CLUSTER sandbox");
+    assert!(matches!(hosts.remove("b"), Err(HostsError::UnknownHost(_))));
+    // Addresses are never reused: a host added after a removal gets a fresh one.
+    let c = hosts.add("c").unwrap();
+    assert_eq!(c.ip.to_string(), format!("10.250.{INSTANCE}.12"));
+    assert!(matches!(hosts.add("c"), Err(HostsError::DuplicateHost(_))));
+    hosts.shutdown().unwrap();
+    assert_nothing_left(INSTANCE, &[]);
+}
+
+#[test]
+fn cleanup_stale_after_a_crash() {
+    const INSTANCE: u8 = 183;
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["a"])).unwrap();
+    let pids = recorded_pids(hosts.run_dir());
+    assert_eq!(pids.len(), 2);
+    // A crashed serving process runs no destructors.
+    std::mem::forget(hosts);
+    cleanup_stale(dir.path()).unwrap();
+    assert_nothing_left(INSTANCE, &pids);
+    assert!(recorded_pids(dir.path()).is_empty());
+    cleanup_stale(dir.path()).unwrap();
+    cleanup_stale(&dir.path().join("never-created")).unwrap();
+}
+
+#[test]
+fn bad_options_are_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Hosts::start(options(0, dir.path()), &names(&["a"]))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("instance 0"), "{err}");
+    let err = Hosts::start(options(184, dir.path()), &names(&["Bad_Name"]))
+        .err()
+        .unwrap();
+    assert!(matches!(err, HostsError::InvalidHostName { .. }), "{err}");
+    let err = Hosts::start(options(184, dir.path()), &names(&["a", "a"]))
+        .err()
+        .unwrap();
+    assert!(matches!(err, HostsError::DuplicateHost(_)), "{err}");
+    assert!(!link_exists("chsbx184"));
+}
