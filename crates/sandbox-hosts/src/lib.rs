@@ -16,7 +16,7 @@ mod netns;
 mod pids;
 mod zookeeper;
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -391,12 +391,14 @@ impl Hosts {
     /// effective before add/remove return. Best effort: a server that does not answer reads the file
     /// when it starts.
     fn reload_clusters(&self, except: Option<&str>) {
-        for host in self
+        let queries: Vec<_> = self
             .hosts
             .iter()
             .filter(|h| Some(h.name.as_str()) != except && h.is_running())
-        {
-            let _ = clickhouse::query(&host.netns, &self.default_password, "SYSTEM RELOAD CONFIG");
+            .map(|h| clickhouse::spawn_query(&h.netns, &self.default_password, "SYSTEM RELOAD CONFIG"))
+            .collect();
+        for query in queries {
+            let _ = query.and_then(clickhouse::finish_query);
         }
     }
 
@@ -456,14 +458,15 @@ impl Hosts {
         }
     }
 
-    /// Polls all the given servers together, so parallel start-ups cost one start-up: a cheap TCP connect
-    /// first, then the real check, `SELECT 1` through clickhouse-client with the password.
+    /// Polls all the given servers together, so parallel start-ups cost one start-up: a cheap HTTP
+    /// `/ping` first, then the real check, `SELECT 1` through clickhouse-client with the password.
     fn wait_ready(&mut self, indices: &[usize]) -> Result<(), HostsError> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut pending: Vec<usize> = indices.to_vec();
         let mut last_attempt = vec![String::from("no attempt yet"); self.hosts.len()];
         while !pending.is_empty() {
             let mut still = Vec::new();
+            let mut answering = Vec::new();
             for &i in &pending {
                 let host = &mut self.hosts[i];
                 let exited = match host.server.as_mut() {
@@ -479,24 +482,34 @@ impl Hosts {
                     self.stop_at(i);
                     return Err(err);
                 }
-                let addr =
-                    SocketAddr::from((netns::host_ip(self.instance, host.octet), clickhouse::TCP_PORT));
-                match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                match clickhouse::http_ping(netns::host_ip(self.instance, host.octet)) {
+                    Ok(()) => answering.push(i),
                     Err(e) => {
-                        last_attempt[i] = format!("connect to {addr}: {e}");
+                        last_attempt[i] = e;
                         still.push(i);
                     }
-                    Ok(_) => match clickhouse::query(&host.netns, &self.default_password, "SELECT 1") {
-                        Ok(out) if out.trim() == "1" => {}
-                        Ok(out) => {
-                            last_attempt[i] = format!("SELECT 1 returned {out:?}");
-                            still.push(i);
-                        }
-                        Err(e) => {
-                            last_attempt[i] = format!("SELECT 1 failed: {e}");
-                            still.push(i);
-                        }
-                    },
+                }
+            }
+            let queries: Vec<_> = answering
+                .iter()
+                .map(|&i| {
+                    (
+                        i,
+                        clickhouse::spawn_query(&self.hosts[i].netns, &self.default_password, "SELECT 1"),
+                    )
+                })
+                .collect();
+            for (i, query) in queries {
+                match query.and_then(clickhouse::finish_query) {
+                    Ok(out) if out.trim() == "1" => {}
+                    Ok(out) => {
+                        last_attempt[i] = format!("SELECT 1 returned {out:?}");
+                        still.push(i);
+                    }
+                    Err(e) => {
+                        last_attempt[i] = format!("SELECT 1 failed: {e}");
+                        still.push(i);
+                    }
                 }
             }
             pending = still;

@@ -124,8 +124,10 @@ pub(crate) fn is_serving(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
         return false;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
+    // Short: while ZooKeeper is still initialising it accepts but stays silent, and a fresh attempt
+    // answers sooner than a long wait on this one.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
     if stream.write_all(b"srvr").is_err() {
         return false;
     }

@@ -306,3 +306,42 @@ fn bad_options_are_refused_before_anything_is_created() {
     assert!(matches!(err, HostsError::DuplicateHost(_)), "{err}");
     assert!(!link_exists("chsbx184"));
 }
+
+#[test]
+fn failed_server_start_reports_its_log_and_second_sandbox_on_same_instance_is_refused() {
+    const INSTANCE: u8 = 185;
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["a"])).unwrap();
+
+    // A second sandbox on the same instance must fail without touching the first one's network.
+    let other = tempfile::tempdir().unwrap();
+    let err = Hosts::start(options(INSTANCE, other.path()), &names(&["a"]))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("already exists"), "{err}");
+    assert!(
+        link_exists(&format!("chsbx{INSTANCE}")),
+        "the first sandbox's bridge was deleted"
+    );
+    assert_eq!(ok(&hosts, "a", "SELECT 1").trim(), "1");
+
+    hosts.stop_server("a").unwrap();
+    let broken = dir.path().join("hosts/a/config.d/broken.xml");
+    std::fs::write(&broken, "<yandex><unclosed></yandex>").unwrap();
+    let err = hosts
+        .start_server("a")
+        .expect_err("a server with a broken config must not start");
+    let text = err.to_string();
+    eprintln!("{text}");
+    assert!(matches!(err, HostsError::Server { .. }), "{text}");
+    assert!(
+        text.contains("stderr.log") && text.contains("broken.xml"),
+        "no log tail in: {text}"
+    );
+    assert!(!hosts.hosts()[0].server_running);
+
+    std::fs::remove_file(&broken).unwrap();
+    hosts.start_server("a").unwrap();
+    hosts.shutdown().unwrap();
+    assert_nothing_left(INSTANCE, &[]);
+}
