@@ -192,6 +192,20 @@ fn cluster_lifecycle() {
         assert_eq!(databases(&hosts, &info.name), ["d", "w"], "on {}", info.name);
     }
 
+    // One shard holding every host: ReplicatedMergeTree with an explicit path replicates to all of them.
+    ok(
+        &hosts,
+        "ch-0",
+        "CREATE TABLE d.r ON CLUSTER sandbox (x UInt8) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/d/r', '{replica}') ORDER BY x",
+    );
+    ok(&hosts, "ch-0", "INSERT INTO d.r VALUES (7)");
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    while ok(&hosts, "ch-2", "SELECT count() FROM d.r").trim() != "1" {
+        assert!(Instant::now() < deadline, "the row never replicated to ch-2");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
     let added = hosts.add("ch-3").unwrap();
     assert_eq!(added.ip.to_string(), format!("10.250.{INSTANCE}.13"));
     assert!(databases(&hosts, "ch-3").is_empty(), "a new host starts empty");
