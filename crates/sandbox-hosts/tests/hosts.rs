@@ -359,3 +359,11 @@ fn failed_server_start_reports_its_log_and_second_sandbox_on_same_instance_is_re
     hosts.shutdown().unwrap();
     assert_nothing_left(INSTANCE, &[]);
 }
+
+/// The sandbox moves `Hosts` into `spawn_blocking` and shares it behind a mutex.
+#[test]
+fn hosts_can_move_between_threads() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<Hosts>();
+    assert_send_sync::<HostsError>();
+}
