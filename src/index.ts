@@ -3,11 +3,11 @@
  * (validation, fingerprint, redaction) live in Rust so that they are the same
  * for every caller.
  */
-import * as binding from '../binding.js';
+import * as binding from '../index.js';
 
 export type { ClickHouseSchemaError, ClickHouseSchemaErrorCode, ConfigIssue } from './errors.js';
 export { isClickHouseSchemaError } from './errors.js';
-export type { RedactedOutput } from '../binding.js';
+export type { RedactedOutput } from '../index.js';
 
 /**
  * Validates props for the resource `id` and returns them with every default
