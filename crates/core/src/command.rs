@@ -27,7 +27,11 @@ use std::collections::BTreeMap;
 use crate::config::{ClientConfig, SettingValue};
 
 /// argv for running a statement of `statement_bytes` UTF-8 bytes.
-pub fn render(client: &ClientConfig, settings: &BTreeMap<String, SettingValue>, statement_bytes: usize) -> Vec<String> {
+pub fn render(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    statement_bytes: usize,
+) -> Vec<String> {
     let mut script = format!(
         "head -c {statement_bytes} | exec clickhouse-client --password \"${{{}:-}}\" --user {} --database {} --port {}",
         // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
@@ -76,7 +80,10 @@ mod tests {
     #[test]
     fn renders_the_documented_command() {
         let mut settings = BTreeMap::new();
-        settings.insert("distributed_ddl_task_timeout".to_owned(), SettingValue::Number(Number::from(300)));
+        settings.insert(
+            "distributed_ddl_task_timeout".to_owned(),
+            SettingValue::Number(Number::from(300)),
+        );
         settings.insert("a_mode".to_owned(), SettingValue::String("x y".into()));
         let argv = render(&client(), &settings, 42);
         assert_eq!(argv[0], "sh");
@@ -101,7 +108,16 @@ mod tests {
     #[test]
     fn shell_quote_round_trips_through_sh() {
         // The quoting is only right if a real shell reads back the original word.
-        for value in ["plain", "", "it's", "a'b'c", "$HOME", "back\\slash", "new\nline", "''"] {
+        for value in [
+            "plain",
+            "",
+            "it's",
+            "a'b'c",
+            "$HOME",
+            "back\\slash",
+            "new\nline",
+            "''",
+        ] {
             let out = std::process::Command::new("sh")
                 .arg("-c")
                 .arg(format!("printf %s {}", shell_quote(value)))

@@ -86,7 +86,11 @@ pub struct TransportError {
 
 impl TransportError {
     pub fn new(kind: TransportErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into(), http_status: None }
+        Self {
+            kind,
+            message: message.into(),
+            http_status: None,
+        }
     }
 
     pub fn with_http_status(mut self, status: u16) -> Self {
@@ -95,7 +99,10 @@ impl TransportError {
     }
 
     pub fn is_retryable(&self) -> bool {
-        matches!(self.kind, TransportErrorKind::Transient | TransportErrorKind::Timeout)
+        matches!(
+            self.kind,
+            TransportErrorKind::Transient | TransportErrorKind::Timeout
+        )
     }
 }
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone on a fresh machine: installs what the
+# tests need, checks formatting and lints, builds the addon, and runs the Rust and
+# Node tests (the sandbox tests start their own ClickHouse servers). Exits non-zero
+# on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "system packages (ClickHouse, ZooKeeper, iproute2)"
+bash scripts/install-deps.sh
+
+step "npm packages"
+npm ci --no-audit --no-fund --loglevel=error
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "native addon (release)"
+npm run --silent build:native
+
+step "tsc --noEmit (strict)"
+npm run --silent typecheck
+
+step "TypeScript build"
+npm run --silent build:ts
+
+step "Rust tests"
+cargo test --workspace --locked
+
+step "Node tests"
+node --test --test-reporter=spec tests/*.test.mjs
