@@ -135,7 +135,8 @@ pub fn canonical_number(n: &Number) -> String {
         return i.to_string();
     }
     match n.as_f64() {
-        Some(f) if f == 0.0 => "0".to_owned(),
+        // `-0.0 == 0.0`, so this also folds negative zero, which Display would print as "-0".
+        Some(f) if f.is_finite() && f == 0.0 => "0".to_owned(),
         Some(f) if f.is_finite() => format!("{f}"),
         // serde_json never holds a non-finite number; fall back to its own text.
         _ => n.to_string(),

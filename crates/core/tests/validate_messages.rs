@@ -826,3 +826,88 @@ fn resource_id_is_carried() {
             .starts_with("Invalid ClickHouseSchema configuration for 'billing-schema':")
     );
 }
+
+// --- ON CLUSTER under onCluster ------------------------------------------------
+
+fn on_cluster(statements: Value) -> Value {
+    with(
+        with(
+            base(),
+            "/execution",
+            json!({ "mode": "onCluster", "cluster": "cluster" }),
+        ),
+        "/statements",
+        statements,
+    )
+}
+
+#[test]
+fn on_cluster_statements_must_carry_the_clause() {
+    let props = on_cluster(json!([
+        "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER 'cluster'",
+        "CREATE TABLE IF NOT EXISTS orders.t (a UInt8) ENGINE = MergeTree ORDER BY a",
+    ]));
+    let err = assert_issue(
+        props,
+        "statements[1]",
+        "must be cluster-wide under execution.mode 'onCluster' (",
+    );
+    assert_eq!(err.issues.len(), 1, "statement 0 carries the clause:\n{err}");
+    let reason = &err.issues[0].reason;
+    assert!(
+        reason.contains("statements 1"),
+        "the reason names the statement: {reason}"
+    );
+    assert!(reason.ends_with(')'), "{reason}");
+}
+
+#[test]
+fn on_cluster_names_every_offending_statement() {
+    let props = on_cluster(json!([
+        "USE orders",
+        "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER other",
+        "SELECT 'ON CLUSTER cluster'",
+        "CREATE DATABASE IF NOT EXISTS x ON CLUSTER `cluster`",
+    ]));
+    let err = rejected(&props);
+    let paths: Vec<&str> = err.issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["statements[0]", "statements[1]", "statements[2]"],
+        "{err}"
+    );
+}
+
+#[test]
+fn on_cluster_checks_delete_statements_under_run() {
+    let props = with(
+        with(
+            on_cluster(json!(["CREATE DATABASE IF NOT EXISTS orders ON CLUSTER cluster"])),
+            "/onDelete",
+            json!("run"),
+        ),
+        "/deleteStatements",
+        json!(["DROP DATABASE IF EXISTS orders"]),
+    );
+    assert_single_issue(props, "deleteStatements[0]", "must be cluster-wide");
+}
+
+#[test]
+fn fanout_does_not_check_on_cluster() {
+    let props = with(
+        base(),
+        "/statements",
+        json!(["USE orders", "SET max_threads = 1", "INSERT INTO t VALUES (1)"]),
+    );
+    assert!(validate("x", &props).is_ok());
+}
+
+#[test]
+fn a_broken_execution_block_is_not_compounded_by_statement_checks() {
+    let props = with(
+        with(base(), "/execution", json!({ "mode": "onCluster" })),
+        "/statements",
+        json!(["CREATE DATABASE IF NOT EXISTS orders"]),
+    );
+    assert_single_issue(props, "execution.cluster", "is required");
+}
