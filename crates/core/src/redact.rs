@@ -44,8 +44,9 @@
 
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use memchr::memmem;
 
 use crate::lexer::{Token, TokenKind, escape, significant};
@@ -235,13 +236,12 @@ struct Value {
 fn statement_values(statement: &str) -> Vec<Value> {
     let tokens: Vec<Token> = significant(statement).collect();
     let mut values = Vec::new();
-    let mut seen = HashSet::new();
     for (i, token) in tokens.iter().enumerate() {
         let is_value = match token.kind {
             TokenKind::StringLiteral | TokenKind::HereDoc => true,
             _ => follows_credential_keyword(&tokens, i, statement),
         };
-        if is_value && seen.insert((token.start, token.end)) {
+        if is_value {
             let value = spellings_of(token, statement);
             if !value.spellings.is_empty() {
                 values.push(value);
@@ -312,7 +312,7 @@ fn spellings_of(token: &Token, statement: &str) -> Value {
 fn replace_statement(output: &str, statement: &str) -> String {
     let mut text = output.to_owned();
     for echo in [statement, statement.trim()] {
-        if !echo.is_empty() && text.contains(echo) {
+        if !echo.is_empty() && memmem::find(text.as_bytes(), echo.as_bytes()).is_some() {
             text = text.replace(echo, STATEMENT_MARKER);
         }
     }
@@ -387,7 +387,10 @@ impl ValueIndex {
         let mut filter = vec![0u64; 1 << (FILTER_BITS - 6)];
         let mut exact = Vec::new();
         for value in values {
-            let skeletons: Vec<Vec<u8>> = value.spellings.iter().map(|s| skeleton(s)).collect();
+            // The escaped spellings usually share one skeleton; index it once.
+            let mut skeletons: Vec<Vec<u8>> = value.spellings.iter().map(|s| skeleton(s)).collect();
+            skeletons.sort_unstable();
+            skeletons.dedup();
             let by_skeleton = skeletons.iter().any(|s| s.len() >= MIN_FRAGMENT);
             for skeleton in &skeletons {
                 for window in skeleton.windows(MIN_FRAGMENT) {
@@ -487,7 +490,7 @@ fn exact_spans(text: &str, index: &ValueIndex) -> Vec<(usize, usize)> {
             let (start, end) = (m.start(), m.end());
             match index.exact[m.pattern().as_usize()].1 {
                 ExactRule::Anywhere => true,
-                ExactRule::WholeToken => !(start > 0 && word(start - 1)) && !word(end),
+                ExactRule::WholeToken => (start == 0 || !word(start - 1)) && !word(end),
                 ExactRule::Quoted => quote(start.checked_sub(1)) && quote(Some(end)),
             }
         })
@@ -532,6 +535,22 @@ fn replace_spans(text: &str, mut spans: Vec<(usize, usize)>, marker: &str) -> St
 // ---------------------------------------------------------------------------
 // Step 4: keyword line filter
 
+/// A case-insensitive matcher for [`LINE_KEYWORDS`], built once.
+fn line_keywords() -> Option<&'static AhoCorasick> {
+    static MATCHER: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    MATCHER
+        .get_or_init(|| {
+            // A DFA: this runs over the whole output, and the keywords are few.
+            AhoCorasick::builder()
+                .kind(Some(AhoCorasickKind::DFA))
+                .ascii_case_insensitive(true)
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(LINE_KEYWORDS)
+                .ok()
+        })
+        .as_ref()
+}
+
 /// Keeps each line up to and including its first credential keyword and
 /// replaces the rest of that line. The part before the keyword stays because
 /// that is where ClickHouse puts the code and the kind of failure.
@@ -542,11 +561,9 @@ fn filter_lines(text: &str) -> String {
             Some(body) => (body, "\n"),
             None => (line, ""),
         };
-        let lower = body.to_ascii_lowercase();
-        let hit = LINE_KEYWORDS
-            .iter()
-            .filter_map(|keyword| lower.find(keyword).map(|at| at + keyword.len()))
-            .min();
+        let hit = line_keywords()
+            .and_then(|matcher| matcher.find(body))
+            .map(|m| m.end());
         match hit {
             Some(keep) if !body[keep..].trim().is_empty() => {
                 out.push_str(&body[..keep]);

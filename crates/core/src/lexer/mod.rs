@@ -449,11 +449,15 @@ impl<'a> Lexer<'a> {
 
     /// After a name, a closing bracket or a number, `.1` is tuple access.
     fn dot_is_access(&self) -> bool {
-        match self.prev {
-            Some((TokenKind::Word | TokenKind::QuotedIdentifier | TokenKind::Number, _)) => true,
-            Some((TokenKind::Punct, b')' | b']')) => true,
-            _ => false,
-        }
+        matches!(
+            self.prev,
+            Some(
+                (
+                    TokenKind::Word | TokenKind::QuotedIdentifier | TokenKind::Number,
+                    _
+                ) | (TokenKind::Punct, b')' | b']')
+            )
+        )
     }
 }
 
