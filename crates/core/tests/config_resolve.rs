@@ -279,6 +279,20 @@ fn schema_is_generator_friendly() {
     walk(&schema, "props");
     for (name, prop) in schema["properties"].as_object().unwrap() {
         assert!(prop.get("description").is_some(), "{name} lacks a description");
-        assert!(prop.get("title").is_some(), "{name} lacks a title");
+        // Named types (objects, unions, enums, arrays) carry a prefixed title so
+        // the generated declarations cannot collide with a user's own names;
+        // scalars carry none, so they inline as plain `string` / `number`.
+        let named = prop
+            .get("type")
+            .and_then(Value::as_str)
+            .is_none_or(|t| matches!(t, "object" | "array"))
+            || prop.get("enum").is_some();
+        match prop.get("title").and_then(Value::as_str) {
+            Some(title) => assert!(
+                named && title.starts_with("ClickHouseSchema") || title.starts_with("Serializable"),
+                "{name}: {title}"
+            ),
+            None => assert!(!named, "{name} lacks a title"),
+        }
     }
 }
