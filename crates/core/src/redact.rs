@@ -311,7 +311,13 @@ fn spellings_of(token: &Token, statement: &str) -> Value {
 
 fn replace_statement(output: &str, statement: &str) -> String {
     let mut text = output.to_owned();
-    for echo in [statement, statement.trim()] {
+    let trimmed = statement.trim();
+    let echoes: &[&str] = if trimmed.len() == statement.len() {
+        &[trimmed]
+    } else {
+        &[statement, trimmed]
+    };
+    for echo in echoes {
         if !echo.is_empty() && memmem::find(text.as_bytes(), echo.as_bytes()).is_some() {
             text = text.replace(echo, STATEMENT_MARKER);
         }
@@ -325,7 +331,9 @@ fn is_skeleton_noise(byte: u8) -> bool {
 }
 
 fn skeleton(text: &str) -> Vec<u8> {
-    text.bytes().filter(|&b| !is_skeleton_noise(b)).collect()
+    let mut out = Vec::with_capacity(text.len());
+    out.extend(text.bytes().filter(|&b| !is_skeleton_noise(b)));
+    out
 }
 
 /// A window of [`MIN_FRAGMENT`] skeleton bytes, packed into an integer.
@@ -387,12 +395,13 @@ impl ValueIndex {
         let mut filter = vec![0u64; 1 << (FILTER_BITS - 6)];
         let mut exact = Vec::new();
         for value in values {
-            // The escaped spellings usually share one skeleton; index it once.
-            let mut skeletons: Vec<Vec<u8>> = value.spellings.iter().map(|s| skeleton(s)).collect();
-            skeletons.sort_unstable();
-            skeletons.dedup();
+            let skeletons: Vec<Vec<u8>> = value.spellings.iter().map(|s| skeleton(s)).collect();
             let by_skeleton = skeletons.iter().any(|s| s.len() >= MIN_FRAGMENT);
-            for skeleton in &skeletons {
+            for (i, skeleton) in skeletons.iter().enumerate() {
+                // The escaped spellings usually share one skeleton; index it once.
+                if skeletons[..i].contains(skeleton) {
+                    continue;
+                }
                 for window in skeleton.windows(MIN_FRAGMENT) {
                     let key = window_key(window);
                     windows.insert(key);
@@ -400,10 +409,10 @@ impl ValueIndex {
                     filter[slot / 64] |= 1 << (slot % 64);
                 }
             }
-            for spelling in &value.spellings {
+            for (spelling, skeleton) in value.spellings.iter().zip(&skeletons) {
                 let rule = match spelling.len() {
                     0 => continue,
-                    _ if by_skeleton && skeleton(spelling).len() >= MIN_FRAGMENT => continue,
+                    _ if by_skeleton && skeleton.len() >= MIN_FRAGMENT => continue,
                     1 => ExactRule::Quoted,
                     len if len < MIN_FRAGMENT => ExactRule::WholeToken,
                     _ => ExactRule::Anywhere,
