@@ -1,0 +1,702 @@
+//! Which cluster to talk to, and with what: the `kubeConfig` prop, else the
+//! ambient kubeconfig, else the in-cluster service account.
+//!
+//! # Resolution
+//!
+//! 1. `kubeConfig.cluster` + `kubeConfig.user` (both, as TypeKro requires):
+//!    a one-context kubeconfig built from them alone. The user can only carry
+//!    `certFile`/`keyFile` (inline credentials are refused by validation), so
+//!    without those the requests are anonymous. `context` names that one
+//!    context (default `clickhouse-schema`); `server` and `skipTLSVerify`
+//!    override the cluster's. Giving only one of the two, or combining them
+//!    with `kubeconfigPath` or `loadFromDefault: true`, is an error: each would
+//!    otherwise silently ignore part of what was asked for.
+//! 2. `kubeConfig.kubeconfigPath`: that file (a relative `certificate-authority`,
+//!    client cert/key or token file inside it is relative to the file's directory).
+//! 3. `loadFromDefault: false` with neither of the above is an error (nothing to load).
+//! 4. Otherwise the ambient configuration: the files in `KUBECONFIG` (merged,
+//!    first wins), else `~/.kube/config`, else the in-cluster service account
+//!    (`KUBERNETES_SERVICE_HOST`/`_PORT`, token and CA under
+//!    `/var/run/secrets/kubernetes.io/serviceaccount/`).
+//!
+//! On a kubeconfig, `context` selects a context instead of `current-context`
+//! (it must exist), and `server`/`skipTLSVerify` override the *selected*
+//! context's cluster. (TypeKro applies them to the cluster of the file's
+//! current-context before switching context, which points a context at
+//! another context's server; that is not reproduced.) In-cluster, `server` and
+//! `skipTLSVerify` apply and `context` is an error.
+//!
+//! # Cluster identity
+//!
+//! The [`ClusterEndpoint`] is read from the selected context's cluster after
+//! the overrides: its name, `server`, `certificate-authority-data` exactly as
+//! written (base64), the `certificate-authority` path (made absolute against
+//! the kubeconfig's directory, as kube-rs and `@kubernetes/client-node` both do
+//! when loading a file) and `insecure-skip-tls-verify`. It is `None` when
+//! nothing names a context. In-cluster it is the cluster `inCluster`, server
+//! `https://<KUBERNETES_SERVICE_HOST>:<KUBERNETES_SERVICE_PORT>` and CA file
+//! `/var/run/secrets/kubernetes.io/serviceaccount/ca.crt`: what
+//! `@kubernetes/client-node`'s `loadFromCluster` records, so both
+//! implementations derive the same id. No user field ever contributes.
+//!
+//! # Errors
+//!
+//! Every failure is a [`ClickHouseSchemaError`] of kind
+//! [`ErrorKind::KubernetesApi`], naming the file, context or option at fault.
+//! None prints file contents: a YAML error reports its line and column only,
+//! since the parser's snippet could be a token line.
+
+use std::path::{Path, PathBuf};
+
+use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
+use clickhouse_schema_core::config::{KubeClusterOptions, KubeConfigOptions, KubeUserOptions};
+use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
+use kube::config::{
+    AuthInfo, Cluster, Context, KubeConfigOptions as KubeRsOptions, Kubeconfig, KubeconfigError,
+    NamedAuthInfo, NamedCluster, NamedContext,
+};
+
+use crate::error::chain;
+
+/// Context name of the kubeconfig synthesized from an inline cluster and user.
+pub const INLINE_CONTEXT: &str = "clickhouse-schema";
+/// What `@kubernetes/client-node` calls the in-cluster cluster.
+pub const IN_CLUSTER_NAME: &str = "inCluster";
+pub const IN_CLUSTER_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+/// A client for the resolved cluster and the endpoint that identifies it.
+#[derive(Clone)]
+pub struct Connection {
+    pub client: kube::Client,
+    /// `None` when no context was named (see the module docs).
+    pub endpoint: Option<ClusterEndpoint>,
+}
+
+impl Connection {
+    /// The credential-free cluster identity recorded as `clusterId`.
+    pub fn cluster_id(&self) -> Option<String> {
+        self.endpoint.as_ref().map(cluster_id)
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves the configuration (see the module docs) and builds a client.
+pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, ClickHouseSchemaError> {
+    let resolved = resolve(options)?;
+    let config = match resolved.source {
+        Source::Kubeconfig { kubeconfig, origin } => {
+            let Some(context) = resolved.context else {
+                return Err(error(format!(
+                    "{origin} sets no current-context, so it names no cluster to connect to; set \
+                     current-context in it or pass kubeConfig.context"
+                )));
+            };
+            let opts = KubeRsOptions {
+                context: Some(context),
+                ..Default::default()
+            };
+            kube::Config::from_custom_kubeconfig(kubeconfig, &opts)
+                .await
+                .map_err(|e| error(format!("{origin}: {}", kubeconfig_error(&e))))?
+        }
+        Source::InCluster(config) => *config,
+    };
+    let client = kube::Client::try_from(config)
+        .map_err(|e| error(format!("cannot build a Kubernetes client: {}", chain(&e))))?;
+    Ok(Connection {
+        client,
+        endpoint: resolved.endpoint,
+    })
+}
+
+/// The endpoint [`connect`] would record, without building a client: for
+/// callers that inject their own executor but still record which cluster
+/// the `kubeConfig` names.
+pub fn resolve_endpoint(
+    options: Option<&KubeConfigOptions>,
+) -> Result<Option<ClusterEndpoint>, ClickHouseSchemaError> {
+    Ok(resolve(options)?.endpoint)
+}
+
+/// The endpoint of `context` (or the current context) in an already loaded
+/// kubeconfig, `None` when no context is named or it cannot be found.
+pub fn endpoint_of(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<ClusterEndpoint> {
+    let name = context.or(current_context(kubeconfig))?;
+    let (cluster_name, cluster) = cluster_of(kubeconfig, name).ok()?;
+    Some(endpoint(&cluster_name, &cluster))
+}
+
+enum Source {
+    Kubeconfig { kubeconfig: Kubeconfig, origin: String },
+    // Boxed: a kube Config is large next to the other variant.
+    InCluster(Box<kube::Config>),
+}
+
+struct Resolved {
+    source: Source,
+    /// The context to select; `None` only for in-cluster or a kubeconfig naming none.
+    context: Option<String>,
+    endpoint: Option<ClusterEndpoint>,
+}
+
+fn resolve(options: Option<&KubeConfigOptions>) -> Result<Resolved, ClickHouseSchemaError> {
+    let default = KubeConfigOptions::default();
+    let o = options.unwrap_or(&default);
+    let (kubeconfig, origin) = match (&o.cluster, &o.user) {
+        (Some(cluster), Some(user)) => {
+            if o.kubeconfig_path.is_some() {
+                return Err(error(
+                    "kubeConfig: an inline cluster and user cannot be combined with kubeconfigPath; \
+                     pass one or the other"
+                        .to_owned(),
+                ));
+            }
+            if o.load_from_default == Some(true) {
+                return Err(error(
+                    "kubeConfig: an inline cluster and user cannot be combined with loadFromDefault: true; \
+                     pass one or the other"
+                        .to_owned(),
+                ));
+            }
+            let context = o.context.as_deref().unwrap_or(INLINE_CONTEXT);
+            (
+                inline(cluster, user, context),
+                "kubeConfig (inline cluster and user)".to_owned(),
+            )
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(error(
+                "kubeConfig: cluster and user must be given together (a cluster without a user, or a user \
+                 without a cluster, is not a usable configuration); pass both, or use kubeconfigPath / the \
+                 ambient kubeconfig"
+                    .to_owned(),
+            ));
+        }
+        (None, None) => match &o.kubeconfig_path {
+            Some(path) => (read_file(Path::new(path))?, format!("kubeconfig {path}")),
+            None if o.load_from_default == Some(false) => {
+                return Err(error(
+                    "kubeConfig: loadFromDefault is false and neither kubeconfigPath nor an inline cluster \
+                     and user is given, so there is no configuration to load"
+                        .to_owned(),
+                ));
+            }
+            None => match ambient()? {
+                Some(found) => found,
+                None => return in_cluster(o),
+            },
+        },
+    };
+    from_kubeconfig(kubeconfig, origin, o)
+}
+
+fn from_kubeconfig(
+    mut kubeconfig: Kubeconfig,
+    origin: String,
+    o: &KubeConfigOptions,
+) -> Result<Resolved, ClickHouseSchemaError> {
+    let context = match &o.context {
+        Some(name) => {
+            if !kubeconfig.contexts.iter().any(|c| &c.name == name) {
+                let known: Vec<&str> = kubeconfig.contexts.iter().map(|c| c.name.as_str()).collect();
+                return Err(error(format!(
+                    "{origin}: context '{name}' (kubeConfig.context) not found; it defines {}",
+                    list(&known)
+                )));
+            }
+            Some(name.clone())
+        }
+        None => current_context(&kubeconfig).map(str::to_owned),
+    };
+    let Some(context) = context else {
+        // Nothing to override and nothing to identify; `connect` reports it.
+        return Ok(Resolved {
+            source: Source::Kubeconfig { kubeconfig, origin },
+            context: None,
+            endpoint: None,
+        });
+    };
+    let (cluster_name, _) = cluster_of(&kubeconfig, &context).map_err(|m| error(format!("{origin}: {m}")))?;
+    // Overrides go into the kubeconfig itself, so the client and the identity
+    // are built from the same values.
+    if let Some(named) = kubeconfig.clusters.iter_mut().find(|c| c.name == cluster_name)
+        && let Some(cluster) = named.cluster.as_mut()
+    {
+        if let Some(server) = &o.server {
+            cluster.server = Some(server.clone());
+        }
+        if let Some(skip) = o.skip_tls_verify {
+            cluster.insecure_skip_tls_verify = Some(skip);
+        }
+    }
+    let (cluster_name, cluster) =
+        cluster_of(&kubeconfig, &context).map_err(|m| error(format!("{origin}: {m}")))?;
+    Ok(Resolved {
+        endpoint: Some(endpoint(&cluster_name, &cluster)),
+        source: Source::Kubeconfig { kubeconfig, origin },
+        context: Some(context),
+    })
+}
+
+fn current_context(kubeconfig: &Kubeconfig) -> Option<&str> {
+    // kubectl treats an empty current-context as unset.
+    kubeconfig.current_context.as_deref().filter(|c| !c.is_empty())
+}
+
+/// The cluster a context refers to, or why there is none.
+fn cluster_of(kubeconfig: &Kubeconfig, context: &str) -> Result<(String, Cluster), String> {
+    let ctx = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .ok_or_else(|| format!("context '{context}' not found"))?
+        .context
+        .as_ref()
+        .ok_or_else(|| format!("context '{context}' is empty"))?;
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .ok_or_else(|| {
+            format!(
+                "context '{context}' names cluster '{}', which is not defined",
+                ctx.cluster
+            )
+        })?
+        .cluster
+        .clone()
+        .ok_or_else(|| format!("cluster '{}' is empty", ctx.cluster))?;
+    Ok((ctx.cluster.clone(), cluster))
+}
+
+fn endpoint(name: &str, cluster: &Cluster) -> ClusterEndpoint {
+    ClusterEndpoint {
+        cluster_name: name.to_owned(),
+        server: cluster.server.clone().unwrap_or_default(),
+        ca_data: cluster.certificate_authority_data.clone(),
+        ca_file: cluster.certificate_authority.clone(),
+        skip_tls_verify: cluster.insecure_skip_tls_verify.unwrap_or(false),
+    }
+}
+
+fn inline(cluster: &KubeClusterOptions, user: &KubeUserOptions, context: &str) -> Kubeconfig {
+    Kubeconfig {
+        clusters: vec![NamedCluster {
+            name: cluster.name.clone(),
+            cluster: Some(Cluster {
+                server: Some(cluster.server.clone()),
+                insecure_skip_tls_verify: cluster.skip_tls_verify,
+                certificate_authority: cluster.ca_file.clone(),
+                certificate_authority_data: cluster.ca_data.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: user.name.clone(),
+            auth_info: Some(AuthInfo {
+                client_certificate: user.cert_file.clone(),
+                client_key: user.key_file.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        contexts: vec![NamedContext {
+            name: context.to_owned(),
+            context: Some(Context {
+                cluster: cluster.name.clone(),
+                user: Some(user.name.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        current_context: Some(context.to_owned()),
+        ..Default::default()
+    }
+}
+
+fn read_file(path: &Path) -> Result<Kubeconfig, ClickHouseSchemaError> {
+    Kubeconfig::read_from(path)
+        .map_err(|e| error(format!("kubeconfig {}: {}", path.display(), kubeconfig_error(&e))))
+}
+
+/// `KUBECONFIG`'s files, else `~/.kube/config`; `None` when neither exists.
+fn ambient() -> Result<Option<(Kubeconfig, String)>, ClickHouseSchemaError> {
+    if let Some(value) = std::env::var_os("KUBECONFIG") {
+        let paths: Vec<PathBuf> = std::env::split_paths(&value)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        if !paths.is_empty() {
+            let mut merged = Kubeconfig::default();
+            for path in &paths {
+                let next = read_file(path)?;
+                merged = merged
+                    .merge(next)
+                    .map_err(|e| error(format!("KUBECONFIG: {}", kubeconfig_error(&e))))?;
+            }
+            let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            return Ok(Some((merged, format!("KUBECONFIG ({})", shown.join(", ")))));
+        }
+    }
+    let Some(home) = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE")) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(home).join(".kube").join("config");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let origin = format!("kubeconfig {}", path.display());
+    Ok(Some((read_file(&path)?, origin)))
+}
+
+fn in_cluster(o: &KubeConfigOptions) -> Result<Resolved, ClickHouseSchemaError> {
+    let (Ok(host), Ok(port)) = (
+        std::env::var("KUBERNETES_SERVICE_HOST"),
+        std::env::var("KUBERNETES_SERVICE_PORT"),
+    ) else {
+        return Err(error(
+            "no Kubernetes configuration found: KUBECONFIG is not set, ~/.kube/config does not exist, and \
+             this is not a pod (KUBERNETES_SERVICE_HOST is not set); pass kubeConfig.kubeconfigPath or set \
+             KUBECONFIG"
+                .to_owned(),
+        ));
+    };
+    if let Some(context) = &o.context {
+        return Err(error(format!(
+            "kubeConfig.context '{context}' was given, but no kubeconfig was found (running in-cluster, \
+             which has no contexts)"
+        )));
+    }
+    let mut config =
+        kube::Config::incluster().map_err(|e| error(format!("in-cluster configuration: {}", chain(&e))))?;
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    let mut server = format!("https://{host}:{port}");
+    if let Some(s) = &o.server {
+        config.cluster_url = s
+            .parse()
+            .map_err(|e| error(format!("kubeConfig.server '{s}' is not a URL: {e}")))?;
+        server = s.clone();
+    }
+    if let Some(skip) = o.skip_tls_verify {
+        config.accept_invalid_certs = skip;
+    }
+    Ok(Resolved {
+        source: Source::InCluster(Box::new(config)),
+        context: None,
+        endpoint: Some(ClusterEndpoint {
+            cluster_name: IN_CLUSTER_NAME.to_owned(),
+            server,
+            ca_data: None,
+            ca_file: Some(IN_CLUSTER_CA_FILE.to_owned()),
+            skip_tls_verify: o.skip_tls_verify.unwrap_or(false),
+        }),
+    })
+}
+
+fn kubeconfig_error(e: &KubeconfigError) -> String {
+    match e {
+        KubeconfigError::Parse(parse) => match parse.location() {
+            Some(at) => format!(
+                "not a valid kubeconfig (YAML error at line {}, column {})",
+                at.line(),
+                at.column()
+            ),
+            None => "not a valid kubeconfig (YAML error)".to_owned(),
+        },
+        KubeconfigError::ReadConfig(io, _) => format!("cannot be read: {io}"),
+        other => chain(other),
+    }
+}
+
+fn list(names: &[&str]) -> String {
+    if names.is_empty() {
+        "no contexts".to_owned()
+    } else {
+        format!(
+            "contexts {}",
+            names
+                .iter()
+                .map(|n| format!("'{n}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+fn error(message: String) -> ClickHouseSchemaError {
+    ClickHouseSchemaError::new(ErrorKind::KubernetesApi, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const YAML: &str = "\
+apiVersion: v1
+kind: Config
+clusters:
+- name: prod
+  cluster:
+    server: https://prod.example:6443
+    certificate-authority-data: Q0EK
+- name: staging
+  cluster:
+    server: https://staging.example:6443
+    certificate-authority: ca/staging.pem
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: s3cr3t-token
+contexts:
+- name: prod
+  context: {cluster: prod, user: admin}
+- name: staging
+  context: {cluster: staging, user: admin}
+- name: dangling
+  context: {cluster: nowhere, user: admin}
+current-context: prod
+";
+
+    fn write(dir: &Path, text: &str) -> String {
+        let path = dir.join("config");
+        std::fs::write(&path, text).expect("write kubeconfig");
+        path.display().to_string()
+    }
+
+    fn with_path(path: &str) -> KubeConfigOptions {
+        KubeConfigOptions {
+            kubeconfig_path: Some(path.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn current_context_cluster_is_the_endpoint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), YAML);
+        let e = resolve_endpoint(Some(&with_path(&path))).expect("resolves");
+        assert_eq!(
+            e,
+            Some(ClusterEndpoint {
+                cluster_name: "prod".into(),
+                server: "https://prod.example:6443".into(),
+                ca_data: Some("Q0EK".into()),
+                ca_file: None,
+                skip_tls_verify: false,
+            })
+        );
+    }
+
+    #[test]
+    fn context_option_selects_and_relative_ca_file_is_absolute() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), YAML);
+        let o = KubeConfigOptions {
+            context: Some("staging".into()),
+            ..with_path(&path)
+        };
+        let e = resolve_endpoint(Some(&o)).expect("resolves").expect("named");
+        assert_eq!(e.cluster_name, "staging");
+        assert_eq!(
+            e.ca_file,
+            Some(dir.path().join("ca/staging.pem").display().to_string())
+        );
+        assert!(e.skip_tls_verify);
+    }
+
+    #[test]
+    fn server_and_skip_tls_override_the_selected_cluster() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), YAML);
+        let o = KubeConfigOptions {
+            context: Some("staging".into()),
+            server: Some("https://10.0.0.1:443".into()),
+            skip_tls_verify: Some(false),
+            ..with_path(&path)
+        };
+        let e = resolve_endpoint(Some(&o)).expect("resolves").expect("named");
+        assert_eq!(e.cluster_name, "staging");
+        assert_eq!(e.server, "https://10.0.0.1:443");
+        assert!(!e.skip_tls_verify);
+    }
+
+    #[test]
+    fn no_current_context_means_no_endpoint_and_no_connection() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), &YAML.replace("current-context: prod\n", ""));
+        assert_eq!(resolve_endpoint(Some(&with_path(&path))).expect("resolves"), None);
+        let path = write(
+            dir.path(),
+            &YAML.replace("current-context: prod", "current-context: \"\""),
+        );
+        assert_eq!(resolve_endpoint(Some(&with_path(&path))).expect("resolves"), None);
+        let kc = Kubeconfig::from_yaml(&YAML.replace("current-context: prod\n", "")).expect("parses");
+        assert_eq!(endpoint_of(&kc, None), None);
+        assert_eq!(
+            endpoint_of(&kc, Some("prod")).map(|e| e.cluster_name),
+            Some("prod".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn connect_without_a_context_says_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), &YAML.replace("current-context: prod\n", ""));
+        let e = connect(Some(&with_path(&path))).await.expect_err("no context");
+        assert_eq!(e.kind, ErrorKind::KubernetesApi);
+        assert!(e.message.contains("sets no current-context"), "{}", e.message);
+        assert!(e.message.contains(&path), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_context_lists_the_known_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), YAML);
+        let o = KubeConfigOptions {
+            context: Some("qa".into()),
+            ..with_path(&path)
+        };
+        let e = resolve_endpoint(Some(&o)).expect_err("unknown context");
+        assert!(e.message.contains("context 'qa'"), "{}", e.message);
+        assert!(
+            e.message.contains("'prod', 'staging', 'dangling'"),
+            "{}",
+            e.message
+        );
+        let o = KubeConfigOptions {
+            context: Some("dangling".into()),
+            ..with_path(&path)
+        };
+        let e = resolve_endpoint(Some(&o)).expect_err("dangling cluster");
+        assert!(e.message.contains("cluster 'nowhere'"), "{}", e.message);
+    }
+
+    #[test]
+    fn missing_file_and_bad_yaml_are_clear_and_print_no_content() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("nope").display().to_string();
+        let e = resolve_endpoint(Some(&with_path(&missing))).expect_err("missing");
+        assert!(e.message.contains(&missing), "{}", e.message);
+        assert!(e.message.contains("cannot be read"), "{}", e.message);
+
+        let bad = YAML.replace(
+            "    token: s3cr3t-token",
+            "    token: s3cr3t-token\n  - [unbalanced",
+        );
+        let path = write(dir.path(), &bad);
+        let e = resolve_endpoint(Some(&with_path(&path))).expect_err("bad yaml");
+        assert!(e.message.contains("not a valid kubeconfig"), "{}", e.message);
+        assert!(e.message.contains("line"), "{}", e.message);
+        assert!(!e.message.contains("s3cr3t"), "{}", e.message);
+
+        // A type error right at the token must not echo it either.
+        let bad = YAML.replace("    token: s3cr3t-token", "    token: [s3cr3t-token]");
+        let path = write(dir.path(), &bad);
+        let e = resolve_endpoint(Some(&with_path(&path))).expect_err("bad type");
+        assert!(!e.message.contains("s3cr3t"), "{}", e.message);
+    }
+
+    #[test]
+    fn inline_cluster_and_user_build_their_own_context() {
+        let o = KubeConfigOptions {
+            cluster: Some(KubeClusterOptions {
+                name: "edge".into(),
+                server: "https://edge:6443".into(),
+                skip_tls_verify: None,
+                ca_data: None,
+                ca_file: Some("/etc/edge-ca.pem".into()),
+            }),
+            user: Some(KubeUserOptions {
+                name: "deployer".into(),
+                cert_file: None,
+                key_file: None,
+            }),
+            skip_tls_verify: Some(true),
+            ..Default::default()
+        };
+        let e = resolve_endpoint(Some(&o)).expect("resolves").expect("named");
+        assert_eq!(
+            e,
+            ClusterEndpoint {
+                cluster_name: "edge".into(),
+                server: "https://edge:6443".into(),
+                ca_data: None,
+                ca_file: Some("/etc/edge-ca.pem".into()),
+                skip_tls_verify: true,
+            }
+        );
+    }
+
+    #[test]
+    fn contradictory_or_partial_options_are_refused() {
+        let cluster = KubeClusterOptions {
+            name: "c".into(),
+            server: "https://c".into(),
+            skip_tls_verify: None,
+            ca_data: None,
+            ca_file: None,
+        };
+        let user = KubeUserOptions {
+            name: "u".into(),
+            cert_file: None,
+            key_file: None,
+        };
+        let cases = [
+            (
+                KubeConfigOptions {
+                    cluster: Some(cluster.clone()),
+                    ..Default::default()
+                },
+                "together",
+            ),
+            (
+                KubeConfigOptions {
+                    user: Some(user.clone()),
+                    ..Default::default()
+                },
+                "together",
+            ),
+            (
+                KubeConfigOptions {
+                    cluster: Some(cluster.clone()),
+                    user: Some(user.clone()),
+                    kubeconfig_path: Some("/x".into()),
+                    ..Default::default()
+                },
+                "kubeconfigPath",
+            ),
+            (
+                KubeConfigOptions {
+                    cluster: Some(cluster),
+                    user: Some(user),
+                    load_from_default: Some(true),
+                    ..Default::default()
+                },
+                "loadFromDefault",
+            ),
+            (
+                KubeConfigOptions {
+                    load_from_default: Some(false),
+                    ..Default::default()
+                },
+                "loadFromDefault is false",
+            ),
+        ];
+        for (o, words) in cases {
+            let e = resolve_endpoint(Some(&o)).expect_err("refused");
+            assert!(e.message.contains(words), "{o:?}: {}", e.message);
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! kube-rs implementation of the core's transport traits: kubeconfig
+//! resolution and the credential-free cluster identity ([`kubeconfig`]), pod
+//! listing ([`pods`]), `pods/exec` ([`exec`]), the real clock ([`clock`]), and
+//! the one mapping of kube-rs errors onto transport errors ([`error`]).
+
+pub mod clock;
+pub mod error;
+pub mod exec;
+pub mod kubeconfig;
+pub mod pods;
+
+use std::collections::BTreeMap;
+
+use clickhouse_schema_core::transport::{
+    ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError,
+};
+
+pub use clock::SystemClock;
+pub use kubeconfig::{Connection, connect, endpoint_of, resolve_endpoint};
+
+/// Lists pods and runs execs through one kube-rs client.
+#[derive(Clone)]
+pub struct KubeTransport {
+    client: kube::Client,
+}
+
+impl KubeTransport {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+}
+
+impl From<&Connection> for KubeTransport {
+    fn from(connection: &Connection) -> Self {
+        Self::new(connection.client.clone())
+    }
+}
+
+impl std::fmt::Debug for KubeTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeTransport").finish_non_exhaustive()
+    }
+}
+
+impl PodLister for KubeTransport {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
+        pods::list(&self.client, namespace, selector)
+    }
+}
+
+impl Executor for KubeTransport {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        exec::exec(&self.client, request)
+    }
+}
