@@ -10,8 +10,11 @@ pub mod config;
 pub mod error;
 pub mod fingerprint;
 pub mod lexer;
+pub mod lifecycle;
 pub mod on_cluster;
+pub mod reconcile;
 pub mod redact;
+pub mod state;
 pub mod transport;
 pub mod validate;
 

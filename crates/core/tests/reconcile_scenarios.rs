@@ -1,0 +1,769 @@
+//! Every fanout / onCluster scenario the contract describes, on scripted pods
+//! and a fake clock: what ran where, how many calls it cost, what was recorded.
+
+mod reconcile_support;
+
+use std::time::Duration;
+
+use clickhouse_schema_core::ErrorKind;
+use clickhouse_schema_core::lifecycle::{ApplyOutcome, Cluster, apply, destroy};
+use clickhouse_schema_core::state::{PodRef, SchemaState};
+use clickhouse_schema_core::transport::{ExecOutput, TransportError, TransportErrorKind};
+use reconcile_support::{FakeClock, FakeCluster, block_on, config, pending, pod};
+use serde_json::json;
+
+const S0: &str = "CREATE DATABASE IF NOT EXISTS orders";
+const S1: &str =
+    "CREATE TABLE IF NOT EXISTS orders.events (id UUID, at DateTime) ENGINE = MergeTree ORDER BY at";
+
+fn fanout_props() -> serde_json::Value {
+    json!({
+        "target": { "namespace": "example-observability", "podSelector": { "clickhouse.altinity.com/chi": "orders" } },
+        "statements": [S0, S1],
+    })
+}
+
+fn on_cluster_props() -> serde_json::Value {
+    json!({
+        "target": { "namespace": "example-observability", "podSelector": { "clickhouse.altinity.com/chi": "orders" } },
+        "execution": { "mode": "onCluster", "cluster": "orders" },
+        "statements": [
+            "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER orders",
+            "CREATE TABLE IF NOT EXISTS orders.events ON CLUSTER 'orders' (id UUID) ENGINE = Memory",
+        ],
+    })
+}
+
+fn three_pods() -> Vec<reconcile_support_pod::PodInfo> {
+    vec![
+        pod("chi-orders-0-0-0", "u0"),
+        pod("chi-orders-0-1-0", "u1"),
+        pod("chi-orders-0-2-0", "u2"),
+    ]
+}
+
+mod reconcile_support_pod {
+    pub use clickhouse_schema_core::transport::PodInfo;
+}
+
+// The error is returned by value as the library returns it; its size does not matter in a test.
+#[allow(clippy::result_large_err)]
+fn run_apply(
+    props: serde_json::Value,
+    previous: Option<&SchemaState>,
+    cluster: &FakeCluster,
+    clock: &FakeClock,
+) -> Result<(SchemaState, ApplyOutcome), clickhouse_schema_core::ClickHouseSchemaError> {
+    let cfg = config(props);
+    let c = Cluster {
+        transport: cluster,
+        clock,
+        cluster_id: Some("cluster-a".into()),
+    };
+    block_on(apply("orders-schema", &cfg, previous, &c))
+}
+
+fn refs(state: &SchemaState) -> Vec<(String, String)> {
+    state
+        .pods
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone(), p.uid.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn ok_state(cluster_pods: Vec<reconcile_support_pod::PodInfo>) -> SchemaState {
+    let cluster = FakeCluster::new(cluster_pods);
+    run_apply(fanout_props(), None, &cluster, &FakeClock::default())
+        .unwrap()
+        .0
+}
+
+#[test]
+fn a_settled_cluster_costs_one_pass_two_lists() {
+    let cluster = FakeCluster::new(three_pods());
+    let clock = FakeClock::default();
+    let (state, outcome) = run_apply(fanout_props(), None, &cluster, &clock).unwrap();
+
+    assert_eq!(cluster.lists(), 2, "the selection list and one re-list");
+    assert_eq!(cluster.execs().len(), 6, "2 statements x 3 pods, one exec each");
+    for (name, uid) in [
+        ("chi-orders-0-0-0", "u0"),
+        ("chi-orders-0-1-0", "u1"),
+        ("chi-orders-0-2-0", "u2"),
+    ] {
+        assert_eq!(
+            cluster.statements_on(name, uid),
+            vec![S0, S1],
+            "{name} got the whole list in order"
+        );
+    }
+    assert_eq!(
+        refs(&state),
+        vec![
+            ("chi-orders-0-0-0".into(), "u0".into()),
+            ("chi-orders-0-1-0".into(), "u1".into()),
+            ("chi-orders-0-2-0".into(), "u2".into())
+        ]
+    );
+    assert_eq!(
+        state.pod_names,
+        vec!["chi-orders-0-0-0", "chi-orders-0-1-0", "chi-orders-0-2-0"]
+    );
+    assert_eq!(state.statement_count, 2);
+    assert_eq!(state.database, "default");
+    assert_eq!(state.cluster_id.as_deref(), Some("cluster-a"));
+    assert!(matches!(outcome, ApplyOutcome::Applied { pods } if pods.len() == 3));
+    assert!(clock.sleeps.lock().unwrap().is_empty(), "nothing to wait for");
+}
+
+#[test]
+fn statements_travel_on_stdin_never_in_argv() {
+    let cluster = FakeCluster::new(three_pods());
+    run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    for call in cluster.execs() {
+        assert!(
+            call.command.iter().all(|arg| !arg.contains(&call.stdin)),
+            "{:?}",
+            call.command
+        );
+        assert!(call.command[2].contains(&format!("head -c {}", call.stdin.len())));
+    }
+}
+
+#[test]
+fn an_unchanged_converge_costs_one_list_and_no_exec() {
+    let state = ok_state(three_pods());
+    let cluster = FakeCluster::new(three_pods());
+    let (again, outcome) = run_apply(fanout_props(), Some(&state), &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(outcome, ApplyOutcome::Unchanged);
+    assert_eq!(again, state, "the previous state is returned unchanged");
+    assert_eq!(cluster.lists(), 1);
+    assert_eq!(cluster.exec_attempts(), 0);
+}
+
+#[test]
+fn an_unchanged_on_cluster_converge_makes_no_call_at_all() {
+    let cluster = FakeCluster::new(three_pods());
+    let (state, _) = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(cluster.lists(), 1);
+    assert_eq!(cluster.execs().len(), 2, "one exec per statement, on one pod");
+    assert!(
+        cluster.execs().iter().all(|c| c.pod == "chi-orders-0-0-0"),
+        "the first Ready pod by name"
+    );
+
+    let again = FakeCluster::new(three_pods());
+    let (same, outcome) = run_apply(on_cluster_props(), Some(&state), &again, &FakeClock::default()).unwrap();
+    assert_eq!(outcome, ApplyOutcome::Unchanged);
+    assert_eq!(same, state);
+    assert_eq!((again.lists(), again.exec_attempts()), (0, 0));
+}
+
+#[test]
+fn on_cluster_picks_the_first_ready_pod_with_the_container() {
+    let mut no_container = pod("chi-orders-0-0-0", "u0");
+    no_container.containers = vec!["sidecar".into()];
+    let cluster = FakeCluster::new(vec![
+        no_container,
+        pending("chi-orders-0-1-0", "u1"),
+        pod("chi-orders-0-2-0", "u2"),
+    ]);
+    let (state, _) = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap();
+    assert!(cluster.execs().iter().all(|c| c.pod == "chi-orders-0-2-0"));
+    assert_eq!(state.pod_names, vec!["chi-orders-0-2-0"]);
+}
+
+#[test]
+fn scale_out_applies_to_the_new_pod_only() {
+    let state = ok_state(three_pods());
+    let mut four = three_pods();
+    four.push(pod("chi-orders-0-3-0", "u3"));
+    let cluster = FakeCluster::new(four);
+    let (next, outcome) = run_apply(fanout_props(), Some(&state), &cluster, &FakeClock::default()).unwrap();
+
+    let ran_on: Vec<String> = cluster.execs().into_iter().map(|c| c.pod).collect();
+    assert_eq!(ran_on, vec!["chi-orders-0-3-0", "chi-orders-0-3-0"]);
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Applied {
+            pods: vec!["chi-orders-0-3-0".into()]
+        }
+    );
+    assert_eq!(next.pod_names.len(), 4);
+    assert_eq!(
+        cluster.lists(),
+        2,
+        "the no-op check's list is the first observation"
+    );
+}
+
+#[test]
+fn a_replaced_pod_is_recognised_by_its_uid() {
+    let state = ok_state(three_pods());
+    let cluster = FakeCluster::new(vec![
+        pod("chi-orders-0-0-0", "u0"),
+        pod("chi-orders-0-1-0", "u1-new"),
+        pod("chi-orders-0-2-0", "u2"),
+    ]);
+    let (next, _) = run_apply(fanout_props(), Some(&state), &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(cluster.statements_on("chi-orders-0-1-0", "u1-new"), vec![S0, S1]);
+    assert_eq!(cluster.execs().len(), 2, "only the replacement ran the list");
+    assert!(refs(&next).contains(&("chi-orders-0-1-0".into(), "u1-new".into())));
+}
+
+#[test]
+fn a_removed_pod_is_dropped_from_state_without_any_exec() {
+    let state = ok_state(three_pods());
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0"), pod("chi-orders-0-1-0", "u1")]);
+    let (next, _) = run_apply(fanout_props(), Some(&state), &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(cluster.exec_attempts(), 0);
+    assert_eq!(next.pod_names, vec!["chi-orders-0-0-0", "chi-orders-0-1-0"]);
+}
+
+#[test]
+fn a_changed_statement_list_re_runs_everything_everywhere() {
+    let state = ok_state(three_pods());
+    let mut props = fanout_props();
+    props["statements"].as_array_mut().unwrap().push(json!(
+        "CREATE TABLE IF NOT EXISTS orders.b (x UInt8) ENGINE = Memory"
+    ));
+    let cluster = FakeCluster::new(three_pods());
+    let (next, _) = run_apply(props, Some(&state), &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(cluster.execs().len(), 9);
+    assert_ne!(next.fingerprint, state.fingerprint);
+    assert_eq!(next.statement_count, 3);
+}
+
+#[test]
+fn a_changed_target_or_cluster_re_runs_everything() {
+    let state = ok_state(three_pods());
+    let mut props = fanout_props();
+    props["target"]["namespace"] = json!("other-namespace");
+    let cluster = FakeCluster::new(three_pods());
+    run_apply(props, Some(&state), &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(cluster.execs().len(), 6, "re-pointed target");
+
+    let cluster = FakeCluster::new(three_pods());
+    let cfg = config(fanout_props());
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-b".into()),
+    };
+    let (next, _) = block_on(apply("orders-schema", &cfg, Some(&state), &c)).unwrap();
+    assert_eq!(cluster.execs().len(), 6, "another cluster");
+    assert_eq!(next.cluster_id.as_deref(), Some("cluster-b"));
+}
+
+#[test]
+fn state_without_uids_is_compared_by_name() {
+    let mut legacy = ok_state(three_pods());
+    legacy.pods = None;
+    let cluster = FakeCluster::new(three_pods());
+    let (same, outcome) = run_apply(fanout_props(), Some(&legacy), &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(outcome, ApplyOutcome::Unchanged);
+    assert_eq!(same, legacy);
+
+    let mut four = three_pods();
+    four.push(pod("chi-orders-0-3-0", "u3"));
+    let cluster = FakeCluster::new(four);
+    let (next, _) = run_apply(fanout_props(), Some(&legacy), &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(
+        cluster.execs().len(),
+        8,
+        "without uids nothing is proven covered: all four pods re-run"
+    );
+    assert!(next.pods.is_some(), "rewritten in the new shape");
+}
+
+#[test]
+fn a_pod_appearing_mid_pass_gets_its_own_pass() {
+    let cluster = FakeCluster::new(three_pods()).on_exec(|req, pods| {
+        if req.pod == "chi-orders-0-1-0" && !pods.iter().any(|p| p.name == "chi-orders-0-3-0") {
+            pods.push(pod("chi-orders-0-3-0", "u3"));
+        }
+        None
+    });
+    let (state, _) = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(cluster.statements_on("chi-orders-0-3-0", "u3"), vec![S0, S1]);
+    assert_eq!(state.pod_names.len(), 4);
+    assert_eq!(
+        cluster.lists(),
+        3,
+        "selection, re-list seeing the new pod, re-list confirming"
+    );
+    assert_eq!(cluster.execs().len(), 8, "no pod ran the list twice");
+}
+
+#[test]
+fn a_pod_vanishing_mid_pass_is_dropped_and_the_set_re_observed() {
+    // chi-orders-0-2-0 is deleted while 0-0-0 runs; its exec answers 404.
+    let cluster = FakeCluster::new(three_pods()).on_exec(|req, pods| {
+        if req.pod == "chi-orders-0-0-0" {
+            pods.retain(|p| p.name != "chi-orders-0-2-0");
+        }
+        if req.pod == "chi-orders-0-2-0" {
+            return Some(Err(TransportError::new(
+                TransportErrorKind::Refused,
+                "pods \"chi-orders-0-2-0\" not found",
+            )
+            .with_http_status(404)));
+        }
+        None
+    });
+    let (state, _) = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(state.pod_names, vec!["chi-orders-0-0-0", "chi-orders-0-1-0"]);
+    assert_eq!(
+        cluster.lists(),
+        3,
+        "the set changed, so it had to be seen twice unchanged"
+    );
+}
+
+#[test]
+fn the_empty_window_is_waited_out_and_the_successor_applied() {
+    // A single replica is replaced right after it ran the list: the re-list
+    // sees nothing, then a Pending successor with the same name, then Ready.
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "old")])
+        .on_exec(|req, pods| {
+            if req.stdin == S1 && pods.iter().any(|p| p.uid.as_deref() == Some("old")) {
+                // Deleted as soon as its last statement finished.
+                pods.clear();
+            }
+            None
+        })
+        .on_list(|call, pods| match call {
+            2 => pods.push(pending("chi-orders-0-0-0", "new")),
+            3 => pods[0].ready = true,
+            _ => {}
+        });
+    let clock = FakeClock::default();
+    let (state, _) = run_apply(fanout_props(), None, &cluster, &clock).unwrap();
+    assert_eq!(refs(&state), vec![("chi-orders-0-0-0".into(), "new".into())]);
+    assert_eq!(
+        cluster.statements_on("chi-orders-0-0-0", "new"),
+        vec![S0, S1],
+        "the successor got the whole list"
+    );
+}
+
+#[test]
+fn an_empty_set_is_never_convergence() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "old")]).on_exec(|req, pods| {
+        if req.stdin == S1 {
+            pods.clear();
+        }
+        None
+    });
+    let clock = FakeClock::default();
+    let err = run_apply(fanout_props(), None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodsNotReady);
+    assert!(
+        err.message
+            .contains("after 120000ms the matching set became empty after 1 pod(s) were applied"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("same-named successor"));
+    assert!(
+        clock.elapsed() >= Duration::from_millis(120_000),
+        "waited the whole budget"
+    );
+}
+
+#[test]
+fn a_selector_that_never_matches_says_so() {
+    let cluster = FakeCluster::new(vec![]);
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert!(
+        err.message
+            .contains("no pod matched the selector within 120000ms"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("clickhouse.altinity.com/chi=orders"));
+    assert!(err.message.contains("'example-observability'"));
+    assert_eq!(cluster.exec_attempts(), 0);
+}
+
+#[test]
+fn churn_beyond_max_reconcile_passes_fails_naming_the_uncovered_pods() {
+    let mut next = 3;
+    let cluster = FakeCluster::new(three_pods()).on_exec(move |req, pods| {
+        // Every time a pass finishes a pod, the rollout adds another one.
+        if req.stdin == S1 {
+            let name = format!("chi-orders-0-{next}-0");
+            pods.push(pod(&name, &format!("u{next}")));
+            next += 1;
+        }
+        None
+    });
+    let mut props = fanout_props();
+    props["maxReconcilePasses"] = json!(2);
+    let err = run_apply(props, None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodSetUnstable);
+    assert!(
+        err.message
+            .contains("the pod set kept changing: after 2 reconcile pass(es)"),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message
+            .contains("pod(s) had still not been applied to (chi-orders-0-"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("raise maxReconcilePasses"));
+    assert!(err.message.contains("Nothing is recorded"));
+}
+
+#[test]
+fn the_wait_budget_is_shared_across_passes() {
+    // Pass 1 covers 3 pods; then a Pending pod appears and never becomes
+    // Ready. The budget started at the beginning of the apply, not the pass.
+    let cluster = FakeCluster::new(three_pods()).on_list(|call, pods| {
+        if call == 1 {
+            pods.push(pending("chi-orders-0-3-0", "u3"));
+        }
+    });
+    let mut props = fanout_props();
+    props["waitForPod"] = json!({ "timeoutMs": 10_000 });
+    let clock = FakeClock::default();
+    let err = run_apply(props, None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodsNotReady);
+    assert!(
+        err.message.contains("chi-orders-0-3-0 (Pending)"),
+        "{}",
+        err.message
+    );
+    assert!(clock.elapsed() >= Duration::from_millis(10_000));
+    assert!(
+        clock.elapsed() < Duration::from_millis(11_000),
+        "one budget, not one per pass: {:?}",
+        clock.elapsed()
+    );
+}
+
+#[test]
+fn pending_then_ready_is_waited_for_and_nothing_runs_before_all_are_ready() {
+    let cluster = FakeCluster::new(vec![
+        pod("chi-orders-0-0-0", "u0"),
+        pending("chi-orders-0-1-0", "u1"),
+    ])
+    .on_list(|call, pods| {
+        if call == 2 {
+            pods[1].ready = true;
+            pods[1].phase = Some("Running".into());
+        }
+    });
+    let clock = FakeClock::default();
+    let (state, _) = run_apply(fanout_props(), None, &cluster, &clock).unwrap();
+    assert_eq!(state.pod_names.len(), 2);
+    assert_eq!(cluster.execs().len(), 4);
+    assert_eq!(
+        clock.sleeps.lock().unwrap().len(),
+        2,
+        "two polls while 0-1-0 was Pending"
+    );
+}
+
+#[test]
+fn pods_not_ready_in_time_fail_naming_them_and_their_phases() {
+    let mut not_ready = pod("chi-orders-0-2-0", "u2");
+    not_ready.ready = false;
+    let cluster = FakeCluster::new(vec![
+        pod("chi-orders-0-0-0", "u0"),
+        pending("chi-orders-0-1-0", "u1"),
+        not_ready,
+    ]);
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodsNotReady);
+    assert!(
+        err.message.contains(
+            "2 pod(s) were not Ready: chi-orders-0-1-0 (Pending), chi-orders-0-2-0 (Running, not Ready)"
+        ),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        cluster.exec_attempts(),
+        0,
+        "all or nothing: no statement ran on the Ready pod"
+    );
+}
+
+#[test]
+fn a_pod_without_the_container_fails_at_once() {
+    let mut sidecar_only = pod("chi-orders-0-1-0", "u1");
+    sidecar_only.containers = vec!["metrics".into()];
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0"), sidecar_only]);
+    let clock = FakeClock::default();
+    let err = run_apply(fanout_props(), None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ContainerMissing);
+    assert_eq!(err.pod.as_deref(), Some("chi-orders-0-1-0"));
+    assert!(
+        err.message
+            .contains("pod chi-orders-0-1-0 has no container 'clickhouse' (its containers: metrics)")
+    );
+    assert_eq!(cluster.exec_attempts(), 0);
+    assert_eq!(
+        clock.elapsed(),
+        Duration::ZERO,
+        "no waiting for something waiting cannot fix"
+    );
+}
+
+#[test]
+fn terminating_and_finished_pods_are_not_part_of_the_set() {
+    let mut leaving = pod("chi-orders-0-1-0", "u1");
+    leaving.terminating = true;
+    leaving.ready = false;
+    let mut done = pod("chi-orders-0-2-0", "u2");
+    done.phase = Some("Succeeded".into());
+    done.ready = false;
+    let mut failed = pod("chi-orders-0-3-0", "u3");
+    failed.phase = Some("Failed".into());
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0"), leaving, done, failed]);
+    let (state, _) = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(state.pod_names, vec!["chi-orders-0-0-0"]);
+    assert!(cluster.execs().iter().all(|c| c.pod == "chi-orders-0-0-0"));
+}
+
+#[test]
+fn an_sql_error_names_index_pod_code_and_is_never_retried() {
+    let statement_with_secret =
+        "CREATE TABLE s3t (x String) ENGINE = S3('https://b.example/x', 'AKIAEXAMPLE123', 'wJalrSecret99')";
+    let cluster = FakeCluster::new(three_pods()).on_exec(move |req, _| {
+        (req.pod == "chi-orders-0-1-0" && req.stdin.starts_with("CREATE TABLE s3t")).then(|| {
+            Ok(ExecOutput {
+                stdout: String::new(),
+                stderr: "Code: 62. DB::Exception: Syntax error: failed at position 40: 'AKIAEXAMPLE123', 'wJalrSecret99')\n"
+                    .into(),
+                exit_code: 62,
+            })
+        })
+    });
+    let mut props = fanout_props();
+    props["statements"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(statement_with_secret));
+    let err = run_apply(props, None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::StatementFailed);
+    assert_eq!(err.statement_index, Some(2));
+    assert_eq!(err.pod.as_deref(), Some("chi-orders-0-1-0"));
+    assert_eq!(err.clickhouse_code, Some(62));
+    assert_eq!(err.exit_code, Some(62));
+    assert!(
+        err.message.starts_with("ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-orders-0-1-0 with ClickHouse code 62"),
+        "{}",
+        err.message
+    );
+    for secret in ["AKIAEXAMPLE123", "wJalrSecret99"] {
+        assert!(!err.message.contains(secret), "{}", err.message);
+    }
+    let runs_of_failing = cluster
+        .execs()
+        .iter()
+        .filter(|c| c.pod == "chi-orders-0-1-0" && c.stdin == statement_with_secret)
+        .count();
+    assert_eq!(runs_of_failing, 1, "an SQL error is not retried");
+    assert_eq!(
+        cluster.exec_attempts(),
+        cluster.execs().len(),
+        "no attempt failed in transport"
+    );
+}
+
+#[test]
+fn a_transport_failure_is_retried_with_backoff() {
+    let mut failures = 2;
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |_, _| {
+        (failures > 0).then(|| {
+            failures -= 1;
+            Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "websocket closed mid-exec",
+            ))
+        })
+    });
+    let clock = FakeClock::default();
+    let (state, _) = run_apply(fanout_props(), None, &cluster, &clock).unwrap();
+    assert_eq!(state.pod_names.len(), 1);
+    assert_eq!(cluster.exec_attempts(), 4, "2 failed + 2 statements");
+    assert_eq!(
+        *clock.sleeps.lock().unwrap(),
+        vec![Duration::from_millis(1000), Duration::from_millis(2000)]
+    );
+}
+
+#[test]
+fn a_transport_failure_that_persists_fails_after_max_attempts() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
+        Some(Err(TransportError::new(
+            TransportErrorKind::Timeout,
+            "exec did not finish within 300000ms",
+        )))
+    });
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Transport);
+    assert_eq!(err.statement_index, Some(0));
+    assert_eq!(cluster.exec_attempts(), 3);
+    assert!(err.message.contains("3 attempt(s)"), "{}", err.message);
+}
+
+#[test]
+fn a_refused_exec_is_not_retried_and_says_what_rbac_is_needed() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
+        Some(Err(TransportError::new(
+            TransportErrorKind::Refused,
+            "pods \"chi-orders-0-0-0\" is forbidden: User \"ci\" cannot create resource \"pods/exec\"",
+        )
+        .with_http_status(403)))
+    });
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::KubernetesApi);
+    assert_eq!(cluster.exec_attempts(), 1);
+    assert!(err.message.contains("'create' on pods/exec"), "{}", err.message);
+}
+
+#[test]
+fn list_failures_are_retried_then_reported() {
+    let cluster = FakeCluster::new(three_pods()).fail_lists(vec![
+        TransportError::new(TransportErrorKind::Transient, "500 Internal Server Error").with_http_status(500),
+        TransportError::new(TransportErrorKind::Transient, "429 Too Many Requests").with_http_status(429),
+    ]);
+    run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+
+    let cluster = FakeCluster::new(three_pods()).fail_lists(vec![
+        TransportError::new(TransportErrorKind::Refused, "forbidden").with_http_status(403),
+    ]);
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::KubernetesApi);
+    assert!(err.message.contains("'list' on pods"));
+}
+
+#[test]
+fn nothing_is_recorded_after_a_partial_apply() {
+    // The contract: an error and no state. The caller keeps its previous state.
+    let state = ok_state(three_pods());
+    let mut props = fanout_props();
+    props["statements"].as_array_mut().unwrap().push(json!("BROKEN"));
+    let cluster = FakeCluster::new(three_pods()).on_exec(|req, _| {
+        (req.stdin == "BROKEN").then(|| {
+            Ok(ExecOutput {
+                stdout: String::new(),
+                stderr: "Code: 62. DB::Exception: Syntax error".into(),
+                exit_code: 62,
+            })
+        })
+    });
+    let result = run_apply(props, Some(&state), &cluster, &FakeClock::default());
+    assert!(result.is_err());
+    let ran: Vec<String> = cluster
+        .execs()
+        .into_iter()
+        .map(|c| format!("{} {}", c.pod, c.stdin))
+        .collect();
+    assert_eq!(
+        ran,
+        vec![
+            format!("chi-orders-0-0-0 {S0}"),
+            format!("chi-orders-0-0-0 {S1}"),
+            "chi-orders-0-0-0 BROKEN".to_owned()
+        ],
+        "stopped at the first pod's failing statement"
+    );
+}
+
+#[test]
+fn delete_with_retain_never_reaches_the_cluster() {
+    let state = ok_state(three_pods());
+    let cluster = FakeCluster::new(three_pods());
+    let clock = FakeClock::default();
+    let cfg = config(fanout_props());
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-a".into()),
+    };
+    block_on(destroy("orders-schema", &cfg, Some(&state), &c)).unwrap();
+    assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
+}
+
+fn run_props() -> serde_json::Value {
+    let mut props = fanout_props();
+    props["onDelete"] = json!("run");
+    props["deleteStatements"] = json!([
+        "DROP TABLE IF EXISTS orders.events",
+        "DROP DATABASE IF EXISTS orders"
+    ]);
+    props
+}
+
+#[test]
+fn delete_with_run_executes_the_delete_statements_on_every_pod() {
+    let state = ok_state(three_pods());
+    let cluster = FakeCluster::new(three_pods());
+    let clock = FakeClock::default();
+    let cfg = config(run_props());
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-a".into()),
+    };
+    block_on(destroy("orders-schema", &cfg, Some(&state), &c)).unwrap();
+    assert_eq!(cluster.execs().len(), 6);
+    assert_eq!(
+        cluster.statements_on("chi-orders-0-2-0", "u2"),
+        vec![
+            "DROP TABLE IF EXISTS orders.events",
+            "DROP DATABASE IF EXISTS orders"
+        ]
+    );
+}
+
+#[test]
+fn delete_with_run_refuses_another_cluster_or_nothing_applied_before_any_call() {
+    let state = ok_state(three_pods());
+    let cluster = FakeCluster::new(three_pods());
+    let clock = FakeClock::default();
+    let cfg = config(run_props());
+
+    let elsewhere = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-b".into()),
+    };
+    let err = block_on(destroy("orders-schema", &cfg, Some(&state), &elsewhere)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ClusterMismatch);
+    assert!(
+        err.message.contains("'cluster-a'") && err.message.contains("'cluster-b'"),
+        "{}",
+        err.message
+    );
+
+    let here = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-a".into()),
+    };
+    let err = block_on(destroy("orders-schema", &cfg, None, &here)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::NothingApplied);
+    assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
+}
+
+#[test]
+fn recorded_pods_are_sorted_by_name() {
+    let cluster = FakeCluster::new(vec![pod("b", "2"), pod("c", "3"), pod("a", "1")]);
+    let (state, _) = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(state.pod_names, vec!["a", "b", "c"]);
+    let pods: Vec<PodRef> = state.pods.unwrap();
+    assert_eq!(
+        pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        vec!["a", "b", "c"]
+    );
+}

@@ -1,0 +1,225 @@
+//! A scripted cluster and a fake clock for the reconcile and lifecycle tests.
+//!
+//! The cluster is a mutable list of pods. Scripts (closures) run before each
+//! list call and around each exec, so a test can make pods appear, vanish,
+//! become Ready or be replaced at exactly the point a real rollout would.
+//! Every call is recorded so tests assert on what reached the "cluster".
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use clickhouse_schema_core::config::ResolvedConfig;
+use clickhouse_schema_core::transport::{
+    Clock, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError,
+};
+use clickhouse_schema_core::validate::validate;
+
+/// Drives a future whose I/O is all fake and therefore never pending.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..1_000_000 {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+    }
+    panic!("the future stayed pending although every fake completes at once");
+}
+
+pub fn config(props: serde_json::Value) -> ResolvedConfig {
+    validate("orders-schema", &props).expect("test props are valid")
+}
+
+pub fn pod(name: &str, uid: &str) -> PodInfo {
+    PodInfo {
+        name: name.into(),
+        uid: Some(uid.into()),
+        ready: true,
+        phase: Some("Running".into()),
+        terminating: false,
+        containers: vec!["clickhouse".into()],
+    }
+}
+
+pub fn pending(name: &str, uid: &str) -> PodInfo {
+    PodInfo {
+        ready: false,
+        phase: Some("Pending".into()),
+        ..pod(name, uid)
+    }
+}
+
+/// Monotonic time that only moves when the code under test sleeps.
+#[derive(Default)]
+pub struct FakeClock {
+    now: Mutex<Duration>,
+    pub sleeps: Mutex<Vec<Duration>>,
+}
+
+impl FakeClock {
+    pub fn elapsed(&self) -> Duration {
+        *self.now.lock().unwrap()
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Duration {
+        *self.now.lock().unwrap()
+    }
+
+    fn now_iso8601(&self) -> String {
+        format!("2026-01-01T00:00:{:06.3}Z", self.now().as_secs_f64())
+    }
+
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send {
+        *self.now.lock().unwrap() += duration;
+        self.sleeps.lock().unwrap().push(duration);
+        std::future::ready(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecCall {
+    pub pod: String,
+    /// uid of the pod object that was live under that name when it ran.
+    pub uid: Option<String>,
+    pub command: Vec<String>,
+    pub stdin: String,
+}
+
+type ListScript = Box<dyn FnMut(usize, &mut Vec<PodInfo>) + Send>;
+type ExecScript =
+    Box<dyn FnMut(&ExecRequest, &mut Vec<PodInfo>) -> Option<Result<ExecOutput, TransportError>> + Send>;
+
+pub struct World {
+    pub pods: Vec<PodInfo>,
+    pub lists: usize,
+    pub execs: Vec<ExecCall>,
+    /// Attempts including failed ones.
+    pub exec_attempts: usize,
+    list_script: Option<ListScript>,
+    exec_script: Option<ExecScript>,
+    list_failures: Vec<TransportError>,
+}
+
+pub struct FakeCluster {
+    pub world: Mutex<World>,
+}
+
+impl FakeCluster {
+    pub fn new(pods: Vec<PodInfo>) -> Self {
+        Self {
+            world: Mutex::new(World {
+                pods,
+                lists: 0,
+                execs: Vec::new(),
+                exec_attempts: 0,
+                list_script: None,
+                exec_script: None,
+                list_failures: Vec::new(),
+            }),
+        }
+    }
+
+    /// Runs before every list call with the 0-based call number.
+    pub fn on_list(self, script: impl FnMut(usize, &mut Vec<PodInfo>) + Send + 'static) -> Self {
+        self.world.lock().unwrap().list_script = Some(Box::new(script));
+        self
+    }
+
+    /// Runs before every exec attempt; returning `Some` replaces the default
+    /// outcome (success with empty output).
+    pub fn on_exec(
+        self,
+        script: impl FnMut(&ExecRequest, &mut Vec<PodInfo>) -> Option<Result<ExecOutput, TransportError>>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.world.lock().unwrap().exec_script = Some(Box::new(script));
+        self
+    }
+
+    /// The next list calls fail with these errors, in order.
+    pub fn fail_lists(self, errors: Vec<TransportError>) -> Self {
+        self.world.lock().unwrap().list_failures = errors;
+        self
+    }
+
+    pub fn lists(&self) -> usize {
+        self.world.lock().unwrap().lists
+    }
+
+    pub fn execs(&self) -> Vec<ExecCall> {
+        self.world.lock().unwrap().execs.clone()
+    }
+
+    pub fn exec_attempts(&self) -> usize {
+        self.world.lock().unwrap().exec_attempts
+    }
+
+    pub fn set_pods(&self, pods: Vec<PodInfo>) {
+        self.world.lock().unwrap().pods = pods;
+    }
+
+    /// Statements that ran on the pod object `name`/`uid`, in order.
+    pub fn statements_on(&self, name: &str, uid: &str) -> Vec<String> {
+        self.execs()
+            .into_iter()
+            .filter(|c| c.pod == name && c.uid.as_deref() == Some(uid))
+            .map(|c| c.stdin)
+            .collect()
+    }
+}
+
+impl PodLister for FakeCluster {
+    fn list_pods(
+        &self,
+        _namespace: &str,
+        _selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
+        let mut world = self.world.lock().unwrap();
+        let call = world.lists;
+        world.lists += 1;
+        let result = if world.list_failures.is_empty() {
+            let mut script = world.list_script.take();
+            if let Some(script) = script.as_mut() {
+                script(call, &mut world.pods);
+            }
+            world.list_script = script;
+            Ok(world.pods.clone())
+        } else {
+            Err(world.list_failures.remove(0))
+        };
+        std::future::ready(result)
+    }
+}
+
+impl Executor for FakeCluster {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let mut world = self.world.lock().unwrap();
+        world.exec_attempts += 1;
+        let mut script = world.exec_script.take();
+        let scripted = script.as_mut().and_then(|s| s(&request, &mut world.pods));
+        world.exec_script = script;
+        let result = scripted.unwrap_or_else(|| Ok(ExecOutput::default()));
+        if result.is_ok() {
+            let uid = world
+                .pods
+                .iter()
+                .find(|p| p.name == request.pod)
+                .and_then(|p| p.uid.clone());
+            world.execs.push(ExecCall {
+                pod: request.pod.clone(),
+                uid,
+                command: request.command.clone(),
+                stdin: request.stdin.clone(),
+            });
+        }
+        std::future::ready(result)
+    }
+}
