@@ -32,7 +32,11 @@ fn build<'env>(env: &'env Env, err: &ClickHouseSchemaError) -> Result<Unknown<'e
     set_optional(&mut obj, "statementIndex", err.statement_index.map(|i| i as u32))?;
     set_optional(&mut obj, "pod", err.pod.as_deref())?;
     set_optional(&mut obj, "clickHouseCode", err.clickhouse_code)?;
-    set_optional(&mut obj, "clickHouseException", err.clickhouse_exception.as_deref())?;
+    set_optional(
+        &mut obj,
+        "clickHouseException",
+        err.clickhouse_exception.as_deref(),
+    )?;
     set_optional(&mut obj, "exitCode", err.exit_code)?;
     if !err.issues.is_empty() {
         let issues = serde_json::to_value(&err.issues)
