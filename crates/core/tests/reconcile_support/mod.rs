@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clickhouse_schema_core::config::ResolvedConfig;
 use clickhouse_schema_core::transport::{
-    Clock, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError,
+    Clock, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError, TransportErrorKind,
 };
 use clickhouse_schema_core::validate::validate;
 
@@ -203,16 +203,24 @@ impl Executor for FakeCluster {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
         let mut world = self.world.lock().unwrap();
         world.exec_attempts += 1;
+        // The pod object the exec reaches is the one live when it starts; an
+        // exec into a pod that no longer exists is answered 404, as the API does.
+        let Some(uid) = world
+            .pods
+            .iter()
+            .find(|p| p.name == request.pod)
+            .map(|p| p.uid.clone())
+        else {
+            let gone = format!("pods \"{}\" not found", request.pod);
+            return std::future::ready(Err(
+                TransportError::new(TransportErrorKind::Refused, gone).with_http_status(404)
+            ));
+        };
         let mut script = world.exec_script.take();
         let scripted = script.as_mut().and_then(|s| s(&request, &mut world.pods));
         world.exec_script = script;
         let result = scripted.unwrap_or_else(|| Ok(ExecOutput::default()));
         if result.is_ok() {
-            let uid = world
-                .pods
-                .iter()
-                .find(|p| p.name == request.pod)
-                .and_then(|p| p.uid.clone());
             world.execs.push(ExecCall {
                 pod: request.pod.clone(),
                 uid,
