@@ -365,6 +365,7 @@ impl Session {
                     break;
                 }
             }
+            sink
         });
         let (first_out_tx, first_out_rx) = oneshot::channel();
         let mut pumps = Vec::new();
@@ -407,6 +408,7 @@ impl Session {
                 }
             }
             let _ = gone_tx.send(());
+            stream
         });
 
         let drop_now = async {
@@ -476,17 +478,26 @@ impl Session {
             self.finish(Some(code), "fault_drop");
             return;
         }
+        // Logged before the status goes out: a client that reads the log right after its exec
+        // returned must see the final record.
+        sync_log(&self);
+        self.finish(Some(code), "completed");
         let _ = tx
             .send(frame(ERROR, exit_status(code).to_string().as_bytes()))
             .await;
         let _ = tx.send(close_normal()).await;
         drop(tx);
-        let _ = writer.await;
-        // Give the client a moment to answer the close frame, then let the connection go.
-        let _ = tokio::time::timeout(Duration::from_secs(2), &mut gone_rx).await;
-        reader.abort();
-        sync_log(&self);
-        self.finish(Some(code), "completed");
+        let sink = writer.await.ok();
+        // Wait for the client's close frame, then end TLS with close_notify as Go's server does;
+        // strict clients report a bare TCP close as an error.
+        let abort = reader.abort_handle();
+        let stream = tokio::time::timeout(Duration::from_secs(2), reader).await;
+        abort.abort();
+        if let (Some(sink), Ok(Ok(stream))) = (sink, stream)
+            && let Ok(mut ws) = sink.reunite(stream)
+        {
+            let _ = tokio::time::timeout(Duration::from_secs(1), ws.get_mut().shutdown()).await;
+        }
     }
 }
 

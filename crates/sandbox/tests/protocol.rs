@@ -1,0 +1,477 @@
+//! The API and exec protocol against kubectl, kube-rs and a raw v4 client, with pods whose
+//! processes run on this machine (no ClickHouse needed).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use futures_util::StreamExt;
+use kube::api::ListParams;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use sandbox::{AddPod, Container, DropPoint, Fault, PodState, Sandbox, SandboxOptions};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+async fn local() -> Sandbox {
+    Sandbox::start(SandboxOptions::local(3))
+        .await
+        .expect("sandbox starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_exec_streams_stdin_and_reports_exit_codes() {
+    let sb = local().await;
+    let c = client(&sb, "sandbox-minimal").await;
+    let ok = kube_exec(
+        &c,
+        "chi-sandbox-0-0-0",
+        "clickhouse",
+        &["sh", "-c", "cat; echo err >&2"],
+        b"SELECT 1\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.stdout, "SELECT 1\n");
+    assert_eq!(ok.stderr, "err\n");
+    assert_eq!(ok.exit_code(), Some(0));
+    assert!(ok.joined.is_ok(), "{:?}", ok.joined);
+
+    let failed = kube_exec(
+        &c,
+        "chi-sandbox-0-1-0",
+        "clickhouse",
+        &["sh", "-c", "cat >/dev/null; exit 62"],
+        b"x",
+    )
+    .await
+    .unwrap();
+    let st = failed.status.as_ref().unwrap();
+    assert_eq!(st.status.as_deref(), Some("Failure"));
+    assert_eq!(st.reason.as_deref(), Some("NonZeroExitCode"));
+    assert_eq!(failed.exit_code(), Some(62));
+
+    // The container env reaches the process, and only it (plus the image's PATH/HOME/HOSTNAME).
+    let env = kube_exec(
+        &c,
+        "chi-sandbox-0-0-0",
+        "clickhouse",
+        &["sh", "-c", "env | sort"],
+        b"",
+    )
+    .await
+    .unwrap();
+    assert!(
+        env.stdout
+            .contains(&format!("CLICKHOUSE_PASSWORD={}", sb.passwords().default)),
+        "{}",
+        env.stdout
+    );
+    assert!(env.stdout.contains("HOSTNAME=chi-sandbox-0-0-0"));
+    assert!(
+        !env.stdout.contains("CARGO"),
+        "host environment leaked: {}",
+        env.stdout
+    );
+
+    let log = sb.exec_log();
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[0].argv, vec!["sh", "-c", "cat; echo err >&2"]);
+    assert_eq!(log[0].stdin_text(), "SELECT 1\n");
+    assert_eq!(log[0].protocol, "v5.channel.k8s.io");
+    assert_eq!(log[0].user, "sandbox-minimal");
+    assert_eq!(log[1].exit_code, Some(62));
+    assert!(log.iter().all(|r| r.outcome == "completed"), "{log:?}");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_tokens_mirror_the_products_role() {
+    let sb = local().await;
+    let minimal = client(&sb, "sandbox-minimal").await;
+    assert_eq!(
+        pods(&minimal)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+    match pods(&minimal).get("chi-sandbox-0-0-0").await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403);
+            assert!(
+                s.message.contains("cannot get resource \"pods\""),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected 403, got {other:?}"),
+    }
+    let no_exec = client(&sb, "sandbox-no-exec").await;
+    match kube_exec(&no_exec, "chi-sandbox-0-0-0", "clickhouse", &["true"], b"").await {
+        Err(e) => assert!(e.to_string().contains("403"), "{e}"),
+        Ok(o) => panic!("exec allowed without pods/exec: {o:?}"),
+    }
+    let anonymous = client(&sb, "sandbox-anonymous").await;
+    match pods(&anonymous).list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 401),
+        other => panic!("expected 401, got {other:?}"),
+    }
+    let admin = client(&sb, "sandbox").await;
+    let p = pods(&admin).get("chi-sandbox-0-2-0").await.unwrap();
+    assert_eq!(
+        p.metadata.labels.unwrap()["clickhouse.altinity.com/chi"],
+        "sandbox"
+    );
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Running"));
+    match pods(&admin).get("nope").await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (404, "NotFound")),
+        other => panic!("expected 404, got {other:?}"),
+    }
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_is_refused_like_kubernetes() {
+    let sb = local().await;
+    let c = client(&sb, "sandbox").await;
+    let err = kube_exec(&c, "chi-sandbox-0-0-0", "nope", &["true"], b"")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("400"), "{err}");
+    let err = kube_exec(&c, "missing", "clickhouse", &["true"], b"")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("404"), "{err}");
+    sb.set_pod_state("chi-sandbox-0-1-0", PodState::Pending).unwrap();
+    let err = kube_exec(&c, "chi-sandbox-0-1-0", "clickhouse", &["true"], b"")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("400"), "{err}");
+    // Terminating and not-Ready pods still run commands, as in Kubernetes.
+    sb.set_pod_state("chi-sandbox-0-2-0", PodState::Terminating)
+        .unwrap();
+    let out = kube_exec(&c, "chi-sandbox-0-2-0", "clickhouse", &["echo", "hi"], b"")
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "hi\n");
+    // A renamed container is what a changed operator template looks like.
+    sb.set_containers(
+        "chi-sandbox-0-0-0",
+        vec![Container {
+            name: "server".into(),
+            image: "clickhouse/clickhouse-server:24.8".into(),
+            env: vec![],
+        }],
+    )
+    .unwrap();
+    let err = kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["true"], b"")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("400"), "{err}");
+    let p = pods(&c).get("chi-sandbox-0-2-0").await.unwrap();
+    assert!(p.metadata.deletion_timestamp.is_some());
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v4_only_client_gets_v4_with_stdout_and_status() {
+    let sb = local().await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(sb.ca_pem().as_bytes()).unwrap())
+        .unwrap();
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", sb.port()))
+        .await
+        .unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .unwrap();
+    let url = format!(
+        "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-0-0-0/exec?command=sh&command=-c&command=echo+out%3B+exit+5&container=clickhouse&stdout=true&stderr=true",
+        sb.port()
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "Authorization",
+        format!("Bearer {}", sb.tokens().admin).parse().unwrap(),
+    );
+    req.headers_mut()
+        .insert("Sec-WebSocket-Protocol", "v4.channel.k8s.io".parse().unwrap());
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tls).await.unwrap();
+    assert_eq!(resp.headers()["sec-websocket-protocol"], "v4.channel.k8s.io");
+    let mut stdout = Vec::new();
+    let mut status = None;
+    let mut close = None;
+    while let Some(m) = ws.next().await {
+        match m.unwrap() {
+            Message::Binary(b) if b[0] == 1 => stdout.extend_from_slice(&b[1..]),
+            Message::Binary(b) if b[0] == 3 => {
+                status = Some(serde_json::from_slice::<serde_json::Value>(&b[1..]).unwrap())
+            }
+            Message::Close(f) => close = f,
+            _ => {}
+        }
+    }
+    assert_eq!(stdout, b"out\n");
+    let status = status.expect("status frame");
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(status["details"]["causes"][0]["message"], "5");
+    assert_eq!(u16::from(close.expect("close frame").code), 1000);
+    assert_eq!(sb.exec_log()[0].protocol, "v4.channel.k8s.io");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_faults_reach_the_client() {
+    let sb = local().await;
+    let c = client(&sb, "sandbox-minimal").await;
+
+    sb.inject(Fault::DropExec {
+        pod: Some("chi-sandbox-0-1-0".into()),
+        count: 1,
+        after: DropPoint::AfterStdout,
+    });
+    // Scoped: another pod is unaffected.
+    let ok = kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["echo", "fine"], b"")
+        .await
+        .unwrap();
+    assert_eq!(ok.exit_code(), Some(0));
+    let dropped = kube_exec(
+        &c,
+        "chi-sandbox-0-1-0",
+        "clickhouse",
+        &["sh", "-c", "echo first; sleep 5; echo never"],
+        b"",
+    )
+    .await
+    .unwrap();
+    assert!(dropped.status.is_none(), "{dropped:?}");
+    assert!(
+        dropped.joined.is_err(),
+        "a dropped connection must surface as an error: {dropped:?}"
+    );
+    assert!(!dropped.stdout.contains("never"));
+    assert_eq!(sb.exec_log().last().unwrap().outcome, "fault_drop");
+    // Used up: the next exec on that pod works.
+    let again = kube_exec(&c, "chi-sandbox-0-1-0", "clickhouse", &["echo", "back"], b"")
+        .await
+        .unwrap();
+    assert_eq!(again.stdout, "back\n");
+
+    sb.inject(Fault::StallExec {
+        pod: None,
+        count: 1,
+        seconds: 30,
+    });
+    let stalled = tokio::time::timeout(
+        Duration::from_secs(2),
+        kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["true"], b""),
+    )
+    .await;
+    assert!(stalled.is_err(), "a stalled exec must hit the client's timeout");
+
+    sb.inject(Fault::ListError {
+        namespace: None,
+        count: 1,
+        status: 500,
+        retry_after_seconds: None,
+    });
+    match pods(&c).list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (500, "InternalError")),
+        Err(e) => panic!("expected 500, got {e}"),
+        Ok(_) => panic!("expected 500, got a list"),
+    }
+    // kube 5 retries 429 (and 503/504) by itself, honouring Retry-After: one 429 is invisible to
+    // the caller but was served.
+    sb.inject(Fault::ListError {
+        namespace: None,
+        count: 1,
+        status: 429,
+        retry_after_seconds: Some(1),
+    });
+    assert_eq!(
+        pods(&c).list(&ListParams::default()).await.unwrap().items.len(),
+        3
+    );
+    assert!(
+        sb.armed_faults().is_empty(),
+        "the 429 was not served: {:?}",
+        sb.armed_faults()
+    );
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnecting_client_kills_the_process() {
+    let sb = local().await;
+    let c = client(&sb, "sandbox").await;
+    let marker = format!("/tmp/sandbox-kill-test-{}", std::process::id());
+    let api = pods(&c);
+    let params = kube::api::AttachParams::default()
+        .container("clickhouse")
+        .stdout(true)
+        .stderr(false);
+    let script = format!("sleep 3; touch {marker}");
+    let p = api
+        .exec("chi-sandbox-0-0-0", vec!["sh", "-c", &script], &params)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.abort();
+    drop(p);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "process (group) survived the disconnect"
+    );
+    assert_eq!(sb.exec_log()[0].outcome, "client_disconnected");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_both_versions_exec_list_and_select() {
+    let sb = local().await;
+    let mut labels = BTreeMap::new();
+    labels.insert("app".to_string(), "other".to_string());
+    sb.add_pod(AddPod {
+        name: Some("other-0".into()),
+        labels: Some(labels),
+        clickhouse: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kc = sb.kubeconfig_path().to_path_buf();
+    for bin in [KUBECTL_133, KUBECTL_132] {
+        let out = kubectl(
+            bin,
+            &kc,
+            &[
+                "exec",
+                "-i",
+                "chi-sandbox-0-0-0",
+                "-c",
+                "clickhouse",
+                "--",
+                "sh",
+                "-c",
+                "cat; exit 3",
+            ],
+            "hello\n",
+        )
+        .await;
+        assert_eq!(text(&out.stdout), "hello\n", "{bin}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{bin}: kubectl's exit code is the remote one"
+        );
+
+        let list = |sel: &'static str| {
+            let kc = kc.clone();
+            async move { names(&kubectl(bin, &kc, &["get", "pods", "-l", sel, "-o", "name"], "").await) }
+        };
+        let all3 = vec![
+            "pod/chi-sandbox-0-0-0",
+            "pod/chi-sandbox-0-1-0",
+            "pod/chi-sandbox-0-2-0",
+        ];
+        assert_eq!(list("clickhouse.altinity.com/chi=sandbox").await, all3);
+        assert_eq!(
+            list("clickhouse.altinity.com/replica in (0, 2)").await,
+            vec!["pod/chi-sandbox-0-0-0", "pod/chi-sandbox-0-2-0"]
+        );
+        assert_eq!(
+            list("clickhouse.altinity.com/replica!=1").await.len(),
+            3,
+            "!= matches pods without the key"
+        );
+        assert_eq!(list("!clickhouse.altinity.com/chi").await, vec!["pod/other-0"]);
+        assert_eq!(list("app notin (other)").await, all3);
+        let bad = kubectl(bin, &kc, &["get", "pods", "-l", "a in ("], "").await;
+        assert!(!bad.status.success());
+
+        let table = kubectl(bin, &kc, &["get", "pods"], "").await;
+        assert!(
+            text(&table.stdout).contains("chi-sandbox-0-1-0   1/1     Running"),
+            "{}",
+            text(&table.stdout)
+        );
+
+        let wrong = kubectl(
+            bin,
+            &kc,
+            &["exec", "chi-sandbox-0-0-0", "-c", "nope", "--", "true"],
+            "",
+        )
+        .await;
+        assert!(!wrong.status.success());
+        assert!(text(&wrong.stderr).contains("container nope is not valid for pod chi-sandbox-0-0-0"));
+
+        let forbidden = kubectl(
+            bin,
+            &kc,
+            &["--context", "sandbox-minimal", "get", "pod", "chi-sandbox-0-0-0"],
+            "",
+        )
+        .await;
+        assert!(
+            text(&forbidden.stderr).contains("Forbidden"),
+            "{}",
+            text(&forbidden.stderr)
+        );
+        let no_exec = kubectl(
+            bin,
+            &kc,
+            &[
+                "--context",
+                "sandbox-no-exec",
+                "exec",
+                "chi-sandbox-0-0-0",
+                "--",
+                "true",
+            ],
+            "",
+        )
+        .await;
+        assert!(
+            text(&no_exec.stderr).contains("cannot create resource \"pods/exec\""),
+            "{}",
+            text(&no_exec.stderr)
+        );
+
+        sb.inject(Fault::ListError {
+            namespace: None,
+            count: 1,
+            status: 500,
+            retry_after_seconds: None,
+        });
+        let failed = kubectl(bin, &kc, &["get", "pods", "-o", "name"], "").await;
+        assert!(!failed.status.success(), "{bin} must report the 500");
+        assert!(
+            text(&failed.stderr).contains("InternalError") || text(&failed.stderr).contains("Internal error")
+        );
+    }
+    let deleted = kubectl(KUBECTL_133, &kc, &["delete", "pod", "other-0"], "").await;
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    assert!(sb.pod("other-0").is_none());
+    let log = sb.exec_log();
+    assert!(
+        log.iter()
+            .any(|r| r.protocol == "v5.channel.k8s.io" && r.stdin_text() == "hello\n")
+    );
+    sb.shutdown().await.unwrap();
+}
