@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use crate::auth::Attributes;
+use crate::auth::{Attributes, Denied};
 use crate::pods::{Pod, pod_list, pod_table};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::State;
@@ -63,17 +63,17 @@ async fn version() -> Response {
 }
 
 /// Discovery needs a valid token (any role), as `system:discovery` grants it to authenticated users.
-fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Response> {
+fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
     state
         .auth
         .authenticate(headers)
         .map(|_| ())
-        .ok_or_else(status::unauthorized)
+        .ok_or(Denied::Unauthorized)
 }
 
 async fn api_versions(AxState(state): S, headers: HeaderMap) -> Response {
     if let Err(r) = authenticated(&state, &headers) {
-        return r;
+        return r.into_response();
     }
     status::json_response(
         StatusCode::OK,
@@ -83,7 +83,7 @@ async fn api_versions(AxState(state): S, headers: HeaderMap) -> Response {
 
 async fn api_groups(AxState(state): S, headers: HeaderMap) -> Response {
     if let Err(r) = authenticated(&state, &headers) {
-        return r;
+        return r.into_response();
     }
     status::json_response(
         StatusCode::OK,
@@ -93,7 +93,7 @@ async fn api_groups(AxState(state): S, headers: HeaderMap) -> Response {
 
 async fn api_v1(AxState(state): S, headers: HeaderMap) -> Response {
     if let Err(r) = authenticated(&state, &headers) {
-        return r;
+        return r.into_response();
     }
     status::json_response(
         StatusCode::OK,
@@ -144,7 +144,7 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
             name: None,
         },
     ) {
-        return r;
+        return r.into_response();
     }
     if let Some(fault) = state.faults().take_list(ns.as_deref().unwrap_or("")) {
         let mut r = if fault.status == 429 {
@@ -236,7 +236,7 @@ async fn get_pod(
             name: Some(&name),
         },
     ) {
-        return r;
+        return r.into_response();
     }
     match state.pod(&name).filter(|p| p.namespace == ns) {
         Some(p) => {
@@ -271,7 +271,7 @@ async fn delete_pod(
             name: Some(&name),
         },
     ) {
-        return r;
+        return r.into_response();
     }
     if state.pod(&name).filter(|p| p.namespace == ns).is_none() {
         return status::not_found("pods", &name);

@@ -2,7 +2,7 @@
 //! `create pods/exec`; the `minimal` user has just those, so a test proves nothing more is used.
 
 use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -62,6 +62,27 @@ impl User {
     }
 }
 
+/// Why a request was refused; rendered as the apiserver's 401/403 Status.
+#[derive(Debug)]
+pub enum Denied {
+    Unauthorized,
+    Forbidden {
+        message: String,
+        details: serde_json::Value,
+    },
+}
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        match self {
+            Denied::Unauthorized => status::unauthorized(),
+            Denied::Forbidden { message, details } => {
+                status::failure(403, "Forbidden", &message, Some(details))
+            }
+        }
+    }
+}
+
 pub struct Authorizer {
     pub users: Vec<User>,
 }
@@ -100,8 +121,8 @@ impl Authorizer {
     }
 
     /// 401 without a known token, 403 with a message in the apiserver's words.
-    pub fn authorize(&self, headers: &HeaderMap, attrs: Attributes<'_>) -> Result<User, Response> {
-        let user = self.authenticate(headers).ok_or_else(status::unauthorized)?;
+    pub fn authorize(&self, headers: &HeaderMap, attrs: Attributes<'_>) -> Result<User, Denied> {
+        let user = self.authenticate(headers).ok_or(Denied::Unauthorized)?;
         if user.allows(attrs.verb, attrs.resource) {
             return Ok(user.clone());
         }
@@ -122,6 +143,6 @@ impl Authorizer {
         if let Some(n) = attrs.name {
             details["name"] = json!(n);
         }
-        Err(status::failure(403, "Forbidden", &message, Some(details)))
+        Err(Denied::Forbidden { message, details })
     }
 }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{Path, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 
+use crate::auth::Denied;
 use crate::faults::Fault;
 use crate::pods::{Container, Pod};
 use crate::state::{AddPod, ControlError, PodState, State};
@@ -36,16 +37,14 @@ pub fn routes() -> Router<Arc<State>> {
         )
 }
 
-fn admin(state: &State, headers: &HeaderMap) -> Result<(), Response> {
+fn admin(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
     match state.auth.authenticate(headers) {
-        None => Err(status::unauthorized()),
+        None => Err(Denied::Unauthorized),
         Some(u) if u.allows("*", "*") => Ok(()),
-        Some(u) => Err(status::failure(
-            403,
-            "Forbidden",
-            &format!("User \"{}\" cannot use the sandbox control API", u.name),
-            None,
-        )),
+        Some(u) => Err(Denied::Forbidden {
+            message: format!("User \"{}\" cannot use the sandbox control API", u.name),
+            details: json!({}),
+        }),
     }
 }
 
@@ -68,7 +67,7 @@ fn pod(r: Result<Pod, ControlError>) -> Response {
 macro_rules! guard {
     ($state:expr, $headers:expr) => {
         if let Err(r) = admin(&$state, &$headers) {
-            return r;
+            return r.into_response();
         }
     };
 }

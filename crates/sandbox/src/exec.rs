@@ -103,7 +103,7 @@ pub async fn handle(
         },
     ) {
         Ok(u) => u,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let pod = match state.pod(&name).filter(|p| p.namespace == namespace) {
         Some(p) => p,

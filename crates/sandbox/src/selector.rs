@@ -169,13 +169,11 @@ impl Parser {
                     "for 'in', 'notin' operators, values set can't be empty".to_string(),
                 ));
             }
-            Op::GreaterThan | Op::LessThan => {
-                if values[0].parse::<i64>().is_err() {
-                    return Err(SelectorError(format!(
-                        "for 'Gt', 'Lt' operators, the value must be an integer: {}",
-                        values[0]
-                    )));
-                }
+            Op::GreaterThan | Op::LessThan if values[0].parse::<i64>().is_err() => {
+                return Err(SelectorError(format!(
+                    "for 'Gt', 'Lt' operators, the value must be an integer: {}",
+                    values[0]
+                )));
             }
             _ => {}
         }

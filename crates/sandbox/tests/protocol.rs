@@ -475,3 +475,127 @@ async fn kubectl_both_versions_exec_list_and_select() {
     );
     sb.shutdown().await.unwrap();
 }
+
+async fn control(
+    c: &kube::Client,
+    method: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> Result<String, kube::Error> {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(if body.is_null() {
+            Vec::new()
+        } else {
+            body.to_string().into_bytes()
+        })
+        .unwrap();
+    c.request_text(req).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_http_api_needs_admin_and_drives_the_sandbox() {
+    let sb = local().await;
+    let admin = client(&sb, "sandbox").await;
+    let minimal = client(&sb, "sandbox-minimal").await;
+    match control(&minimal, "GET", "/sandbox/info", serde_json::Value::Null).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 403),
+        other => panic!("control API must need the admin token: {other:?}"),
+    }
+    let info: serde_json::Value = serde_json::from_str(
+        &control(&admin, "GET", "/sandbox/info", serde_json::Value::Null)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(info["passwords"]["default"], sb.passwords().default);
+
+    let added: serde_json::Value = serde_json::from_str(
+        &control(
+            &admin,
+            "POST",
+            "/sandbox/pods",
+            serde_json::json!({"clickhouse": false}),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(added["name"], "chi-sandbox-0-3-0");
+    control(
+        &admin,
+        "PUT",
+        "/sandbox/pods/chi-sandbox-0-3-0/state",
+        serde_json::json!({"state": "not_ready"}),
+    )
+    .await
+    .unwrap();
+    let p = pods(&admin).get("chi-sandbox-0-3-0").await.unwrap();
+    let ready = p
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False");
+    let uid = p.metadata.uid;
+    control(
+        &admin,
+        "POST",
+        "/sandbox/pods/chi-sandbox-0-3-0/replace",
+        serde_json::Value::Null,
+    )
+    .await
+    .unwrap();
+    assert_ne!(
+        pods(&admin).get("chi-sandbox-0-3-0").await.unwrap().metadata.uid,
+        uid
+    );
+
+    control(
+        &admin,
+        "POST",
+        "/sandbox/faults",
+        serde_json::json!({"kind": "list_error", "status": 500}),
+    )
+    .await
+    .unwrap();
+    assert!(pods(&minimal).list(&ListParams::default()).await.is_err());
+
+    kube_exec(
+        &minimal,
+        "chi-sandbox-0-0-0",
+        "clickhouse",
+        &["cat"],
+        b"SELECT 42",
+    )
+    .await
+    .unwrap();
+    let log: serde_json::Value = serde_json::from_str(
+        &control(&admin, "GET", "/sandbox/exec-log", serde_json::Value::Null)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(log[0]["stdin"], "SELECT 42");
+    assert_eq!(log[0]["argv"], serde_json::json!(["cat"]));
+    assert_eq!(log[0]["exit_code"], 0);
+    control(&admin, "DELETE", "/sandbox/exec-log", serde_json::Value::Null)
+        .await
+        .unwrap();
+    assert!(sb.exec_log().is_empty());
+    control(
+        &admin,
+        "DELETE",
+        "/sandbox/pods/chi-sandbox-0-3-0",
+        serde_json::Value::Null,
+    )
+    .await
+    .unwrap();
+    assert_eq!(sb.pod_names().len(), 3);
+    sb.shutdown().await.unwrap();
+}

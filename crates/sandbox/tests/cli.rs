@@ -1,0 +1,81 @@
+//! `sandbox start` / `sandbox stop` as a developer runs them: detached, ready on return, and
+//! nothing left behind after stop.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn sandbox(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(args)
+        .output()
+        .expect("sandbox binary runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_and_stop_leave_nothing_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let started = sandbox(&["start", "--pods", "2", "--dir", d]);
+    assert!(
+        started.status.success(),
+        "{}{}",
+        text(&started.stdout),
+        text(&started.stderr)
+    );
+    assert!(text(&started.stdout).contains("sandbox ready in"));
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("sandbox.json")).unwrap()).unwrap();
+    let pid = info["pid"].as_u64().unwrap();
+    let again = sandbox(&["start", "--dir", d]);
+    assert!(
+        !again.status.success(),
+        "a second start on the same dir must refuse"
+    );
+
+    let kc = dir.path().join("kubeconfig");
+    let listed = kubectl(KUBECTL_133, &kc, &["get", "pods", "-o", "name"], "").await;
+    assert_eq!(
+        names(&listed),
+        vec!["pod/chi-sandbox-0-0-0", "pod/chi-sandbox-0-1-0"]
+    );
+    let exec = [
+        "exec",
+        "-i",
+        "chi-sandbox-0-1-0",
+        "--",
+        "sh",
+        "-c",
+        r#"clickhouse-client --password "$CLICKHOUSE_PASSWORD""#,
+    ];
+    assert_eq!(
+        text(&kubectl(KUBECTL_132, &kc, &exec, "SELECT 2").await.stdout),
+        "2\n"
+    );
+
+    let stopped = sandbox(&["stop", "--dir", d]);
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "serve still runs"
+    );
+    let instance = info["instance"].as_u64().unwrap();
+    let netns = text(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        !netns.contains(&format!("chsbx{instance}-")),
+        "namespaces left: {netns}"
+    );
+    let quiet = sandbox(&["stop", "--dir", d]);
+    assert!(
+        quiet.status.success() && quiet.stdout.is_empty(),
+        "stop is idempotent and quiet"
+    );
+}
