@@ -1,5 +1,17 @@
 //! Control endpoints for tests and demos, on the API server itself under `/sandbox/`, admin token
-//! only. Same operations as the Rust `Sandbox` methods (both call `State`).
+//! only. Same operations as the Rust `Sandbox` methods (both call `State`). JSON in and out:
+//!
+//! - `GET /sandbox/info`: namespace, cluster, tokens, passwords, pod names
+//! - `GET|POST /sandbox/pods`: list internal pod records / add (`AddPod`; empty body = next replica)
+//! - `GET|DELETE /sandbox/pods/{name}`
+//! - `POST /sandbox/pods/{name}/replace`: same name, new uid, empty server
+//! - `PUT /sandbox/pods/{name}/state` `{"state": "running|not_ready|pending|terminating|succeeded|failed"}`
+//! - `PUT /sandbox/pods/{name}/containers` `[{"name","image","env":[[k,v]]}]`, `PUT .../labels` `{k: v}`
+//! - `POST /sandbox/pods/{name}/server/stop|start`
+//! - `GET|DELETE /sandbox/exec-log`
+//! - `GET|POST|DELETE /sandbox/faults`: `{"kind":"drop_exec","pod":?,"count":1,"after":"after_start|after_stdout"}`,
+//!   `{"kind":"stall_exec","pod":?,"count":1,"seconds":3600}`,
+//!   `{"kind":"list_error","namespace":?,"count":1,"status":500|429,"retry_after_seconds":?}`
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
