@@ -10,6 +10,73 @@
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 /**
+ * Brings the cluster to `props` for resource `id` and resolves to the state
+ * to record. `previousState` is the last recorded state (omit on create);
+ * `executor` replaces the Kubernetes API for listing pods and running execs.
+ * Rejects with a `ClickHouseSchemaError`; nothing is to be recorded then.
+ */
+export declare function apply(id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null): Promise<ApplyResult>
+
+/** The result of an apply: the state to record, and what happened. */
+export interface ApplyResult {
+  /** The resource's outputs. Equal to the previous state when nothing ran. */
+  state: SchemaState
+  /** False when the apply was a no-op and `state` is the previous state. */
+  changed: boolean
+  /** Pods the statements ran on in this apply, sorted by name. */
+  appliedTo: Array<string>
+}
+
+/**
+ * The runtime-only `executor` prop: lists pods and runs execs in place of the
+ * Kubernetes API. Both functions are called without `this`.
+ */
+export interface ClickHouseExecutor {
+  listPods: (namespace: string, selector: Record<string, string>) => Promise<Array<ExecutorPod>>
+  /**
+   * A rejected promise is a transport failure (retried); a command that
+   * ran and failed resolves with its non-zero `exitCode`.
+   */
+  exec: (request: ExecutorExecRequest) => Promise<ExecutorExecResult>
+}
+
+/**
+ * Deletes resource `id` per its `onDelete`: `retain` resolves without
+ * reaching the cluster; `run` executes `deleteStatements` where `state` says
+ * the schema landed, refusing when that is another cluster or `state` is absent.
+ */
+export declare function destroy(id: string, props: unknown, state?: SchemaState | null, executor?: ClickHouseExecutor | null): Promise<void>
+
+/**
+ * What the injected `exec` receives. The statement is `stdin`; `command`
+ * never contains it.
+ */
+export interface ExecutorExecRequest {
+  namespace: string
+  pod: string
+  container: string
+  command: Array<string>
+  stdin: string
+}
+
+/** What the injected `exec` resolves to once the command has run. */
+export interface ExecutorExecResult {
+  stdout: string
+  stderr: string
+  exitCode: number
+}
+
+/** A pod as the injected `listPods` reports it. */
+export interface ExecutorPod {
+  name: string
+  uid?: string
+  ready: boolean
+  phase?: string
+  terminating?: boolean
+  containers: Array<string>
+}
+
+/**
  * The fingerprint of `props`: a sha256 hex string over what is applied
  * (statements, settings, resolved client, execution model). Validates first,
  * so an invalid config throws exactly as `validateConfig` does.
@@ -31,6 +98,21 @@ export interface RedactedOutput {
   text: string
   clickHouseCode?: number
   clickHouseException?: string
+}
+
+/**
+ * The state recorded by a successful apply (the resource's outputs).
+ * Declared for `index.d.ts` only: values cross the boundary as JSON.
+ */
+export interface SchemaState {
+  fingerprint: string
+  appliedAt: string
+  statementCount: number
+  database: string
+  target: { namespace: string; podSelector: Record<string, string>; container?: string }
+  podNames: Array<string>
+  pods?: Array<{ name: string; uid?: string }>
+  clusterId?: string
 }
 
 /**

@@ -773,7 +773,9 @@ if (
   }
 }
 
-const { fingerprint, redactClickHouseOutput, validateConfig } = nativeBinding
+const { apply, destroy, fingerprint, redactClickHouseOutput, validateConfig } = nativeBinding
+export { apply }
+export { destroy }
 export { fingerprint }
 export { redactClickHouseOutput }
 export { validateConfig }

@@ -30,3 +30,36 @@ export function fingerprint(props: unknown, id?: string): string {
 export function redactClickHouseOutput(output: string, statement: string): binding.RedactedOutput {
   return binding.redactClickHouseOutput(output, statement);
 }
+
+export type {
+  ApplyResult,
+  ClickHouseExecutor,
+  ExecutorExecRequest,
+  ExecutorExecResult,
+  ExecutorPod,
+  SchemaState,
+} from '../index.js';
+
+/**
+ * Brings the cluster to `props` for resource `id` and resolves to the state to
+ * record (`changed: false` and the previous state when nothing had to run).
+ * Rejects with a `ClickHouseSchemaError`; record nothing then.
+ */
+export function apply(
+  id: string,
+  props: unknown,
+  previousState?: binding.SchemaState,
+  executor?: binding.ClickHouseExecutor,
+): Promise<binding.ApplyResult> {
+  return binding.apply(id, props, previousState ?? null, executor ?? null);
+}
+
+/** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */
+export function destroy(
+  id: string,
+  props: unknown,
+  state?: binding.SchemaState,
+  executor?: binding.ClickHouseExecutor,
+): Promise<void> {
+  return binding.destroy(id, props, state ?? null, executor ?? null);
+}

@@ -6,6 +6,8 @@
 //! behaviour is testable from Rust without Node.
 
 mod js_error;
+mod js_executor;
+mod lifecycle;
 
 use clickhouse_schema_core::{fingerprint as fp, redact, validate};
 use napi::bindgen_prelude::*;
@@ -45,7 +47,7 @@ pub fn fingerprint(
 
 /// `undefined` props arrive as `None`; validation reports them like `null`
 /// instead of napi failing the conversion with an error of its own.
-fn props_or_null(props: Option<serde_json::Value>) -> serde_json::Value {
+pub(crate) fn props_or_null(props: Option<serde_json::Value>) -> serde_json::Value {
     props.unwrap_or(serde_json::Value::Null)
 }
 

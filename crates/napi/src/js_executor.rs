@@ -1,0 +1,138 @@
+//! An executor injected from JavaScript, adapted to the core's transport traits.
+//!
+//! The spec's runtime-only `executor` prop lets a caller list pods and run
+//! execs itself (tests, embedding). Its two functions are turned into
+//! threadsafe functions so the reconcile logic, which runs on the tokio
+//! runtime, can call them and await the promises they return. A rejected
+//! promise (or a throw) is a transport failure, which the core retries.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use clickhouse_schema_core::transport::{
+    ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError, TransportErrorKind,
+};
+use napi::Status;
+use napi::bindgen_prelude::{Error, FnArgs, Promise};
+use napi::threadsafe_function::ThreadsafeFunction;
+use napi_derive::napi;
+
+/// A pod as the injected `listPods` reports it.
+#[napi(object, js_name = "ExecutorPod")]
+pub struct JsPod {
+    pub name: String,
+    pub uid: Option<String>,
+    pub ready: bool,
+    pub phase: Option<String>,
+    pub terminating: Option<bool>,
+    pub containers: Vec<String>,
+}
+
+/// What the injected `exec` receives. The statement is `stdin`; `command`
+/// never contains it.
+#[napi(object, js_name = "ExecutorExecRequest")]
+pub struct JsExecRequest {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub command: Vec<String>,
+    pub stdin: String,
+}
+
+/// What the injected `exec` resolves to once the command has run.
+#[napi(object, js_name = "ExecutorExecResult")]
+pub struct JsExecResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+}
+
+type ListArgs = FnArgs<(String, HashMap<String, String>)>;
+type ListFn = ThreadsafeFunction<ListArgs, Promise<Vec<JsPod>>, ListArgs, Status, false>;
+type ExecFn = ThreadsafeFunction<JsExecRequest, Promise<JsExecResult>, JsExecRequest, Status, false>;
+
+/// The runtime-only `executor` prop: lists pods and runs execs in place of the
+/// Kubernetes API. Both functions are called without `this`.
+#[napi(object, object_to_js = false)]
+pub struct ClickHouseExecutor {
+    #[napi(ts_type = "(namespace: string, selector: Record<string, string>) => Promise<Array<ExecutorPod>>")]
+    pub list_pods: ListFn,
+    /// A rejected promise is a transport failure (retried); a command that
+    /// ran and failed resolves with its non-zero `exitCode`.
+    #[napi(ts_type = "(request: ExecutorExecRequest) => Promise<ExecutorExecResult>")]
+    pub exec: ExecFn,
+}
+
+fn js_failure(what: &str, err: Error) -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Transient,
+        format!("the injected executor's {what} failed: {}", err.reason),
+    )
+}
+
+impl PodLister for ClickHouseExecutor {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
+        let args: ListArgs = (namespace.to_owned(), selector.clone().into_iter().collect()).into();
+        async move {
+            let promise = self
+                .list_pods
+                .call_async_catch(args)
+                .await
+                .map_err(|e| js_failure("listPods", e))?;
+            let pods = promise.await.map_err(|e| js_failure("listPods", e))?;
+            Ok(pods
+                .into_iter()
+                .map(|p| PodInfo {
+                    name: p.name,
+                    uid: p.uid,
+                    ready: p.ready,
+                    phase: p.phase,
+                    terminating: p.terminating.unwrap_or(false),
+                    containers: p.containers,
+                })
+                .collect())
+        }
+    }
+}
+
+impl Executor for ClickHouseExecutor {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let timeout: Duration = request.timeout;
+        let js_request = JsExecRequest {
+            namespace: request.namespace,
+            pod: request.pod,
+            container: request.container,
+            command: request.command,
+            stdin: request.stdin,
+        };
+        async move {
+            let run = async {
+                let promise = self
+                    .exec
+                    .call_async_catch(js_request)
+                    .await
+                    .map_err(|e| js_failure("exec", e))?;
+                promise.await.map_err(|e| js_failure("exec", e))
+            };
+            match tokio::time::timeout(timeout, run).await {
+                Ok(Ok(result)) => Ok(ExecOutput {
+                    stdout: result.stdout,
+                    stderr: result.stderr,
+                    exit_code: result.exit_code,
+                }),
+                Ok(Err(err)) => Err(err),
+                Err(_) => Err(TransportError::new(
+                    TransportErrorKind::Timeout,
+                    format!(
+                        "the injected executor's exec did not settle within {}ms",
+                        timeout.as_millis()
+                    ),
+                )),
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! `apply` and `destroy` for JavaScript: picks the transport (kube-rs, or an
+//! injected executor), runs the core lifecycle on napi's tokio runtime, and
+//! maps the outcome. Every decision is the core's.
+
+use clickhouse_schema_core::cluster_id::cluster_id;
+use clickhouse_schema_core::config::ResolvedConfig;
+use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
+use clickhouse_schema_core::state::SchemaState;
+use clickhouse_schema_core::transport::{Executor, PodLister};
+use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
+use clickhouse_schema_kube::{KubeTransport, SystemClock, connect, kubeconfig::resolve_endpoint};
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+use crate::js_error::throw;
+use crate::js_executor::ClickHouseExecutor;
+use crate::props_or_null;
+
+/// The result of an apply: the state to record, and what happened.
+#[napi(object)]
+pub struct ApplyResult {
+    /// The resource's outputs. Equal to the previous state when nothing ran.
+    #[napi(ts_type = "SchemaState")]
+    pub state: serde_json::Value,
+    /// False when the apply was a no-op and `state` is the previous state.
+    pub changed: bool,
+    /// Pods the statements ran on in this apply, sorted by name.
+    pub applied_to: Vec<String>,
+}
+
+/// The state recorded by a successful apply (the resource's outputs).
+/// Declared for `index.d.ts` only: values cross the boundary as JSON.
+#[allow(dead_code)]
+#[napi(object, object_to_js = false, js_name = "SchemaState")]
+pub struct SchemaStateShape {
+    pub fingerprint: String,
+    pub applied_at: String,
+    pub statement_count: u32,
+    pub database: String,
+    #[napi(ts_type = "{ namespace: string; podSelector: Record<string, string>; container?: string }")]
+    pub target: serde_json::Value,
+    pub pod_names: Vec<String>,
+    #[napi(ts_type = "Array<{ name: string; uid?: string }>")]
+    pub pods: Option<serde_json::Value>,
+    pub cluster_id: Option<String>,
+}
+
+/// Brings the cluster to `props` for resource `id` and resolves to the state
+/// to record. `previousState` is the last recorded state (omit on create);
+/// `executor` replaces the Kubernetes API for listing pods and running execs.
+/// Rejects with a `ClickHouseSchemaError`; nothing is to be recorded then.
+#[napi(
+    ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null",
+    ts_return_type = "Promise<ApplyResult>"
+)]
+pub fn apply<'env>(
+    env: &'env Env,
+    id: String,
+    props: Option<serde_json::Value>,
+    previous_state: Option<serde_json::Value>,
+    executor: Option<ClickHouseExecutor>,
+) -> Result<PromiseRaw<'env, ApplyResult>> {
+    let props = props_or_null(props);
+    let work = async move {
+        let config = validate(&id, &props)?;
+        let previous = previous_state
+            .map(|v| parse_state(&id, "previousState", v))
+            .transpose()?;
+        let (transport, cluster_id) = transport_for(&config, executor).await?;
+        let clock = SystemClock::new();
+        let cluster = Cluster {
+            transport: &transport,
+            clock: &clock,
+            cluster_id,
+        };
+        lifecycle::apply(&id, &config, previous.as_ref(), &cluster).await
+    };
+    env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
+        Ok((state, outcome)) => {
+            let state =
+                serde_json::to_value(&state).map_err(|e| Error::from_reason(format!("internal: {e}")))?;
+            Ok(match outcome {
+                ApplyOutcome::Unchanged => ApplyResult {
+                    state,
+                    changed: false,
+                    applied_to: Vec::new(),
+                },
+                ApplyOutcome::Applied { pods } => ApplyResult {
+                    state,
+                    changed: true,
+                    applied_to: pods,
+                },
+            })
+        }
+        Err(err) => Err(throw(env, &err)),
+    })
+}
+
+/// Deletes resource `id` per its `onDelete`: `retain` resolves without
+/// reaching the cluster; `run` executes `deleteStatements` where `state` says
+/// the schema landed, refusing when that is another cluster or `state` is absent.
+#[napi(
+    ts_args_type = "id: string, props: unknown, state?: SchemaState | null, executor?: ClickHouseExecutor | null",
+    ts_return_type = "Promise<void>"
+)]
+pub fn destroy<'env>(
+    env: &'env Env,
+    id: String,
+    props: Option<serde_json::Value>,
+    state: Option<serde_json::Value>,
+    executor: Option<ClickHouseExecutor>,
+) -> Result<PromiseRaw<'env, ()>> {
+    let props = props_or_null(props);
+    let work = async move {
+        let config = validate(&id, &props)?;
+        let state = state.map(|v| parse_state(&id, "state", v)).transpose()?;
+        if config.on_delete == clickhouse_schema_core::config::OnDelete::Retain {
+            // Not even a kubeconfig is loaded: retain must work with the cluster gone.
+            return Ok(());
+        }
+        let (transport, cluster_id) = transport_for(&config, executor).await?;
+        let clock = SystemClock::new();
+        let cluster = Cluster {
+            transport: &transport,
+            clock: &clock,
+            cluster_id,
+        };
+        lifecycle::destroy(&id, &config, state.as_ref(), &cluster).await
+    };
+    env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
+        Ok(()) => Ok(()),
+        Err(err) => Err(throw(env, &err)),
+    })
+}
+
+/// The injected executor, or a kube-rs client built from the `kubeConfig`
+/// prop (else the ambient kubeconfig, else in-cluster config), with the
+/// identity of the cluster it reaches.
+async fn transport_for(
+    config: &ResolvedConfig,
+    executor: Option<ClickHouseExecutor>,
+) -> std::result::Result<(Transport, Option<String>), ClickHouseSchemaError> {
+    match executor {
+        Some(js) => {
+            // Without a kubeConfig an injected executor names no cluster.
+            let id = match &config.kube_config {
+                Some(options) => resolve_endpoint(Some(options))?.map(|e| cluster_id(&e)),
+                None => None,
+            };
+            Ok((Transport::Js(js), id))
+        }
+        None => {
+            let connection = connect(config.kube_config.as_ref()).await?;
+            let id = connection.cluster_id();
+            Ok((Transport::Kube(KubeTransport::from(&connection)), id))
+        }
+    }
+}
+
+/// Either transport, so the lifecycle is instantiated once.
+pub enum Transport {
+    Kube(KubeTransport),
+    Js(ClickHouseExecutor),
+}
+
+impl PodLister for Transport {
+    async fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &std::collections::BTreeMap<String, String>,
+    ) -> std::result::Result<
+        Vec<clickhouse_schema_core::transport::PodInfo>,
+        clickhouse_schema_core::transport::TransportError,
+    > {
+        match self {
+            Transport::Kube(t) => t.list_pods(namespace, selector).await,
+            Transport::Js(t) => t.list_pods(namespace, selector).await,
+        }
+    }
+}
+
+impl Executor for Transport {
+    async fn exec(
+        &self,
+        request: clickhouse_schema_core::transport::ExecRequest,
+    ) -> std::result::Result<
+        clickhouse_schema_core::transport::ExecOutput,
+        clickhouse_schema_core::transport::TransportError,
+    > {
+        match self {
+            Transport::Kube(t) => t.exec(request).await,
+            Transport::Js(t) => t.exec(request).await,
+        }
+    }
+}
+
+fn parse_state(
+    id: &str,
+    what: &str,
+    value: serde_json::Value,
+) -> std::result::Result<SchemaState, ClickHouseSchemaError> {
+    serde_json::from_value(value).map_err(|e| {
+        ClickHouseSchemaError::new(
+            ErrorKind::Internal,
+            format!(
+                "ClickHouseSchema '{id}': the recorded {what} is not a ClickHouseSchema state ({e}). It was not \
+                 written by this resource, or was edited by hand; restore it from the state store's history."
+            ),
+        )
+        .with_resource_id(id)
+    })
+}

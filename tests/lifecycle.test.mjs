@@ -1,0 +1,200 @@
+// apply/destroy through the built package with an executor injected from
+// JavaScript: a scripted cluster that records every call, so the tests see
+// exactly what reached the "cluster" and what the error carries.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+
+const S0 = 'CREATE DATABASE IF NOT EXISTS orders';
+const S1 = "CREATE TABLE IF NOT EXISTS orders.events (id UUID, note String DEFAULT 'n/a') ENGINE = MergeTree ORDER BY id";
+
+function props(extra = {}) {
+  return {
+    target: { namespace: 'example-observability', podSelector: { 'clickhouse.altinity.com/chi': 'orders' } },
+    statements: [S0, S1],
+    retry: { maxAttempts: 2, backoffMs: 0 },
+    ...extra,
+  };
+}
+
+/** A scripted cluster of Ready pods; `onExec` may return a result or throw. */
+function fakeCluster(names, onExec = () => undefined) {
+  const calls = { lists: [], execs: [] };
+  const pods = names.map((name, i) => ({ name, uid: `uid-${i}`, ready: true, phase: 'Running', containers: ['clickhouse'] }));
+  const executor = {
+    listPods: async (namespace, selector) => {
+      calls.lists.push({ namespace, selector });
+      return pods.map((p) => ({ ...p }));
+    },
+    exec: async (request) => {
+      calls.execs.push(request);
+      return (await onExec(request)) ?? { stdout: '', stderr: '', exitCode: 0 };
+    },
+  };
+  return { executor, calls, pods };
+}
+
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(isClickHouseSchemaError(err), `expected a ClickHouseSchemaError, got ${err?.stack ?? err}`);
+    return err;
+  }
+  assert.fail('expected a rejection');
+}
+
+test('apply runs every statement on every pod and returns the state to record', async () => {
+  const { executor, calls } = fakeCluster(['chi-0', 'chi-1', 'chi-2']);
+  const result = await apply('orders-schema', props(), undefined, executor);
+  assert.equal(result.changed, true);
+  assert.deepEqual(result.appliedTo, ['chi-0', 'chi-1', 'chi-2']);
+  assert.equal(calls.lists.length, 2, 'selection and one re-list');
+  assert.deepEqual(calls.lists[0], {
+    namespace: 'example-observability',
+    selector: { 'clickhouse.altinity.com/chi': 'orders' },
+  });
+  assert.equal(calls.execs.length, 6);
+  for (const req of calls.execs) {
+    assert.equal(req.container, 'clickhouse');
+    assert.ok([S0, S1].includes(req.stdin));
+    assert.ok(req.command.every((arg) => !arg.includes(req.stdin)), 'statement never in argv');
+    assert.deepEqual(req.command.slice(0, 2), ['sh', '-c']);
+    assert.match(req.command[2], /--password "\$\{CLICKHOUSE_PASSWORD:-\}"/);
+  }
+  const { state } = result;
+  assert.match(state.fingerprint, /^[0-9a-f]{64}$/);
+  assert.equal(state.statementCount, 2);
+  assert.equal(state.database, 'default');
+  assert.deepEqual(state.podNames, ['chi-0', 'chi-1', 'chi-2']);
+  assert.deepEqual(state.pods, [
+    { name: 'chi-0', uid: 'uid-0' },
+    { name: 'chi-1', uid: 'uid-1' },
+    { name: 'chi-2', uid: 'uid-2' },
+  ]);
+  assert.equal(state.clusterId, undefined, 'an injected executor without kubeConfig names no cluster');
+  assert.ok(!Number.isNaN(Date.parse(state.appliedAt)), state.appliedAt);
+  assert.ok(!JSON.stringify(state).includes('CREATE'), 'no statement in state');
+});
+
+test('an unchanged converge lists once and runs nothing', async () => {
+  const first = fakeCluster(['chi-0', 'chi-1']);
+  const { state } = await apply('orders-schema', props(), undefined, first.executor);
+  const again = fakeCluster(['chi-0', 'chi-1']);
+  const result = await apply('orders-schema', props(), state, again.executor);
+  assert.equal(result.changed, false);
+  assert.deepEqual(result.state, state);
+  assert.equal(again.calls.lists.length, 1);
+  assert.equal(again.calls.execs.length, 0);
+});
+
+test('an SQL failure rejects with every ClickHouseSchemaError property and no secret', async () => {
+  const secretStatement = "CREATE USER IF NOT EXISTS app IDENTIFIED BY 'Sup3r-Secret-Pw'";
+  const { executor, calls } = fakeCluster(['chi-0', 'chi-1'], (req) => {
+    if (req.pod === 'chi-1' && req.stdin === secretStatement) {
+      return {
+        stdout: '',
+        stderr: "Code: 62. DB::Exception: Syntax error: failed at position 38: 'Sup3r-Secret-Pw'. Expected one of: ...\n",
+        exitCode: 62,
+      };
+    }
+  });
+  const err = await rejection(apply('orders-schema', props({ statements: [S0, S1, secretStatement] }), undefined, executor));
+  assert.equal(err.code, 'E_STATEMENT_FAILED');
+  assert.equal(err.resourceId, 'orders-schema');
+  assert.equal(err.statementIndex, 2);
+  assert.equal(err.pod, 'chi-1');
+  assert.equal(err.clickHouseCode, 62);
+  assert.equal(err.clickHouseException, 'DB::Exception');
+  assert.equal(err.exitCode, 62);
+  assert.match(err.message, /^ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-1 with ClickHouse code 62 \(DB::Exception\) \(exit 62\)\./);
+  assert.ok(!err.message.includes('Sup3r-Secret-Pw'), err.message);
+  assert.ok(!err.stack.includes('Sup3r-Secret-Pw'));
+  const failing = calls.execs.filter((r) => r.pod === 'chi-1' && r.stdin === secretStatement);
+  assert.equal(failing.length, 1, 'an SQL error is never retried');
+});
+
+test('a rejected exec is a transport failure: retried, then reported', async () => {
+  let failures = 1;
+  const flaky = fakeCluster(['chi-0'], () => {
+    if (failures-- > 0) throw new Error('websocket closed');
+  });
+  const ok = await apply('orders-schema', props(), undefined, flaky.executor);
+  assert.equal(ok.changed, true);
+  assert.equal(flaky.calls.execs.length, 3, 'one failed attempt, then both statements');
+
+  const down = fakeCluster(['chi-0'], () => Promise.reject(new Error('connection reset by peer')));
+  const err = await rejection(apply('orders-schema', props(), undefined, down.executor));
+  assert.equal(err.code, 'E_TRANSPORT');
+  assert.equal(err.statementIndex, 0);
+  assert.equal(err.pod, 'chi-0');
+  assert.match(err.message, /after 2 attempt\(s\)/);
+  assert.match(err.message, /connection reset by peer/);
+});
+
+test('a listPods that throws synchronously is a failure, not a crash', async () => {
+  const executor = {
+    listPods: () => {
+      throw new Error('no route to API server');
+    },
+    exec: async () => ({ stdout: '', stderr: '', exitCode: 0 }),
+  };
+  const err = await rejection(apply('orders-schema', props(), undefined, executor));
+  assert.equal(err.code, 'E_TRANSPORT');
+  assert.match(err.message, /no route to API server/);
+});
+
+test('invalid props reject with the validation error before any call', async () => {
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(apply('orders-schema', { statements: [] }, undefined, executor));
+  assert.equal(err.code, 'E_INVALID_CONFIG');
+  assert.ok(err.issues.length > 0);
+  assert.equal(calls.lists.length + calls.execs.length, 0);
+});
+
+test('a pod set that never settles fails naming the uncovered pods', async () => {
+  const { executor, pods } = fakeCluster(['chi-0']);
+  let n = 1;
+  const churning = {
+    listPods: executor.listPods,
+    exec: async (req) => {
+      pods.push({ name: `chi-${n}`, uid: `uid-new-${n}`, ready: true, phase: 'Running', containers: ['clickhouse'] });
+      n += 1;
+      return { stdout: '', stderr: '', exitCode: 0 };
+    },
+  };
+  const err = await rejection(apply('orders-schema', props({ maxReconcilePasses: 2 }), undefined, churning));
+  assert.equal(err.code, 'E_POD_SET_UNSTABLE');
+  assert.match(err.message, /after 2 reconcile pass\(es\), \d+ pod\(s\) had still not been applied to \(chi-/);
+});
+
+test('destroy: retain never reaches the cluster, run executes deleteStatements, run without state refuses', async () => {
+  const first = fakeCluster(['chi-0', 'chi-1']);
+  const { state } = await apply('orders-schema', props(), undefined, first.executor);
+
+  const retained = fakeCluster(['chi-0', 'chi-1']);
+  await destroy('orders-schema', props(), state, retained.executor);
+  assert.equal(retained.calls.lists.length + retained.calls.execs.length, 0);
+
+  const runProps = props({ onDelete: 'run', deleteStatements: ['DROP DATABASE IF EXISTS orders'] });
+  const run = fakeCluster(['chi-0', 'chi-1']);
+  await destroy('orders-schema', runProps, state, run.executor);
+  assert.deepEqual(
+    run.calls.execs.map((r) => `${r.pod}: ${r.stdin}`),
+    ['chi-0: DROP DATABASE IF EXISTS orders', 'chi-1: DROP DATABASE IF EXISTS orders'],
+  );
+
+  const never = fakeCluster(['chi-0']);
+  const err = await rejection(destroy('orders-schema', runProps, undefined, never.executor));
+  assert.equal(err.code, 'E_NOTHING_APPLIED');
+  assert.equal(never.calls.lists.length + never.calls.execs.length, 0);
+});
+
+test('a malformed previous state is reported, not silently ignored', async () => {
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(apply('orders-schema', props(), { fingerprint: 42 }, executor));
+  assert.equal(err.code, 'E_INTERNAL');
+  assert.match(err.message, /previousState/);
+  assert.equal(calls.execs.length, 0);
+});
