@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Starts or stops the local sandbox: a Kubernetes API subset served by the
+# project whose pods are real ClickHouse servers (see crates/sandbox).
+#   scripts/sandbox.sh start   # SANDBOX_PODS=N for another size; writes .sandbox/kubeconfig
+#   scripts/sandbox.sh stop
+# SANDBOX_DIR overrides the directory (default .sandbox), so tests can run their own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="${SANDBOX_DIR:-.sandbox}"
+
+case "${1:-}" in
+  start)
+    bash scripts/install-deps.sh
+    cargo build --quiet --release -p sandbox
+    exec target/release/sandbox start --dir "$dir" --pods "${SANDBOX_PODS:-3}"
+    ;;
+  stop)
+    if [ -x target/release/sandbox ]; then
+      exec target/release/sandbox stop --dir "$dir"
+    fi
+    ;;
+  *)
+    echo "usage: $0 start|stop" >&2
+    exit 2
+    ;;
+esac
