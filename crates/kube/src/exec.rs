@@ -13,6 +13,7 @@
 //! - captured output is capped, but reading continues past the cap: a remote
 //!   that cannot write blocks forever.
 
+use std::pin::pin;
 use std::time::Duration;
 
 use clickhouse_schema_core::transport::{ExecOutput, ExecRequest, TransportError, TransportErrorKind};
@@ -72,21 +73,46 @@ async fn run(client: &kube::Client, request: &ExecRequest) -> Result<ExecOutput,
         ));
     };
 
-    let input = request.stdin.as_bytes();
-    let write = async {
-        // A write error means the message loop already ended; the status (or
-        // its absence) says why, so the error itself adds nothing.
-        if stdin.write_all(input).await.is_ok() {
-            let _ = stdin.flush().await;
+    let status = {
+        let input = request.stdin.as_bytes();
+        // Never completes: once stdin is written it just holds the writer open.
+        let writing = async {
+            // A write error means the message loop already ended; the status
+            // (or its absence) says why, so the error itself adds nothing.
+            if stdin.write_all(input).await.is_ok() {
+                let _ = stdin.flush().await;
+            }
+            std::future::pending::<()>().await
+        };
+        let reading = async { tokio::join!(read_capped(stdout), read_capped(stderr)) };
+        let mut writing = pin!(writing);
+        let mut reading = pin!(reading);
+        let mut status = pin!(status);
+        let mut output = None;
+        // The status drives the exec, not the readers' EOF: when the
+        // connection drops, kube-rs ends its loop without shutting its
+        // stdout/stderr pipes, so their readers would wait forever.
+        let status = loop {
+            tokio::select! {
+                status = &mut status => break status,
+                read = &mut reading, if output.is_none() => output = Some(read),
+                () = &mut writing => {}
+            }
+        };
+        match status {
+            // After the status frame kube-rs shuts both pipes, so the rest of the output is a read away.
+            Some(status) => match output {
+                Some(output) => Ok((status, output)),
+                None => Ok((status, reading.await)),
+            },
+            None => Err(()),
         }
     };
-    let ((), stdout, stderr) = tokio::join!(write, read_capped(stdout), read_capped(stderr));
-    let status = status.await;
     // Only now may stdin go: the process has finished (or the connection is gone).
     drop(stdin);
     let ended = process.join().await;
 
-    let Some(status) = status else {
+    let Ok((status, (stdout, stderr))) = status else {
         let cause = match ended {
             Err(e) => format!(": {}", chain(&e)),
             Ok(()) => String::new(),

@@ -41,8 +41,8 @@
 //!
 //! # Errors
 //!
-//! Every failure is a [`ClickHouseSchemaError`] of kind
-//! [`ErrorKind::KubernetesApi`], naming the file, context or option at fault.
+//! Every failure is a [`ConnectError`] (into [`ClickHouseSchemaError`] of kind
+//! [`ErrorKind::KubernetesApi`]), naming the file, context or option at fault.
 //! None prints file contents: a YAML error reports its line and column only,
 //! since the parser's snippet could be a token line.
 
@@ -88,7 +88,8 @@ impl std::fmt::Debug for Connection {
 }
 
 /// Resolves the configuration (see the module docs) and builds a client.
-pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, ClickHouseSchemaError> {
+/// The client does not retry on its own; every failure reaches the caller.
+pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, ConnectError> {
     let resolved = resolve(options)?;
     let config = match resolved.source {
         Source::Kubeconfig { kubeconfig, origin } => {
@@ -102,12 +103,19 @@ pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, 
                 context: Some(context),
                 ..Default::default()
             };
-            kube::Config::from_custom_kubeconfig(kubeconfig, &opts)
+            kube::Config::from_custom_kubeconfig(*kubeconfig, &opts)
                 .await
                 .map_err(|e| error(format!("{origin}: {}", kubeconfig_error(&e))))?
         }
-        Source::InCluster(config) => *config,
+        Source::InCluster {
+            server,
+            skip_tls_verify,
+        } => in_cluster_config(server.as_deref(), skip_tls_verify)?,
     };
+    let mut config = config;
+    // The core's retry (retry.maxAttempts / backoffMs) is the one retry policy:
+    // kube-rs's own would silently repeat 429/503/504 underneath it.
+    config.default_retry = false;
     let client = kube::Client::try_from(config)
         .map_err(|e| error(format!("cannot build a Kubernetes client: {}", chain(&e))))?;
     Ok(Connection {
@@ -121,7 +129,7 @@ pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, 
 /// the `kubeConfig` names.
 pub fn resolve_endpoint(
     options: Option<&KubeConfigOptions>,
-) -> Result<Option<ClusterEndpoint>, ClickHouseSchemaError> {
+) -> Result<Option<ClusterEndpoint>, ConnectError> {
     Ok(resolve(options)?.endpoint)
 }
 
@@ -134,9 +142,14 @@ pub fn endpoint_of(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<Clu
 }
 
 enum Source {
-    Kubeconfig { kubeconfig: Kubeconfig, origin: String },
-    // Boxed: a kube Config is large next to the other variant.
-    InCluster(Box<kube::Config>),
+    Kubeconfig {
+        kubeconfig: Box<Kubeconfig>,
+        origin: String,
+    },
+    InCluster {
+        server: Option<String>,
+        skip_tls_verify: Option<bool>,
+    },
 }
 
 struct Resolved {
@@ -146,7 +159,7 @@ struct Resolved {
     endpoint: Option<ClusterEndpoint>,
 }
 
-fn resolve(options: Option<&KubeConfigOptions>) -> Result<Resolved, ClickHouseSchemaError> {
+fn resolve(options: Option<&KubeConfigOptions>) -> Result<Resolved, ConnectError> {
     let default = KubeConfigOptions::default();
     let o = options.unwrap_or(&default);
     let (kubeconfig, origin) = match (&o.cluster, &o.user) {
@@ -201,7 +214,7 @@ fn from_kubeconfig(
     mut kubeconfig: Kubeconfig,
     origin: String,
     o: &KubeConfigOptions,
-) -> Result<Resolved, ClickHouseSchemaError> {
+) -> Result<Resolved, ConnectError> {
     let context = match &o.context {
         Some(name) => {
             if !kubeconfig.contexts.iter().any(|c| &c.name == name) {
@@ -218,7 +231,10 @@ fn from_kubeconfig(
     let Some(context) = context else {
         // Nothing to override and nothing to identify; `connect` reports it.
         return Ok(Resolved {
-            source: Source::Kubeconfig { kubeconfig, origin },
+            source: Source::Kubeconfig {
+                kubeconfig: Box::new(kubeconfig),
+                origin,
+            },
             context: None,
             endpoint: None,
         });
@@ -240,7 +256,10 @@ fn from_kubeconfig(
         cluster_of(&kubeconfig, &context).map_err(|m| error(format!("{origin}: {m}")))?;
     Ok(Resolved {
         endpoint: Some(endpoint(&cluster_name, &cluster)),
-        source: Source::Kubeconfig { kubeconfig, origin },
+        source: Source::Kubeconfig {
+            kubeconfig: Box::new(kubeconfig),
+            origin,
+        },
         context: Some(context),
     })
 }
@@ -322,13 +341,13 @@ fn inline(cluster: &KubeClusterOptions, user: &KubeUserOptions, context: &str) -
     }
 }
 
-fn read_file(path: &Path) -> Result<Kubeconfig, ClickHouseSchemaError> {
+fn read_file(path: &Path) -> Result<Kubeconfig, ConnectError> {
     Kubeconfig::read_from(path)
         .map_err(|e| error(format!("kubeconfig {}: {}", path.display(), kubeconfig_error(&e))))
 }
 
 /// `KUBECONFIG`'s files, else `~/.kube/config`; `None` when neither exists.
-fn ambient() -> Result<Option<(Kubeconfig, String)>, ClickHouseSchemaError> {
+fn ambient() -> Result<Option<(Kubeconfig, String)>, ConnectError> {
     if let Some(value) = std::env::var_os("KUBECONFIG") {
         let paths: Vec<PathBuf> = std::env::split_paths(&value)
             .filter(|p| !p.as_os_str().is_empty())
@@ -356,7 +375,7 @@ fn ambient() -> Result<Option<(Kubeconfig, String)>, ClickHouseSchemaError> {
     Ok(Some((read_file(&path)?, origin)))
 }
 
-fn in_cluster(o: &KubeConfigOptions) -> Result<Resolved, ClickHouseSchemaError> {
+fn in_cluster(o: &KubeConfigOptions) -> Result<Resolved, ConnectError> {
     let (Ok(host), Ok(port)) = (
         std::env::var("KUBERNETES_SERVICE_HOST"),
         std::env::var("KUBERNETES_SERVICE_PORT"),
@@ -374,25 +393,20 @@ fn in_cluster(o: &KubeConfigOptions) -> Result<Resolved, ClickHouseSchemaError> 
              which has no contexts)"
         )));
     }
-    let mut config =
-        kube::Config::incluster().map_err(|e| error(format!("in-cluster configuration: {}", chain(&e))))?;
     let host = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")
     } else {
         host
     };
-    let mut server = format!("https://{host}:{port}");
-    if let Some(s) = &o.server {
-        config.cluster_url = s
-            .parse()
-            .map_err(|e| error(format!("kubeConfig.server '{s}' is not a URL: {e}")))?;
-        server = s.clone();
-    }
-    if let Some(skip) = o.skip_tls_verify {
-        config.accept_invalid_certs = skip;
-    }
+    let server = o
+        .server
+        .clone()
+        .unwrap_or_else(|| format!("https://{host}:{port}"));
     Ok(Resolved {
-        source: Source::InCluster(Box::new(config)),
+        source: Source::InCluster {
+            server: o.server.clone(),
+            skip_tls_verify: o.skip_tls_verify,
+        },
         context: None,
         endpoint: Some(ClusterEndpoint {
             cluster_name: IN_CLUSTER_NAME.to_owned(),
@@ -402,6 +416,25 @@ fn in_cluster(o: &KubeConfigOptions) -> Result<Resolved, ClickHouseSchemaError> 
             skip_tls_verify: o.skip_tls_verify.unwrap_or(false),
         }),
     })
+}
+
+/// The service account's configuration, read only when connecting so the
+/// identity can be resolved without the token and CA files.
+fn in_cluster_config(
+    server: Option<&str>,
+    skip_tls_verify: Option<bool>,
+) -> Result<kube::Config, ConnectError> {
+    let mut config =
+        kube::Config::incluster().map_err(|e| error(format!("in-cluster configuration: {}", chain(&e))))?;
+    if let Some(s) = server {
+        config.cluster_url = s
+            .parse()
+            .map_err(|e| error(format!("kubeConfig.server '{s}' is not a URL: {e}")))?;
+    }
+    if let Some(skip) = skip_tls_verify {
+        config.accept_invalid_certs = skip;
+    }
+    Ok(config)
 }
 
 fn kubeconfig_error(e: &KubeconfigError) -> String {
@@ -434,8 +467,30 @@ fn list(names: &[&str]) -> String {
     }
 }
 
-fn error(message: String) -> ClickHouseSchemaError {
-    ClickHouseSchemaError::new(ErrorKind::KubernetesApi, message)
+fn error(message: String) -> ConnectError {
+    ConnectError { message }
+}
+
+/// Why no client could be built: a kubeconfig that is missing, unreadable or
+/// inconsistent with the `kubeConfig` prop. Converts into the project error
+/// ([`ErrorKind::KubernetesApi`]) with `?`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectError {
+    pub message: String,
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+impl From<ConnectError> for ClickHouseSchemaError {
+    fn from(e: ConnectError) -> Self {
+        ClickHouseSchemaError::new(ErrorKind::KubernetesApi, e.message)
+    }
 }
 
 #[cfg(test)]
@@ -555,7 +610,10 @@ current-context: prod
         let dir = tempfile::tempdir().expect("tempdir");
         let path = write(dir.path(), &YAML.replace("current-context: prod\n", ""));
         let e = connect(Some(&with_path(&path))).await.expect_err("no context");
-        assert_eq!(e.kind, ErrorKind::KubernetesApi);
+        assert_eq!(
+            ClickHouseSchemaError::from(e.clone()).kind,
+            ErrorKind::KubernetesApi
+        );
         assert!(e.message.contains("sets no current-context"), "{}", e.message);
         assert!(e.message.contains(&path), "{}", e.message);
     }

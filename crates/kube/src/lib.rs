@@ -16,7 +16,7 @@ use clickhouse_schema_core::transport::{
 };
 
 pub use clock::SystemClock;
-pub use kubeconfig::{Connection, connect, endpoint_of, resolve_endpoint};
+pub use kubeconfig::{ConnectError, Connection, connect, endpoint_of, resolve_endpoint};
 
 /// Lists pods and runs execs through one kube-rs client.
 #[derive(Clone)]
