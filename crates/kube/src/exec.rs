@@ -12,6 +12,10 @@
 //!   only after writing (or one stream after the other) can deadlock.
 //! - captured output is capped, but reading continues past the cap: a remote
 //!   that cannot write blocks forever.
+//! - the status frame, not end-of-output, ends the exec. On a dropped
+//!   connection kube-rs ends its loop without shutting its stdout/stderr pipes
+//!   (their readers never see EOF), and a process that exits without reading
+//!   all of stdin leaves the stdin writer blocked on a full pipe.
 
 use std::pin::pin;
 use std::time::Duration;
@@ -89,9 +93,8 @@ async fn run(client: &kube::Client, request: &ExecRequest) -> Result<ExecOutput,
         let mut reading = pin!(reading);
         let mut status = pin!(status);
         let mut output = None;
-        // The status drives the exec, not the readers' EOF: when the
-        // connection drops, kube-rs ends its loop without shutting its
-        // stdout/stderr pipes, so their readers would wait forever.
+        // The status ends the loop (see the module docs); the writer and
+        // readers only make progress while it is awaited.
         let status = loop {
             tokio::select! {
                 status = &mut status => break status,

@@ -223,8 +223,33 @@ async fn exec_frames_stdin_without_closing_it_and_reports_exit_codes() {
     assert_eq!(out.stdout.len(), clickhouse_schema_kube::exec::OUTPUT_CAP);
     assert_eq!(out.stderr.len(), clickhouse_schema_kube::exec::OUTPUT_CAP);
 
+    // Stdin far larger than kube-rs's pipes, consumed while output flows back.
+    let big = "x".repeat(3_000_000);
+    let mut req = shell_exec(
+        POD,
+        &format!("head -c {} | tee /dev/stderr | wc -c", big.len()),
+        Duration::from_secs(60),
+    );
+    req.stdin = big.clone();
+    let out = t.exec(req).await.expect("runs");
+    assert_eq!((out.stdout.trim(), out.exit_code), ("3000000", 0));
+    assert_eq!(out.stderr.len(), clickhouse_schema_kube::exec::OUTPUT_CAP);
+
+    // A command that exits without reading its stdin: the status ends the
+    // exec even though most of stdin could never be delivered.
+    let mut req = shell_exec(POD, "exit 7", Duration::from_secs(30));
+    req.stdin = big;
+    let started = Instant::now();
+    let out = t.exec(req).await.expect("runs");
+    assert_eq!(out.exit_code, 7);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
     let log = sb.exec_log();
-    assert_eq!(log.len(), 3);
+    assert_eq!(log.len(), 5);
     assert_eq!(log[0].stdin_text(), input);
     assert!(log.iter().all(|r| r.protocol == "v5.channel.k8s.io"), "{log:?}");
     assert!(log.iter().all(|r| r.outcome == "completed"), "{log:?}");
@@ -373,6 +398,16 @@ async fn faults_are_transient_or_timeouts() {
         .await
         .expect_err("slow");
     assert_eq!(e.kind, TransportErrorKind::Timeout);
+    // Dropping the exec closed the connection, and the API server ended the process.
+    let mut outcome = None;
+    for _ in 0..50 {
+        outcome = sb.exec_log().last().map(|r| r.outcome.clone());
+        if outcome.as_deref() == Some("client_disconnected") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(outcome.as_deref(), Some("client_disconnected"));
 
     for status in [500, 429] {
         sb.inject(Fault::ListError {
