@@ -9,6 +9,7 @@
 //! - `PUT /sandbox/pods/{name}/containers` `[{"name","image","env":[[k,v]]}]`, `PUT .../labels` `{k: v}`
 //! - `POST /sandbox/pods/{name}/server/stop|start`
 //! - `GET|DELETE /sandbox/exec-log`
+//! - `GET|DELETE /sandbox/api-log`: every Kubernetes API request served (`{method, path, query}`)
 //! - `GET|POST|DELETE /sandbox/faults`: `{"kind":"drop_exec","pod":?,"count":1,"after":"after_start|after_stdout"}`,
 //!   `{"kind":"stall_exec","pod":?,"count":1,"seconds":3600}`,
 //!   `{"kind":"list_error","namespace":?,"count":1,"status":500|429,"retry_after_seconds":?}`
@@ -43,6 +44,7 @@ pub fn routes() -> Router<Arc<State>> {
         .route("/sandbox/pods/{name}/server/stop", post(stop_server))
         .route("/sandbox/pods/{name}/server/start", post(start_server))
         .route("/sandbox/exec-log", get(exec_log).delete(clear_exec_log))
+        .route("/sandbox/api-log", get(api_log).delete(clear_api_log))
         .route(
             "/sandbox/faults",
             get(faults).post(arm_fault).delete(clear_faults),
@@ -174,6 +176,17 @@ async fn exec_log(AxState(state): S, headers: HeaderMap) -> Response {
 async fn clear_exec_log(AxState(state): S, headers: HeaderMap) -> Response {
     guard!(state, headers);
     state.clear_exec_log();
+    reply(Ok(json!({})))
+}
+
+async fn api_log(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(Ok(json!(state.api_log())))
+}
+
+async fn clear_api_log(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    state.clear_api_log();
     reply(Ok(json!({})))
 }
 

@@ -3,6 +3,7 @@
 //! `sandbox-hosts`. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
 
 pub mod api;
+pub mod api_log;
 pub mod auth;
 pub mod cli;
 pub mod control;
@@ -19,6 +20,7 @@ pub mod state;
 pub mod status;
 pub mod tls;
 
+pub use api_log::ApiRequest;
 pub use auth::Tokens;
 pub use exec_log::ExecRecord;
 pub use faults::{DropPoint, Fault};

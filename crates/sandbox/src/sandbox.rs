@@ -16,7 +16,7 @@ use crate::pods::{Container, Pod};
 use crate::runtime::{HostsConfig, HostsRuntime, LocalProcess, PodRuntime, RuntimeError};
 use crate::server::Server;
 use crate::state::{AddPod, ControlError, Passwords, PodState, State, replica_name};
-use crate::{api, control, tls};
+use crate::{api, api_log, control, tls};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeKind {
@@ -196,6 +196,10 @@ impl Sandbox {
         let tls = tls::generate()?;
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
         let app = api::routes()
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                api_log::record,
+            ))
             .merge(control::routes())
             .fallback(api::not_found_route)
             .with_state(state.clone());
@@ -311,6 +315,13 @@ impl Sandbox {
     }
     pub fn exec_log(&self) -> Vec<ExecRecord> {
         self.state.exec_log()
+    }
+    /// Every Kubernetes API request served so far (control calls excluded).
+    pub fn api_log(&self) -> Vec<crate::ApiRequest> {
+        self.state.api_log()
+    }
+    pub fn clear_api_log(&self) {
+        self.state.clear_api_log();
     }
     pub fn clear_exec_log(&self) {
         self.state.clear_exec_log()

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::api_log::ApiRequest;
 use crate::auth::Authorizer;
 use crate::exec_log::ExecRecord;
 use crate::faults::{Fault, Faults};
@@ -104,6 +105,7 @@ pub struct State {
     pub store: Mutex<Store>,
     pub faults: Mutex<Faults>,
     exec_log: Mutex<Vec<ExecRecord>>,
+    api_log: Mutex<Vec<ApiRequest>>,
     next_exec: AtomicU64,
     next_local_ip: AtomicU8,
 }
@@ -136,6 +138,7 @@ impl State {
             }),
             faults: Mutex::new(Faults::default()),
             exec_log: Mutex::new(Vec::new()),
+            api_log: Mutex::new(Vec::new()),
             next_exec: AtomicU64::new(1),
             next_local_ip: AtomicU8::new(100),
         }
@@ -361,6 +364,18 @@ impl State {
                 p.restart_count += 1;
             }
         })
+    }
+
+    pub fn api_log(&self) -> Vec<ApiRequest> {
+        lock(&self.api_log).clone()
+    }
+
+    pub fn clear_api_log(&self) {
+        lock(&self.api_log).clear();
+    }
+
+    pub fn log_api(&self, request: ApiRequest) {
+        lock(&self.api_log).push(request);
     }
 
     pub fn exec_log(&self) -> Vec<ExecRecord> {

@@ -1,0 +1,40 @@
+//! A record of every Kubernetes API request the sandbox served (not the
+//! control API), so tests can assert what a converge cost: "an unchanged
+//! converge lists pods once and execs nothing" is a claim about requests.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State as AxState};
+use axum::middleware::Next;
+use axum::response::Response;
+use serde::Serialize;
+
+use crate::state::State;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApiRequest {
+    pub method: String,
+    pub path: String,
+    /// The raw query string (label selector, exec parameters).
+    pub query: Option<String>,
+}
+
+impl ApiRequest {
+    /// A `list pods` call, in any namespace or across all of them.
+    pub fn is_pod_list(&self) -> bool {
+        self.method == "GET" && self.path.ends_with("/pods") && self.path.starts_with("/api/v1/")
+    }
+
+    pub fn is_exec(&self) -> bool {
+        self.path.ends_with("/exec")
+    }
+}
+
+pub async fn record(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
+    state.log_api(ApiRequest {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+        query: request.uri().query().map(str::to_owned),
+    });
+    next.run(request).await
+}
