@@ -29,6 +29,12 @@ npm run --silent typecheck
 step "TypeScript build"
 npm run --silent build:ts
 
+step "sandbox binary (for the Node tests against real ClickHouse)"
+cargo build --release --locked -p sandbox
+# The Node sandbox tests run their sandbox from a fixed directory, so it is
+# stopped here even if the test process dies before its own teardown.
+trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true' EXIT
+
 step "Rust tests"
 cargo test --workspace --locked
 

@@ -1,0 +1,309 @@
+// apply/destroy through the built package over its real transport (kube-rs,
+// WebSocket exec) against the sandbox: a test Kubernetes API server whose
+// pods are real ClickHouse 18.16 servers. What a user would check is checked
+// the way a user would: by querying each pod with kubectl exec.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, rmSync } from 'node:fs';
+import { request } from 'node:https';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const sandboxBin = join(root, 'target/release/sandbox');
+// A fixed directory, so scripts/test.sh can stop this sandbox even when the
+// test process is killed before its after() hook runs.
+const dir = process.env.SANDBOX_TEST_DIR ?? join(root, '.sandbox-test');
+// A hang must fail the test rather than stall the suite.
+const timeout = 120_000;
+let info;
+let ca;
+let kubeconfig;
+
+before(() => {
+  spawnSync(sandboxBin, ['stop', '--dir', dir]);
+  rmSync(dir, { recursive: true, force: true });
+  const started = spawnSync(sandboxBin, ['start', '--dir', dir, '--pods', '3'], { encoding: 'utf8' });
+  assert.equal(started.status, 0, `sandbox start failed:\n${started.stdout}\n${started.stderr}`);
+  info = JSON.parse(readFileSync(join(dir, 'sandbox.json'), 'utf8'));
+  kubeconfig = join(dir, 'kubeconfig');
+  const caData = /certificate-authority-data:\s*(\S+)/.exec(readFileSync(kubeconfig, 'utf8'));
+  ca = Buffer.from(caData[1], 'base64');
+});
+
+after(() => {
+  spawnSync(sandboxBin, ['stop', '--dir', dir], { encoding: 'utf8' });
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** The sandbox's control API (admin token). */
+function control(method, path, body) {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port: info.port,
+        method,
+        path,
+        ca,
+        headers: { authorization: `Bearer ${info.tokens.admin}`, 'content-type': 'application/json' },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c) => (text += c));
+        res.on('end', () =>
+          res.statusCode < 300 ? resolve(text ? JSON.parse(text) : null) : reject(new Error(`${method} ${path}: ${res.statusCode} ${text}`)),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(body === undefined ? undefined : JSON.stringify(body));
+  });
+}
+
+/** Runs a query on one pod the way an operator would: kubectl exec. */
+function query(pod, sql) {
+  const r = spawnSync(
+    'kubectl',
+    ['--kubeconfig', kubeconfig, 'exec', '-i', pod, '-c', 'clickhouse', '--', 'sh', '-c', 'clickhouse-client --password "$CLICKHOUSE_PASSWORD"'],
+    { input: sql, encoding: 'utf8' },
+  );
+  assert.equal(r.status, 0, `query on ${pod} failed: ${r.stderr}`);
+  return r.stdout.trim();
+}
+
+function tablesOn(pod, database) {
+  return query(pod, `SELECT name FROM system.tables WHERE database = '${database}' ORDER BY name`).split('\n').filter(Boolean);
+}
+
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(isClickHouseSchemaError(err), `expected a ClickHouseSchemaError, got ${err?.stack ?? err}`);
+    return err;
+  }
+  assert.fail('expected a rejection');
+}
+
+const selector = { 'clickhouse.altinity.com/chi': 'sandbox' };
+
+function props(statements, extra = {}) {
+  return {
+    target: { namespace: 'sandbox', podSelector: selector },
+    statements,
+    kubeConfig: { kubeconfigPath: kubeconfig },
+    retry: { maxAttempts: 3, backoffMs: 100 },
+    ...extra,
+  };
+}
+
+async function execLog() {
+  return control('GET', '/sandbox/exec-log');
+}
+
+async function clearLogs() {
+  await control('DELETE', '/sandbox/exec-log');
+  await control('DELETE', '/sandbox/api-log');
+}
+
+// The fanout scenarios share one sandbox and build on each other, in order.
+describe('fanout against real ClickHouse', () => {
+  const statements = [
+    'CREATE DATABASE IF NOT EXISTS shop',
+    'CREATE TABLE IF NOT EXISTS shop.orders (id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id',
+    'CREATE TABLE IF NOT EXISTS shop.orders_daily (day Date, n UInt64) ENGINE = SummingMergeTree ORDER BY day',
+    'CREATE MATERIALIZED VIEW IF NOT EXISTS shop.orders_mv TO shop.orders_daily AS SELECT toDate(at) AS day, count() AS n FROM shop.orders GROUP BY day',
+  ];
+  let state;
+  let createLog;
+
+  test('create applies every statement to every pod', { timeout }, async () => {
+    await clearLogs();
+    const result = await apply('shop-schema', props(statements));
+    createLog = await execLog(); // before the verification queries add their own execs
+    assert.equal(result.changed, true);
+    assert.deepEqual(result.appliedTo, info.pods);
+    state = result.state;
+    for (const pod of info.pods) {
+      assert.deepEqual(tablesOn(pod, 'shop'), ['orders', 'orders_daily', 'orders_mv'], pod);
+    }
+    assert.deepEqual(state.podNames, info.pods);
+    assert.equal(state.pods.length, 3);
+    assert.ok(state.pods.every((p) => /^[0-9a-f-]{36}$/.test(p.uid)), 'pod uids recorded');
+    assert.match(state.clusterId, /^[0-9a-f]{64}$/);
+  });
+
+  test('no exec argv ever contains a statement; every statement arrived on stdin', { timeout }, async () => {
+    assert.equal(createLog.length, statements.length * 3, 'one exec per statement per pod');
+    for (const record of createLog) {
+      assert.ok(statements.includes(record.stdin), `stdin is exactly one statement: ${record.stdin}`);
+      for (const arg of record.argv) {
+        for (const s of statements) assert.ok(!arg.includes(s), `statement in argv: ${arg}`);
+      }
+      assert.equal(record.exit_code, 0);
+    }
+  });
+
+  test('an unchanged converge costs one pod list and no exec', { timeout }, async () => {
+    await clearLogs();
+    const result = await apply('shop-schema', props(statements), state);
+    assert.equal(result.changed, false);
+    assert.deepEqual(result.state, state);
+    const api = await control('GET', '/sandbox/api-log');
+    assert.deepEqual(
+      api.map((r) => `${r.method} ${r.path}`),
+      ['GET /api/v1/namespaces/sandbox/pods'],
+    );
+    assert.equal((await execLog()).length, 0);
+  });
+
+  test('scale-out applies the whole list to the new pod only', { timeout }, async () => {
+    const added = await control('POST', '/sandbox/pods', {});
+    assert.deepEqual(tablesOn(added.name, 'shop'), [], 'a new replica starts empty');
+    await clearLogs();
+    const result = await apply('shop-schema', props(statements), state);
+    assert.deepEqual(result.appliedTo, [added.name]);
+    assert.deepEqual(tablesOn(added.name, 'shop'), ['orders', 'orders_daily', 'orders_mv']);
+    const pods = new Set((await execLog()).map((r) => r.pod));
+    assert.deepEqual([...pods], [added.name]);
+    assert.equal(result.state.podNames.length, 4);
+    state = result.state;
+  });
+
+  test('a replaced pod (same name, new uid, empty disk) gets the schema again', { timeout }, async () => {
+    const victim = info.pods[1];
+    const before = state.pods.find((p) => p.name === victim).uid;
+    await control('POST', `/sandbox/pods/${victim}/replace`);
+    assert.deepEqual(tablesOn(victim, 'shop'), [], 'the replacement has an empty disk');
+    const result = await apply('shop-schema', props(statements), state);
+    assert.deepEqual(result.appliedTo, [victim]);
+    const after = result.state.pods.find((p) => p.name === victim).uid;
+    assert.notEqual(after, before);
+    assert.deepEqual(tablesOn(victim, 'shop'), ['orders', 'orders_daily', 'orders_mv']);
+    state = result.state;
+  });
+
+  test('an SQL error on statement 2 names the pod and the code, and nothing is recorded', { timeout }, async () => {
+    await control('DELETE', `/sandbox/pods/${state.podNames[3]}`);
+    const broken = [...statements.slice(0, 2), 'CREATE TABLE shop.orders (id UInt64) ENGINE = Memory'];
+    const err = await rejection(apply('shop-schema', props(broken), state));
+    assert.equal(err.code, 'E_STATEMENT_FAILED');
+    assert.equal(err.statementIndex, 2);
+    assert.equal(err.pod, info.pods[0]);
+    assert.equal(err.clickHouseCode, 57, 'TABLE_ALREADY_EXISTS');
+    assert.equal(err.exitCode, 57);
+    assert.match(err.message, /statement 2 failed on pod chi-sandbox-0-0-0 with ClickHouse code 57/);
+  });
+
+  test('a secret in a failing literal never appears in the error', { timeout }, async () => {
+    const secrets = ['AKIAIOSFODNN7EXAMPLE', "wJalrXUtn''FEMI/K7MDENG", 'pa$$-w0rd-Xyzzy'];
+    const leaky = [
+      "CREATE TABLE shop.s3src (x String) ENGINE = URL('http://127.0.0.1:1/x', 'AKIAIOSFODNN7EXAMPLE', 'wJalrXUtn''FEMI/K7MDENG') FORMAT",
+      "CREATE USER shop_writer IDENTIFIED BY 'pa$$-w0rd-Xyzzy'",
+    ];
+    for (const statement of leaky) {
+      const err = await rejection(apply('shop-schema', props([statement]), state));
+      assert.equal(err.code, 'E_STATEMENT_FAILED');
+      assert.ok(err.clickHouseCode > 0, 'the code survives redaction');
+      const everything = `${err.message}\n${err.stack}\n${JSON.stringify(err)}`;
+      for (const secret of secrets) {
+        for (const spelling of [secret, secret.replace("''", "'"), secret.replace("''", "\\'")]) {
+          assert.ok(!everything.includes(spelling), `${spelling} leaked:\n${everything}`);
+        }
+      }
+    }
+  });
+
+  test('a WebSocket dropped mid-exec is retried and the apply succeeds', { timeout }, async () => {
+    await control('POST', '/sandbox/faults', { kind: 'drop_exec', count: 1, after: 'after_start' });
+    await clearLogs();
+    const extra = [...statements, 'CREATE TABLE IF NOT EXISTS shop.notes (id UInt64) ENGINE = Memory'];
+    const result = await apply('shop-schema', props(extra), state);
+    assert.equal(result.changed, true);
+    const log = await execLog();
+    assert.equal(log.filter((r) => r.outcome === 'fault_drop').length, 1, 'one exec was dropped');
+    for (const pod of info.pods) assert.ok(tablesOn(pod, 'shop').includes('notes'), pod);
+    state = result.state;
+  });
+
+  test('destroy with retain leaves everything; with run it executes deleteStatements', { timeout }, async () => {
+    await clearLogs();
+    await destroy('shop-schema', props(statements), state);
+    assert.equal((await control('GET', '/sandbox/api-log')).length, 0, 'retain never reaches the cluster');
+
+    const runProps = props(statements, {
+      onDelete: 'run',
+      deleteStatements: ['DROP TABLE IF EXISTS shop.orders_mv', 'DROP DATABASE IF EXISTS shop'],
+    });
+    await destroy('shop-schema', runProps, state);
+    for (const pod of info.pods) {
+      assert.equal(query(pod, "SELECT count() FROM system.databases WHERE name = 'shop'"), '0', pod);
+    }
+  });
+});
+
+describe('identity, credentials and RBAC', () => {
+  test('client.user and client.passwordEnv select another user', { timeout }, async () => {
+    const result = await apply(
+      'writer-schema',
+      props(['CREATE DATABASE IF NOT EXISTS by_writer'], {
+        client: { user: 'writer', passwordEnv: 'CLICKHOUSE_WRITER_PASSWORD' },
+      }),
+    );
+    assert.equal(result.changed, true);
+    const log = await execLog();
+    assert.match(log.at(-1).argv[2], /--user 'writer'/);
+    assert.match(log.at(-1).argv[2], /\$\{CLICKHOUSE_WRITER_PASSWORD:-\}/);
+    assert.ok(!JSON.stringify(log).includes(info.passwords.writer), 'the password never left the pod');
+  });
+
+  test('the minimal RBAC token (list pods, create pods/exec) is enough', { timeout }, async () => {
+    const result = await apply(
+      'minimal-schema',
+      props(['CREATE DATABASE IF NOT EXISTS by_minimal'], { kubeConfig: { kubeconfigPath: kubeconfig, context: 'sandbox-minimal' } }),
+    );
+    assert.equal(result.changed, true);
+    for (const pod of info.pods) assert.equal(query(pod, "SELECT count() FROM system.databases WHERE name = 'by_minimal'"), '1');
+  });
+
+  test('a token without pods/exec fails with a clear error and nothing recorded', { timeout }, async () => {
+    const err = await rejection(
+      apply('no-exec-schema', props(['SELECT 1'], { kubeConfig: { kubeconfigPath: kubeconfig, context: 'sandbox-no-exec' } })),
+    );
+    assert.equal(err.code, 'E_KUBERNETES_API');
+    assert.equal(err.pod, info.pods[0]);
+    assert.match(err.message, /forbidden/);
+    assert.match(err.message, /'create' on pods\/exec/);
+  });
+});
+
+describe('onCluster through ZooKeeper', () => {
+  test('one exec per statement reaches every pod; an unchanged converge makes no call', { timeout }, async () => {
+    await clearLogs();
+    const onCluster = props(
+      [
+        'CREATE DATABASE IF NOT EXISTS dist ON CLUSTER sandbox',
+        "CREATE TABLE IF NOT EXISTS dist.events ON CLUSTER 'sandbox' (id UInt64) ENGINE = MergeTree ORDER BY id",
+      ],
+      { execution: { mode: 'onCluster', cluster: 'sandbox' }, settings: { distributed_ddl_task_timeout: 60 } },
+    );
+    const result = await apply('dist-schema', onCluster);
+    assert.equal(result.changed, true);
+    const log = await execLog();
+    assert.equal(log.length, 2, 'once, not per pod');
+    assert.ok(log.every((r) => r.pod === log[0].pod));
+    assert.match(log[0].argv[2], /--distributed_ddl_task_timeout='60'/);
+    for (const pod of info.pods) {
+      assert.deepEqual(tablesOn(pod, 'dist'), ['events'], pod);
+    }
+
+    await clearLogs();
+    const again = await apply('dist-schema', onCluster, result.state);
+    assert.equal(again.changed, false);
+    assert.equal((await control('GET', '/sandbox/api-log')).length, 0, 'no list, no exec');
+  });
+});
