@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::exec::ExecProtocol;
 use crate::sandbox::{RuntimeKind, Sandbox, SandboxInfo, SandboxOptions};
 
 #[derive(Parser)]
@@ -48,6 +49,10 @@ struct StartArgs {
     /// No ClickHouse: exec runs on this machine (protocol experiments only).
     #[arg(long)]
     local: bool,
+    /// Exec subprotocols the API server accepts, most preferred first (comma list of v5, v4).
+    /// `v4` alone: a cluster older than Kubernetes 1.30.
+    #[arg(long, value_delimiter = ',', default_value = "v5,v4")]
+    exec_protocols: Vec<ExecProtocol>,
     /// Seconds `start` waits for readiness.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
@@ -122,6 +127,8 @@ fn start(a: StartArgs) -> Result<(), String> {
     if a.local {
         cmd.arg("--local");
     }
+    let protocols: Vec<&str> = a.exec_protocols.iter().map(|p| p.as_str()).collect();
+    cmd.arg("--exec-protocols").arg(protocols.join(","));
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)
@@ -186,6 +193,7 @@ fn serve(a: StartArgs) -> Result<(), String> {
             } else {
                 RuntimeKind::Hosts
             },
+            exec_protocols: a.exec_protocols.clone(),
             ..SandboxOptions::default()
         };
         let begun = Instant::now();

@@ -1,7 +1,9 @@
 //! `pods/{name}/exec` over WebSocket with the `v5.channel.k8s.io` / `v4.channel.k8s.io`
 //! subprotocols: what kube-rs and kubectl 1.31+ speak. The handshake is done by hand (not axum's
 //! `WebSocketUpgrade`) because client-go may upgrade a POST and because the server, not the
-//! client's header order, must decide between v5 and v4.
+//! client's header order, must decide between v5 and v4. Which of the two the server accepts is
+//! an option (`SandboxOptions::exec_protocols`): with v4 only it behaves like an API server
+//! before Kubernetes 1.30, whose kubelet never learned v5.
 
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
@@ -31,6 +33,47 @@ use crate::status;
 
 pub const V5: &str = "v5.channel.k8s.io";
 pub const V4: &str = "v4.channel.k8s.io";
+
+/// An exec subprotocol the server may accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ExecProtocol {
+    /// `v5.channel.k8s.io` (Kubernetes 1.30+): adds the stdin close frame.
+    #[serde(rename = "v5.channel.k8s.io")]
+    V5,
+    /// `v4.channel.k8s.io`: no way to signal stdin EOF short of closing the connection.
+    #[serde(rename = "v4.channel.k8s.io")]
+    V4,
+}
+
+impl ExecProtocol {
+    /// What a current API server accepts, in its order of preference.
+    pub const ALL: [ExecProtocol; 2] = [ExecProtocol::V5, ExecProtocol::V4];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecProtocol::V5 => V5,
+            ExecProtocol::V4 => V4,
+        }
+    }
+}
+
+impl std::fmt::Display for ExecProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ExecProtocol {
+    type Err = String;
+    /// `v5`/`v4` for the command line, or the full subprotocol names.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "v5" | V5 => Ok(ExecProtocol::V5),
+            "v4" | V4 => Ok(ExecProtocol::V4),
+            other => Err(format!("unknown exec protocol {other:?} (v5 or v4)")),
+        }
+    }
+}
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -83,9 +126,25 @@ fn parse_query(q: &str) -> ExecQuery {
     out
 }
 
-/// Server preference: v5 (it can signal stdin EOF) over v4, whatever order the client lists them in.
-pub fn choose_protocol(offered: &[String]) -> Option<&'static str> {
-    [V5, V4].into_iter().find(|p| offered.iter().any(|o| o == p))
+/// The first of `accepted` (the server's preference: v5, which can signal stdin EOF, before v4)
+/// the client offered, whatever order the client lists them in.
+pub fn choose_protocol(accepted: &[ExecProtocol], offered: &[String]) -> Option<ExecProtocol> {
+    accepted
+        .iter()
+        .copied()
+        .find(|p| offered.iter().any(|o| o == p.as_str()))
+}
+
+/// No subprotocol in common. Both the kubelet (before 1.30) and the 1.30+ API server hand the
+/// upgrade to apimachinery's `wsstream.Conn`, whose handshake runs inside golang.org/x/net's
+/// `websocket.Server`: a failed handshake is a bare `403 Forbidden`, no body, connection closed
+/// (the API server proxies the kubelet's answer unchanged). Clients report only the status
+/// (kube-rs: "failed to switch protocol: 403 Forbidden").
+fn unsupported_protocol() -> Response {
+    let mut resp = StatusCode::FORBIDDEN.into_response();
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 pub async fn handle(
@@ -162,10 +221,8 @@ pub async fn handle(
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(',').map(|p| p.trim().to_string()))
         .collect();
-    let Some(protocol) = choose_protocol(&offered) else {
-        return status::bad_request(&format!(
-            "unable to upgrade connection: requested protocols {offered:?} not supported, want one of [{V5} {V4}]"
-        ));
+    let Some(protocol) = choose_protocol(&state.exec_protocols, &offered) else {
+        return unsupported_protocol();
     };
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
         return status::bad_request("connection cannot be upgraded");
@@ -185,7 +242,7 @@ pub async fn handle(
         argv: q.command.clone(),
         stdin: Vec::new(),
         exit_code: None,
-        protocol: protocol.to_string(),
+        protocol: protocol.as_str().to_string(),
         outcome: "running".to_string(),
     };
     let id = state.log_exec(record);
@@ -199,7 +256,7 @@ pub async fn handle(
         stdin: q.stdin,
         stdout: q.stdout,
         stderr,
-        v5: protocol == V5,
+        v5: protocol == ExecProtocol::V5,
         fault,
     };
     tokio::spawn(async move {
@@ -221,7 +278,10 @@ pub async fn handle(
         header::SEC_WEBSOCKET_ACCEPT,
         HeaderValue::from_str(&accept).expect("base64 is a valid header"),
     );
-    h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(protocol));
+    h.insert(
+        header::SEC_WEBSOCKET_PROTOCOL,
+        HeaderValue::from_static(protocol.as_str()),
+    );
     resp
 }
 
@@ -515,9 +575,21 @@ mod tests {
     #[test]
     fn prefers_v5_whatever_the_client_order() {
         let offered = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(choose_protocol(&offered(&[V4, V5])), Some(V5));
-        assert_eq!(choose_protocol(&offered(&[V4])), Some(V4));
-        assert_eq!(choose_protocol(&offered(&["channel.k8s.io"])), None);
+        let all = ExecProtocol::ALL;
+        assert_eq!(choose_protocol(&all, &offered(&[V4, V5])), Some(ExecProtocol::V5));
+        assert_eq!(choose_protocol(&all, &offered(&[V4])), Some(ExecProtocol::V4));
+        assert_eq!(choose_protocol(&all, &offered(&["channel.k8s.io"])), None);
+    }
+
+    #[test]
+    fn a_v4_only_server_picks_v4_and_refuses_v5_alone() {
+        let offered = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let v4 = [ExecProtocol::V4];
+        assert_eq!(choose_protocol(&v4, &offered(&[V5, V4])), Some(ExecProtocol::V4));
+        assert_eq!(choose_protocol(&v4, &offered(&[V5])), None);
+        assert_eq!("v4".parse::<ExecProtocol>(), Ok(ExecProtocol::V4));
+        assert_eq!(V5.parse::<ExecProtocol>(), Ok(ExecProtocol::V5));
+        assert!("v3".parse::<ExecProtocol>().is_err());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod tls;
 
 pub use api_log::ApiRequest;
 pub use auth::Tokens;
+pub use exec::ExecProtocol;
 pub use exec_log::ExecRecord;
 pub use faults::{DropPoint, Fault};
 pub use pods::{Container, Phase, Pod};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::auth::{Authorizer, Tokens, default_users};
+use crate::exec::ExecProtocol;
 use crate::exec_log::ExecRecord;
 use crate::faults::Fault;
 use crate::kubeconfig::{self, KubeconfigInput};
@@ -41,6 +42,10 @@ pub struct SandboxOptions {
     pub namespace: String,
     pub cluster_name: String,
     pub runtime: RuntimeKind,
+    /// Exec subprotocols the API server accepts, most preferred first. Default: v5 then v4, as
+    /// Kubernetes 1.30+; `[V4]` is an older cluster (see `exec::unsupported_protocol` for what a
+    /// client offering only v5 gets).
+    pub exec_protocols: Vec<ExecProtocol>,
 }
 
 impl Default for SandboxOptions {
@@ -53,6 +58,7 @@ impl Default for SandboxOptions {
             namespace: "sandbox".into(),
             cluster_name: "sandbox".into(),
             runtime: RuntimeKind::Hosts,
+            exec_protocols: ExecProtocol::ALL.to_vec(),
         }
     }
 }
@@ -80,6 +86,8 @@ pub enum SandboxError {
     Control(#[from] ControlError),
     #[error("no free sandbox instance (1..=200) on this machine")]
     NoInstance,
+    #[error("exec_protocols is empty: the server would refuse every exec")]
+    NoExecProtocol,
 }
 
 /// What `sandbox.json` holds: everything a client of the sandbox needs.
@@ -95,6 +103,9 @@ pub struct SandboxInfo {
     pub pods: Vec<String>,
     pub instance: Option<u8>,
     pub pid: u32,
+    /// Exec subprotocols the server accepts, most preferred first.
+    #[serde(default)]
+    pub exec_protocols: Vec<ExecProtocol>,
 }
 
 pub struct Sandbox {
@@ -136,6 +147,9 @@ fn claim_instance(wanted: Option<u8>) -> Result<(u8, File), SandboxError> {
 
 impl Sandbox {
     pub async fn start(opts: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        if opts.exec_protocols.is_empty() {
+            return Err(SandboxError::NoExecProtocol);
+        }
         let (dir, temp_dir) = match &opts.dir {
             Some(d) => (d.clone(), false),
             None => {
@@ -174,7 +188,7 @@ impl Sandbox {
             }
         };
 
-        let state = Arc::new(State::new(
+        let mut state = State::new(
             Authorizer {
                 users: default_users(),
             },
@@ -182,7 +196,9 @@ impl Sandbox {
             opts.namespace.clone(),
             opts.cluster_name.clone(),
             passwords,
-        ));
+        );
+        state.exec_protocols = opts.exec_protocols.clone();
+        let state = Arc::new(state);
         for name in &names {
             let ip = match opts.runtime {
                 RuntimeKind::Hosts => runtime
@@ -245,6 +261,7 @@ impl Sandbox {
             pods: self.pod_names(),
             instance: self.instance,
             pid: std::process::id(),
+            exec_protocols: self.state.exec_protocols.clone(),
         }
     }
 

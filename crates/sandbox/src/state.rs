@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api_log::ApiRequest;
 use crate::auth::Authorizer;
+use crate::exec::ExecProtocol;
 use crate::exec_log::ExecRecord;
 use crate::faults::{Fault, Faults};
 use crate::pods::{Backing, Container, Phase, Pod};
@@ -104,6 +105,8 @@ pub struct State {
     pub passwords: Passwords,
     pub store: Mutex<Store>,
     pub faults: Mutex<Faults>,
+    /// Exec subprotocols the server accepts, in its order of preference.
+    pub exec_protocols: Vec<ExecProtocol>,
     exec_log: Mutex<Vec<ExecRecord>>,
     api_log: Mutex<Vec<ApiRequest>>,
     next_exec: AtomicU64,
@@ -137,6 +140,7 @@ impl State {
                 resource_version: 1000,
             }),
             faults: Mutex::new(Faults::default()),
+            exec_protocols: ExecProtocol::ALL.to_vec(),
             exec_log: Mutex::new(Vec::new()),
             api_log: Mutex::new(Vec::new()),
             next_exec: AtomicU64::new(1),

@@ -79,3 +79,33 @@ async fn start_and_stop_leave_nothing_running() {
         "stop is idempotent and quiet"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_protocols_flag_reaches_the_served_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let bad = sandbox(&["start", "--local", "--dir", d, "--exec-protocols", "v3"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("unknown exec protocol"),
+        "{}",
+        text(&bad.stderr)
+    );
+
+    let started = sandbox(&[
+        "start",
+        "--local",
+        "--pods",
+        "1",
+        "--dir",
+        d,
+        "--exec-protocols",
+        "v4",
+    ]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("sandbox.json")).unwrap()).unwrap();
+    let stopped = sandbox(&["stop", "--dir", d]);
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    assert_eq!(info["exec_protocols"], serde_json::json!(["v4.channel.k8s.io"]));
+}

@@ -12,7 +12,8 @@ use futures_util::StreamExt;
 use kube::api::ListParams;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use sandbox::{AddPod, Container, DropPoint, Fault, PodState, Sandbox, SandboxOptions};
+use sandbox::{AddPod, Container, DropPoint, ExecProtocol, Fault, PodState, Sandbox, SandboxOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -179,9 +180,8 @@ async fn exec_is_refused_like_kubernetes() {
     sb.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn v4_only_client_gets_v4_with_stdout_and_status() {
-    let sb = local().await;
+/// A TLS connection to the sandbox's API port, for WebSocket clients kube-rs cannot imitate.
+async fn tls_to(sb: &Sandbox) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(sb.ca_pem().as_bytes()).unwrap())
@@ -195,10 +195,16 @@ async fn v4_only_client_gets_v4_with_stdout_and_status() {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", sb.port()))
         .await
         .unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v4_only_client_gets_v4_with_stdout_and_status() {
+    let sb = local().await;
+    let tls = tls_to(&sb).await;
     let url = format!(
         "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-0-0-0/exec?command=sh&command=-c&command=echo+out%3B+exit+5&container=clickhouse&stdout=true&stderr=true",
         sb.port()
@@ -231,6 +237,126 @@ async fn v4_only_client_gets_v4_with_stdout_and_status() {
     assert_eq!(status["details"]["causes"][0]["message"], "5");
     assert_eq!(u16::from(close.expect("close frame").code), 1000);
     assert_eq!(sb.exec_log()[0].protocol, "v4.channel.k8s.io");
+    sb.shutdown().await.unwrap();
+}
+
+/// The product's framing over any protocol: `head -c <N>` ends the input, stdin is written and
+/// left open (v4 has no EOF frame), output is read concurrently and the status frame ends it.
+async fn kube_exec_framed(c: &kube::Client, pod: &str, script: &str, stdin: &[u8]) -> ExecOutput {
+    let params = kube::api::AttachParams::default()
+        .container("clickhouse")
+        .stdin(true)
+        .stdout(true)
+        .stderr(true);
+    let argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("head -c {} | {{ {script}; }}", stdin.len()),
+    ];
+    let mut p = pods(c).exec(pod, argv, &params).await.expect("upgraded");
+    let (mut w, out, err) = (p.stdin().unwrap(), p.stdout().unwrap(), p.stderr().unwrap());
+    let status = p.take_status().unwrap();
+    let read = |mut r: Box<dyn tokio::io::AsyncRead + Send + Unpin>| async move {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v).await;
+        String::from_utf8_lossy(&v).into_owned()
+    };
+    let exchange = async {
+        let writing = async {
+            w.write_all(stdin).await.unwrap();
+            w.flush().await.unwrap();
+        };
+        // kube-rs shuts the output pipes once the status frame came, so the reads end with it.
+        let ((), stdout, stderr, status) =
+            tokio::join!(writing, read(Box::new(out)), read(Box::new(err)), status);
+        (stdout, stderr, status)
+    };
+    let (stdout, stderr, status) = tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .expect("the exec ends on its status frame");
+    drop(w);
+    let joined = p.join().await.map_err(|e| e.to_string());
+    ExecOutput {
+        stdout,
+        stderr,
+        status,
+        joined,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v4_only_server_serves_kube_rs_over_v4_and_refuses_v5_alone() {
+    let sb = Sandbox::start(SandboxOptions {
+        exec_protocols: vec![ExecProtocol::V4],
+        ..SandboxOptions::local(2)
+    })
+    .await
+    .expect("sandbox starts");
+    assert_eq!(sb.info().exec_protocols, vec![ExecProtocol::V4]);
+    let c = client(&sb, "sandbox-minimal").await;
+
+    // kube-rs offers v5 then v4 and gets v4; stdout, stderr and the exit status all come back.
+    let out = kube_exec_framed(
+        &c,
+        "chi-sandbox-0-0-0",
+        "cat; echo err >&2; exit 3",
+        b"SELECT 1\n",
+    )
+    .await;
+    assert_eq!(out.stdout, "SELECT 1\n");
+    assert_eq!(out.stderr, "err\n");
+    assert_eq!(out.exit_code(), Some(3), "{out:?}");
+    assert!(out.joined.is_ok(), "{:?}", out.joined);
+    let ok = kube_exec_framed(&c, "chi-sandbox-0-1-0", "cat", b"").await;
+    assert_eq!((ok.stdout.as_str(), ok.exit_code()), ("", Some(0)), "{ok:?}");
+
+    // Why the product never closes stdin: on v4 kube-rs closes the whole WebSocket instead, the
+    // server ends the process and the status is lost.
+    let closed = kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["cat"], b"x")
+        .await
+        .unwrap();
+    assert!(closed.status.is_none(), "{closed:?}");
+
+    // The server notices the close a moment after the client is done.
+    let mut log = sb.exec_log();
+    for _ in 0..100 {
+        if log[2].outcome != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        log = sb.exec_log();
+    }
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert!(log.iter().all(|r| r.protocol == "v4.channel.k8s.io"), "{log:?}");
+    assert_eq!(log[0].stdin_text(), "SELECT 1\n");
+    assert_eq!(
+        (log[0].exit_code, log[0].outcome.as_str()),
+        (Some(3), "completed")
+    );
+    assert_eq!(log[2].outcome, "client_disconnected");
+
+    // A client offering only v5 meets what an old kubelet's wsstream handshake answers: a bare
+    // 403, no Status body, and nothing runs.
+    let url = format!(
+        "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-0-0-0/exec?command=true&container=clickhouse&stdout=true",
+        sb.port()
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "Authorization",
+        format!("Bearer {}", sb.tokens().admin).parse().unwrap(),
+    );
+    req.headers_mut()
+        .insert("Sec-WebSocket-Protocol", "v5.channel.k8s.io".parse().unwrap());
+    match tokio_tungstenite::client_async(req, tls_to(&sb).await).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 403);
+            assert!(resp.body().as_ref().is_none_or(|b| b.is_empty()), "{resp:?}");
+        }
+        Err(e) => panic!("expected a 403 answer, got {e}"),
+        Ok((_, resp)) => panic!("upgraded with {:?}", resp.headers().get("sec-websocket-protocol")),
+    }
+    assert_eq!(sb.exec_log().len(), 3, "the refused exec ran nothing");
     sb.shutdown().await.unwrap();
 }
 
