@@ -1,0 +1,81 @@
+//! The product's exec against real ClickHouse behind an API server that only
+//! speaks `v4.channel.k8s.io` (clusters before Kubernetes 1.30): v4 has no
+//! stdin EOF frame, so this proves the `head -c <N>` framing and the status
+//! frame end every exec without closing stdin. One sandbox (instance 80).
+
+mod common;
+
+use std::time::Duration;
+
+use clickhouse_schema_core::transport::Executor;
+use clickhouse_schema_kube::{KubeTransport, connect};
+use common::*;
+use sandbox::{ExecProtocol, Sandbox, SandboxOptions};
+
+const INSTANCE: u8 = 80;
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_run_on_real_clickhouse_over_v4() {
+    let sb = Sandbox::start(SandboxOptions {
+        pods: 1,
+        instance: Some(INSTANCE),
+        exec_protocols: vec![ExecProtocol::V4],
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox with ClickHouse starts");
+    let result = scenarios(&sb).await;
+    sb.shutdown().await.expect("shutdown");
+    result.unwrap_or_else(|e| panic!("{e}"));
+}
+
+async fn scenarios(sb: &Sandbox) -> Result<(), String> {
+    let conn = connect(Some(&with_path(sb.kubeconfig_path(), Some("sandbox-minimal"))))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = KubeTransport::from(&conn);
+    let pod = &sb.pod_names()[0];
+
+    let out = t
+        .exec(statement_exec(pod, "SELECT 1", TIMEOUT))
+        .await
+        .map_err(|e| format!("SELECT 1: {e}"))?;
+    check(
+        out.stdout == "1\n" && out.exit_code == 0,
+        format!("SELECT 1: {out:?}"),
+    )?;
+
+    // ClickHouse's code as the exit status and its text on stderr: the status
+    // frame arrived although stdin stayed open.
+    let out = t
+        .exec(statement_exec(pod, "SELEC 1", TIMEOUT))
+        .await
+        .map_err(|e| format!("SELEC 1: {e}"))?;
+    check(
+        out.exit_code == 62 && out.stderr.contains("Code: 62") && out.stdout.is_empty(),
+        format!("SELEC 1: {out:?}"),
+    )?;
+
+    let log = sb.exec_log();
+    check(log.len() == 2, format!("2 execs logged: {log:?}"))?;
+    for (r, statement) in log.iter().zip(["SELECT 1", "SELEC 1"]) {
+        check(
+            r.protocol == "v4.channel.k8s.io" && r.outcome == "completed",
+            format!("exec record: {r:?}"),
+        )?;
+        check(r.stdin_text() == statement, format!("stdin as sent: {r:?}"))?;
+        check(
+            r.argv.len() == 3
+                && r.argv[2].starts_with(&format!("head -c {} | exec clickhouse-client", statement.len()))
+                && !r.argv.iter().any(|a| a.contains("SELEC")),
+            format!("statement only on stdin: {:?}", r.argv),
+        )?;
+    }
+    check(log[1].exit_code == Some(62), format!("logged exit: {:?}", log[1]))?;
+    Ok(())
+}
+
+fn check(ok: bool, what: String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(what) }
+}
