@@ -51,10 +51,6 @@ fn compiled() -> Result<&'static Compiled, &'static str> {
 
 /// Validates `props` for the resource named `resource_id` and returns them
 /// with every default applied.
-// The error type is the crate-wide one and the signature is what the napi
-// binding calls; validation runs once per converge, so the size of the moved
-// error is irrelevant here.
-#[allow(clippy::result_large_err)]
 pub fn validate(resource_id: &str, props: &Value) -> Result<ResolvedConfig, ClickHouseSchemaError> {
     let Some(object) = props.as_object() else {
         let issue = ConfigIssue {

@@ -46,8 +46,6 @@ mod reconcile_support_pod {
     pub use clickhouse_schema_core::transport::PodInfo;
 }
 
-// The error is returned by value as the library returns it; its size does not matter in a test.
-#[allow(clippy::result_large_err)]
 fn run_apply(
     props: serde_json::Value,
     previous: Option<&SchemaState>,
