@@ -67,14 +67,8 @@ pub fn apply<'env>(
         let previous = previous_state
             .map(|v| parse_state(&id, "previousState", v))
             .transpose()?;
-        let (transport, cluster_id) = transport_for(&config, executor).await?;
-        let clock = SystemClock::new();
-        let cluster = Cluster {
-            transport: &transport,
-            clock: &clock,
-            cluster_id,
-        };
-        lifecycle::apply(&id, &config, previous.as_ref(), &cluster).await
+        let session = Session::open(&config, executor).await?;
+        lifecycle::apply(&id, &config, previous.as_ref(), &session.cluster()).await
     };
     env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
         Ok((state, outcome)) => {
@@ -119,14 +113,8 @@ pub fn destroy<'env>(
             // Not even a kubeconfig is loaded: retain must work with the cluster gone.
             return Ok(());
         }
-        let (transport, cluster_id) = transport_for(&config, executor).await?;
-        let clock = SystemClock::new();
-        let cluster = Cluster {
-            transport: &transport,
-            clock: &clock,
-            cluster_id,
-        };
-        lifecycle::destroy(&id, &config, state.as_ref(), &cluster).await
+        let session = Session::open(&config, executor).await?;
+        lifecycle::destroy(&id, &config, state.as_ref(), &session.cluster()).await
     };
     env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
         Ok(()) => Ok(()),
@@ -134,26 +122,48 @@ pub fn destroy<'env>(
     })
 }
 
-/// The injected executor, or a kube-rs client built from the `kubeConfig`
-/// prop (else the ambient kubeconfig, else in-cluster config), with the
-/// identity of the cluster it reaches.
-async fn transport_for(
-    config: &ResolvedConfig,
-    executor: Option<ClickHouseExecutor>,
-) -> std::result::Result<(Transport, Option<String>), ClickHouseSchemaError> {
-    match executor {
-        Some(js) => {
-            // Without a kubeConfig an injected executor names no cluster.
-            let id = match &config.kube_config {
-                Some(options) => resolve_endpoint(Some(options))?.map(|e| cluster_id(&e)),
-                None => None,
-            };
-            Ok((Transport::Js(js), id))
-        }
-        None => {
-            let connection = connect(config.kube_config.as_ref()).await?;
-            let id = connection.cluster_id();
-            Ok((Transport::Kube(KubeTransport::from(&connection)), id))
+/// What a lifecycle call runs against: the transport, the clock and the
+/// identity of the cluster the transport reaches.
+struct Session {
+    transport: Transport,
+    clock: SystemClock,
+    cluster_id: Option<String>,
+}
+
+impl Session {
+    /// The injected executor, or a kube-rs client built from the `kubeConfig`
+    /// prop (else the ambient kubeconfig, else in-cluster config).
+    async fn open(
+        config: &ResolvedConfig,
+        executor: Option<ClickHouseExecutor>,
+    ) -> std::result::Result<Self, ClickHouseSchemaError> {
+        let (transport, cluster_id) = match executor {
+            Some(js) => {
+                // Without a kubeConfig an injected executor names no cluster.
+                let id = match &config.kube_config {
+                    Some(options) => resolve_endpoint(Some(options))?.map(|e| cluster_id(&e)),
+                    None => None,
+                };
+                (Transport::Js(js), id)
+            }
+            None => {
+                let connection = connect(config.kube_config.as_ref()).await?;
+                let id = connection.cluster_id();
+                (Transport::Kube(KubeTransport::from(&connection)), id)
+            }
+        };
+        Ok(Self {
+            transport,
+            clock: SystemClock::new(),
+            cluster_id,
+        })
+    }
+
+    fn cluster(&self) -> Cluster<'_, Transport, SystemClock> {
+        Cluster {
+            transport: &self.transport,
+            clock: &self.clock,
+            cluster_id: self.cluster_id.clone(),
         }
     }
 }
