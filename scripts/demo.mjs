@@ -1,40 +1,16 @@
 // The demo's narrative: one schema's lifecycle against the sandbox, with what
 // reached the cluster at each step read from the sandbox's own request logs.
-import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { request } from 'node:https';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 
 import { apply, destroy } from '../dist/index.js';
+import { openSandbox } from './lib/sandbox-client.mjs';
 
-const dir = resolve(process.argv[2] ?? '.sandbox-demo');
-const info = JSON.parse(readFileSync(join(dir, 'sandbox.json'), 'utf8'));
-const kubeconfig = join(dir, 'kubeconfig');
-const ca = Buffer.from(/certificate-authority-data:\s*(\S+)/.exec(readFileSync(kubeconfig, 'utf8'))[1], 'base64');
+const { info, kubeconfig, control, tablesOn, clearLogs } = openSandbox(resolve(process.argv[2] ?? '.sandbox-demo'));
 
 const bold = (s) => `\x1b[1m${s}\x1b[0m`;
 const say = (s) => console.log(`\n${bold(s)}`);
 const detail = (s) => console.log(`  ${s}`);
-
-function control(method, path, body) {
-  return new Promise((done, fail) => {
-    const req = request(
-      { host: '127.0.0.1', port: info.port, method, path, ca, headers: { authorization: `Bearer ${info.tokens.admin}`, 'content-type': 'application/json' } },
-      (res) => {
-        let text = '';
-        res.on('data', (c) => (text += c));
-        res.on('end', () => (res.statusCode < 300 ? done(text ? JSON.parse(text) : null) : fail(new Error(`${path}: ${res.statusCode} ${text}`))));
-      },
-    );
-    req.on('error', fail);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
-}
-
-async function clearLogs() {
-  await control('DELETE', '/sandbox/api-log');
-  await control('DELETE', '/sandbox/exec-log');
-}
+const tables = (pod) => tablesOn(pod, 'orders').join(', ') || '(none)';
 
 /** Runs `step` with fresh request logs and says what it cost the cluster. */
 async function measured(step) {
@@ -48,14 +24,6 @@ async function measured(step) {
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
   detail(`cluster calls: ${lists} pod list(s), ${execs.length} statement exec(s) [${where}]`);
   return result;
-}
-
-function tablesOn(pod) {
-  const r = spawnSync('kubectl', ['--kubeconfig', kubeconfig, 'exec', '-i', pod, '-c', 'clickhouse', '--', 'sh', '-c', 'clickhouse-client --password "$CLICKHOUSE_PASSWORD"'], {
-    input: "SELECT name FROM system.tables WHERE database = 'orders' ORDER BY name",
-    encoding: 'utf8',
-  });
-  return r.stdout.trim().split('\n').filter(Boolean).join(', ') || '(none)';
 }
 
 // The quick start, pointed at the sandbox.
@@ -81,7 +49,7 @@ const first = await measured(() => apply('orders-schema', props));
 detail(`applied to ${first.appliedTo.join(', ')} in ${Date.now() - started} ms`);
 say('   Outputs recorded in state:');
 console.log(JSON.stringify(first.state, null, 2).replace(/^/gm, '  '));
-for (const pod of info.pods) detail(`${pod} has tables: ${tablesOn(pod)}`);
+for (const pod of info.pods) detail(`${pod} has tables: ${tables(pod)}`);
 
 say('2. Deploy again with nothing changed: one pod list, no statement runs');
 started = Date.now();
@@ -90,15 +58,15 @@ detail(`changed: ${second.changed} (${Date.now() - started} ms)`);
 
 say('3. Scale out: the sandbox adds a 4th ClickHouse pod, with an empty disk');
 const added = await control('POST', '/sandbox/pods', {});
-detail(`${added.name} has tables: ${tablesOn(added.name)}`);
+detail(`${added.name} has tables: ${tables(added.name)}`);
 say('   Deploy again: only the new pod gets the statements');
 const third = await measured(() => apply('orders-schema', props, second.state));
 detail(`applied to ${third.appliedTo.join(', ')}`);
-detail(`${added.name} has tables: ${tablesOn(added.name)}`);
+detail(`${added.name} has tables: ${tables(added.name)}`);
 detail(`state now covers: ${third.state.podNames.join(', ')}`);
 
 say("4. Tear down with onDelete 'retain' (the default): the data stays, the cluster is not touched");
 await measured(() => destroy('orders-schema', props, third.state));
-detail(`${info.pods[0]} still has tables: ${tablesOn(info.pods[0])}`);
+detail(`${info.pods[0]} still has tables: ${tables(info.pods[0])}`);
 
 say('Done.');

@@ -4,80 +4,32 @@
 // the way a user would: by querying each pod with kubectl exec.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { readFileSync, rmSync } from 'node:fs';
-import { request } from 'node:https';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
-const sandboxBin = join(root, 'target/release/sandbox');
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
 // test process is killed before its after() hook runs.
-const dir = process.env.SANDBOX_TEST_DIR ?? join(root, '.sandbox-test');
+const dir = process.env.SANDBOX_TEST_DIR ?? join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-test');
 // A hang must fail the test rather than stall the suite.
 const timeout = 120_000;
+let sandbox;
 let info;
-let ca;
 let kubeconfig;
 
 before(() => {
-  spawnSync(sandboxBin, ['stop', '--dir', dir]);
-  rmSync(dir, { recursive: true, force: true });
-  const started = spawnSync(sandboxBin, ['start', '--dir', dir, '--pods', '3'], { encoding: 'utf8' });
-  assert.equal(started.status, 0, `sandbox start failed:\n${started.stdout}\n${started.stderr}`);
-  info = JSON.parse(readFileSync(join(dir, 'sandbox.json'), 'utf8'));
-  kubeconfig = join(dir, 'kubeconfig');
-  const caData = /certificate-authority-data:\s*(\S+)/.exec(readFileSync(kubeconfig, 'utf8'));
-  ca = Buffer.from(caData[1], 'base64');
+  sandbox = startSandbox(dir, 3);
+  ({ info, kubeconfig } = sandbox);
 });
 
-after(() => {
-  spawnSync(sandboxBin, ['stop', '--dir', dir], { encoding: 'utf8' });
-  rmSync(dir, { recursive: true, force: true });
-});
+after(() => stopSandbox(dir));
 
-/** The sandbox's control API (admin token). */
-function control(method, path, body) {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: '127.0.0.1',
-        port: info.port,
-        method,
-        path,
-        ca,
-        headers: { authorization: `Bearer ${info.tokens.admin}`, 'content-type': 'application/json' },
-      },
-      (res) => {
-        let text = '';
-        res.on('data', (c) => (text += c));
-        res.on('end', () =>
-          res.statusCode < 300 ? resolve(text ? JSON.parse(text) : null) : reject(new Error(`${method} ${path}: ${res.statusCode} ${text}`)),
-        );
-      },
-    );
-    req.on('error', reject);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
-}
-
-/** Runs a query on one pod the way an operator would: kubectl exec. */
-function query(pod, sql) {
-  const r = spawnSync(
-    'kubectl',
-    ['--kubeconfig', kubeconfig, 'exec', '-i', pod, '-c', 'clickhouse', '--', 'sh', '-c', 'clickhouse-client --password "$CLICKHOUSE_PASSWORD"'],
-    { input: sql, encoding: 'utf8' },
-  );
-  assert.equal(r.status, 0, `query on ${pod} failed: ${r.stderr}`);
-  return r.stdout.trim();
-}
-
-function tablesOn(pod, database) {
-  return query(pod, `SELECT name FROM system.tables WHERE database = '${database}' ORDER BY name`).split('\n').filter(Boolean);
-}
+const control = (...args) => sandbox.control(...args);
+const query = (...args) => sandbox.query(...args);
+const tablesOn = (...args) => sandbox.tablesOn(...args);
+const clearLogs = () => sandbox.clearLogs();
 
 async function rejection(promise) {
   try {
@@ -103,11 +55,6 @@ function props(statements, extra = {}) {
 
 async function execLog() {
   return control('GET', '/sandbox/exec-log');
-}
-
-async function clearLogs() {
-  await control('DELETE', '/sandbox/exec-log');
-  await control('DELETE', '/sandbox/api-log');
 }
 
 // The fanout scenarios share one sandbox and build on each other, in order.
