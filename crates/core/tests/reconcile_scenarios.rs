@@ -765,3 +765,58 @@ fn recorded_pods_are_sorted_by_name() {
         vec!["a", "b", "c"]
     );
 }
+
+#[test]
+fn on_cluster_without_a_ready_server_fails_naming_what_it_saw() {
+    let mut sidecar = pod("chi-orders-0-0-0", "u0");
+    sidecar.containers = vec!["metrics".into()];
+    let cluster = FakeCluster::new(vec![sidecar, pending("chi-orders-0-1-0", "u1")]);
+    let mut props = on_cluster_props();
+    props["waitForPod"] = json!({ "timeoutMs": 3000 });
+    let clock = FakeClock::default();
+    let err = run_apply(props, None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodsNotReady);
+    assert!(
+        err.message.contains(
+            "execution.mode 'onCluster' needs one Ready pod matching clickhouse.altinity.com/chi=orders"
+        ),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message
+            .contains("chi-orders-0-0-0 (no container 'clickhouse'), chi-orders-0-1-0 (Pending)"),
+        "{}",
+        err.message
+    );
+    assert_eq!(cluster.exec_attempts(), 0);
+    assert!(clock.elapsed() >= Duration::from_millis(3000));
+}
+
+#[test]
+fn a_set_that_keeps_shrinking_fails_as_unsettled_without_recording() {
+    // Every re-list drops one more covered pod: every pod seen is covered, but
+    // no two observations agree, so the predicate never holds.
+    let names: Vec<String> = (0..40).map(|i| format!("chi-orders-0-{i}-0")).collect();
+    let pods = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| pod(n, &format!("u{i}")))
+        .collect();
+    let cluster = FakeCluster::new(pods).on_list(|call, pods| {
+        if call > 0 && pods.len() > 1 {
+            pods.pop();
+        }
+    });
+    let mut props = fanout_props();
+    props["waitForPod"] = json!({ "timeoutMs": 5000 });
+    let err = run_apply(props, None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodSetUnstable);
+    assert!(
+        err.message
+            .contains("the set was still changing between observations"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("Nothing is recorded"));
+}
