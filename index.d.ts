@@ -84,6 +84,20 @@ export interface ExecutorPod {
 export declare function fingerprint(props?: unknown, id?: string | undefined | null): string
 
 /**
+ * Would `apply` with these arguments run anything? Makes exactly the calls
+ * apply's no-op check makes (one pod list under fanout, none under
+ * onCluster) and never runs a statement. For plans and Alchemy's `diff`.
+ */
+export declare function plan(id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null): Promise<PlanResult>
+
+/** Whether an apply would run anything, and why. */
+export interface PlanResult {
+  changed: boolean
+  /** Present when `changed`: what differs (content, target, cluster, pod set). */
+  reason?: string
+}
+
+/**
  * Redacts `output` (clickhouse-client's stdout/stderr) as if `statement` had
  * produced it: the statement and every literal in it are removed in every
  * spelling, keyword lines are filtered, and the result is capped at 2 KiB.

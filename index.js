@@ -773,10 +773,11 @@ if (
   }
 }
 
-const { apply, destroy, fingerprint, redactClickHouseOutput, validateConfig } = nativeBinding
+const { apply, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig } = nativeBinding
 export { apply }
 export { destroy }
 export { fingerprint }
+export { plan }
 export { redactClickHouseOutput }
 export { validateConfig }
 export const __napiBindingTarget = __napiLoadedBindingTarget

@@ -37,6 +37,7 @@ export type {
   ExecutorExecRequest,
   ExecutorExecResult,
   ExecutorPod,
+  PlanResult,
   SchemaState,
 } from '../index.js';
 
@@ -52,6 +53,19 @@ export function apply(
   executor?: binding.ClickHouseExecutor,
 ): Promise<binding.ApplyResult> {
   return binding.apply(id, props, previousState ?? null, executor ?? null);
+}
+
+/**
+ * Would `apply` run anything? Makes only the calls of apply's no-op check (one
+ * pod list under fanout, none under onCluster) and runs no statement.
+ */
+export function plan(
+  id: string,
+  props: unknown,
+  previousState?: binding.SchemaState,
+  executor?: binding.ClickHouseExecutor,
+): Promise<binding.PlanResult> {
+  return binding.plan(id, props, previousState ?? null, executor ?? null);
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+import { apply, destroy, isClickHouseSchemaError, plan } from '../dist/index.js';
 
 const S0 = 'CREATE DATABASE IF NOT EXISTS orders';
 const S1 = "CREATE TABLE IF NOT EXISTS orders.events (id UUID, note String DEFAULT 'n/a') ENGINE = MergeTree ORDER BY id";
@@ -197,4 +197,26 @@ test('a malformed previous state is reported, not silently ignored', async () =>
   assert.equal(err.code, 'E_INTERNAL');
   assert.match(err.message, /previousState/);
   assert.equal(calls.execs.length, 0);
+});
+
+test('plan answers whether apply would run anything, at the cost of its no-op check', async () => {
+  const first = fakeCluster(['chi-0', 'chi-1']);
+  const { state } = await apply('orders-schema', props(), undefined, first.executor);
+
+  const same = fakeCluster(['chi-0', 'chi-1']);
+  assert.deepEqual(await plan('orders-schema', props(), state, same.executor), { changed: false });
+  assert.equal(same.calls.lists.length, 1);
+  assert.equal(same.calls.execs.length, 0);
+
+  const grown = fakeCluster(['chi-0', 'chi-1', 'chi-2']);
+  const result = await plan('orders-schema', props(), state, grown.executor);
+  assert.equal(result.changed, true);
+  assert.equal(result.reason, 'the pod set changed (added: chi-2)');
+  assert.equal(grown.calls.execs.length, 0, 'a plan never runs a statement');
+
+  const none = fakeCluster(['chi-0']);
+  assert.deepEqual(await plan('orders-schema', props(), undefined, none.executor), {
+    changed: true,
+    reason: 'nothing has been applied yet',
+  });
 });

@@ -10,7 +10,7 @@ use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::fingerprint::fingerprint;
 use crate::reconcile::{FanoutStart, Run};
 use crate::state::{PodRef, RecordedTarget, SchemaState};
-use crate::transport::{Clock, Executor, PodLister};
+use crate::transport::{Clock, Executor, PodInfo, PodLister};
 
 /// What `apply` did, for logs and tests; the state is what gets recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,14 +31,146 @@ pub struct Cluster<'a, T, C> {
     pub cluster_id: Option<String>,
 }
 
+/// Why an apply has to run, or that it does not.
+#[derive(Debug, Clone)]
+enum Decision {
+    /// Same content, place, cluster and (fanout) live pod set.
+    Unchanged,
+    /// Run the whole list on every selected pod.
+    ApplyAll { reason: String },
+    /// Only the pod set changed: the live observation, and the pods the
+    /// previous state proves are covered (same name and uid).
+    NewPodsOnly {
+        reason: String,
+        live: Vec<PodInfo>,
+        covered: Vec<PodRef>,
+    },
+}
+
+/// The no-op rules, in one place for `apply` and `plan`: with the same
+/// fingerprint, target and cluster identity, an onCluster resource is
+/// unchanged without any call, and a fanout resource lists pods once and is
+/// unchanged when the live set equals the recorded one (by uid; by name for
+/// state without uids).
+async fn decide<T: PodLister + Executor, C: Clock>(
+    run: &Run<'_, T, C>,
+    config: &ResolvedConfig,
+    fingerprint: &str,
+    previous: Option<&SchemaState>,
+    cluster_id: Option<&str>,
+) -> Result<Decision, ClickHouseSchemaError> {
+    let Some(prev) = previous else {
+        return Ok(Decision::ApplyAll {
+            reason: "nothing has been applied yet".to_owned(),
+        });
+    };
+    if prev.fingerprint != fingerprint {
+        return Ok(Decision::ApplyAll {
+            reason: "the statements, settings, client or execution model changed".to_owned(),
+        });
+    }
+    if !prev.target.matches(&config.target) {
+        return Ok(Decision::ApplyAll {
+            reason: "the target (namespace, selector or container) changed".to_owned(),
+        });
+    }
+    if prev.cluster_id.as_deref() != cluster_id {
+        return Ok(Decision::ApplyAll {
+            reason: "the kubeconfig points at another cluster".to_owned(),
+        });
+    }
+    if let Execution::OnCluster { .. } = config.execution {
+        return Ok(Decision::Unchanged);
+    }
+    let live = run.list_matching().await?;
+    let live_refs: Vec<PodRef> = live.iter().map(PodRef::of).collect();
+    if prev.pod_set_matches(&live_refs) {
+        return Ok(Decision::Unchanged);
+    }
+    let reason = pod_set_change(prev, &live_refs);
+    Ok(Decision::NewPodsOnly {
+        reason,
+        live,
+        covered: prev.covered_pods(),
+    })
+}
+
+/// `pods added: a; replaced: b; removed: c`, for plans and logs.
+fn pod_set_change(prev: &SchemaState, live: &[PodRef]) -> String {
+    let recorded: Vec<PodRef> = match &prev.pods {
+        Some(pods) => pods.clone(),
+        None => prev
+            .pod_names
+            .iter()
+            .map(|name| PodRef {
+                name: name.clone(),
+                uid: None,
+            })
+            .collect(),
+    };
+    let by_name = |pods: &[PodRef], name: &str| pods.iter().find(|p| p.name == name).cloned();
+    let mut added = Vec::new();
+    let mut replaced = Vec::new();
+    for pod in live {
+        match by_name(&recorded, &pod.name) {
+            None => added.push(pod.name.as_str()),
+            Some(old) if prev.pods.is_some() && old.uid != pod.uid => replaced.push(pod.name.as_str()),
+            Some(_) => {}
+        }
+    }
+    let removed: Vec<&str> = recorded
+        .iter()
+        .filter(|p| by_name(live, &p.name).is_none())
+        .map(|p| p.name.as_str())
+        .collect();
+    let mut parts = Vec::new();
+    for (what, names) in [("added", added), ("replaced", replaced), ("removed", removed)] {
+        if !names.is_empty() {
+            parts.push(format!("{what}: {}", names.join(", ")));
+        }
+    }
+    format!("the pod set changed ({})", parts.join("; "))
+}
+
+/// Would an apply run anything? Makes exactly the calls the no-op check of
+/// `apply` makes (one pod list under fanout, none under onCluster) and runs
+/// no statement. `Some(reason)` when it would.
+pub async fn plan<T: PodLister + Executor, C: Clock>(
+    resource_id: &str,
+    config: &ResolvedConfig,
+    previous: Option<&SchemaState>,
+    cluster: &Cluster<'_, T, C>,
+) -> Result<Option<String>, ClickHouseSchemaError> {
+    let run = Run::new(
+        resource_id,
+        config,
+        &config.target,
+        cluster.transport,
+        cluster.clock,
+    );
+    let fingerprint = fingerprint(config);
+    Ok(
+        match decide(
+            &run,
+            config,
+            &fingerprint,
+            previous,
+            cluster.cluster_id.as_deref(),
+        )
+        .await?
+        {
+            Decision::Unchanged => None,
+            Decision::ApplyAll { reason } | Decision::NewPodsOnly { reason, .. } => Some(reason),
+        },
+    )
+}
+
 /// Brings the cluster to `config` and returns the state to record.
 ///
-/// No-op rules: with the same fingerprint, target and cluster identity, an
-/// onCluster resource returns `previous` without any call, and a fanout
-/// resource lists pods once and returns `previous` when the live set equals
-/// the recorded one (by uid; by name for state without uids). When only the
-/// pod set changed, pods recorded with the same name and uid are not re-run.
-/// Any other change re-runs the whole list on every selected pod.
+/// Nothing runs when [`plan`] would say so (the previous state is returned
+/// as it was). When only the pod set changed, pods recorded with the same
+/// name and uid are not re-run. Any other change re-runs the whole list on
+/// every selected pod.
 pub async fn apply<T: PodLister + Executor, C: Clock>(
     resource_id: &str,
     config: &ResolvedConfig,
@@ -53,47 +185,43 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
         cluster.transport,
         cluster.clock,
     );
+    let decision = decide(
+        &run,
+        config,
+        &fingerprint,
+        previous,
+        cluster.cluster_id.as_deref(),
+    )
+    .await?;
 
-    let same_place_and_content = previous.is_some_and(|prev| {
-        prev.fingerprint == fingerprint
-            && prev.target.matches(&config.target)
-            && prev.cluster_id == cluster.cluster_id
-    });
-
-    let pods = match &config.execution {
-        Execution::OnCluster { .. } => {
-            if let (true, Some(prev)) = (same_place_and_content, previous) {
-                return Ok((prev.clone(), ApplyOutcome::Unchanged));
-            }
-            vec![run.on_cluster(&config.statements).await?]
+    let (pods, skipped) = match (decision, &config.execution) {
+        (Decision::Unchanged, _) => {
+            let prev = previous.cloned().ok_or_else(|| {
+                ClickHouseSchemaError::new(
+                    ErrorKind::Internal,
+                    "an unchanged decision without a previous state",
+                )
+            })?;
+            return Ok((prev, ApplyOutcome::Unchanged));
         }
-        Execution::Fanout => {
-            let mut start = FanoutStart::default();
-            if let (true, Some(prev)) = (same_place_and_content, previous) {
-                let live = run.list_matching().await?;
-                let live_refs: Vec<PodRef> = live.iter().map(PodRef::of).collect();
-                if prev.pod_set_matches(&live_refs) {
-                    return Ok((prev.clone(), ApplyOutcome::Unchanged));
-                }
-                start = FanoutStart {
-                    covered: prev.covered_pods(),
-                    first_observation: Some(live),
-                };
-            }
-            let skipped = start.covered.clone();
-            let covered = run.fanout(&config.statements, start).await?;
-            let ran_on = covered
-                .iter()
-                .filter(|p| !skipped.contains(p))
-                .map(|p| p.name.clone())
-                .collect();
-            return Ok((
-                record(config, fingerprint, covered, cluster),
-                ApplyOutcome::Applied { pods: ran_on },
-            ));
+        (_, Execution::OnCluster { .. }) => (vec![run.on_cluster(&config.statements).await?], Vec::new()),
+        (Decision::ApplyAll { .. }, Execution::Fanout) => (
+            run.fanout(&config.statements, FanoutStart::default()).await?,
+            Vec::new(),
+        ),
+        (Decision::NewPodsOnly { live, covered, .. }, Execution::Fanout) => {
+            let start = FanoutStart {
+                covered: covered.clone(),
+                first_observation: Some(live),
+            };
+            (run.fanout(&config.statements, start).await?, covered)
         }
     };
-    let ran_on = pods.iter().map(|p| p.name.clone()).collect();
+    let ran_on = pods
+        .iter()
+        .filter(|p| !skipped.contains(p))
+        .map(|p| p.name.clone())
+        .collect();
     Ok((
         record(config, fingerprint, pods, cluster),
         ApplyOutcome::Applied { pods: ran_on },

@@ -6,7 +6,7 @@ mod reconcile_support;
 use std::time::Duration;
 
 use clickhouse_schema_core::ErrorKind;
-use clickhouse_schema_core::lifecycle::{ApplyOutcome, Cluster, apply, destroy};
+use clickhouse_schema_core::lifecycle::{ApplyOutcome, Cluster, apply, destroy, plan};
 use clickhouse_schema_core::state::{PodRef, SchemaState};
 use clickhouse_schema_core::transport::{ExecOutput, TransportError, TransportErrorKind};
 use reconcile_support::{FakeClock, FakeCluster, block_on, config, pending, pod};
@@ -819,4 +819,77 @@ fn a_set_that_keeps_shrinking_fails_as_unsettled_without_recording() {
         err.message
     );
     assert!(err.message.contains("Nothing is recorded"));
+}
+
+fn run_plan(
+    props: serde_json::Value,
+    previous: Option<&SchemaState>,
+    cluster: &FakeCluster,
+) -> Option<String> {
+    let cfg = config(props);
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-a".into()),
+    };
+    block_on(plan("orders-schema", &cfg, previous, &c)).unwrap()
+}
+
+#[test]
+fn plan_makes_the_calls_of_the_no_op_check_and_never_runs_a_statement() {
+    let state = ok_state(three_pods());
+
+    let cluster = FakeCluster::new(three_pods());
+    assert_eq!(run_plan(fanout_props(), Some(&state), &cluster), None);
+    assert_eq!(
+        (cluster.lists(), cluster.exec_attempts()),
+        (1, 0),
+        "fanout: one list"
+    );
+
+    let mut four = three_pods();
+    four.push(pod("chi-orders-0-3-0", "u3"));
+    four[1] = pod("chi-orders-0-1-0", "u1-new");
+    four.remove(2);
+    let cluster = FakeCluster::new(four);
+    assert_eq!(
+        run_plan(fanout_props(), Some(&state), &cluster).as_deref(),
+        Some(
+            "the pod set changed (added: chi-orders-0-3-0; replaced: chi-orders-0-1-0; removed: chi-orders-0-2-0)"
+        )
+    );
+    assert_eq!(cluster.exec_attempts(), 0);
+
+    let mut changed = fanout_props();
+    changed["statements"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("SELECT 1"));
+    let cluster = FakeCluster::new(three_pods());
+    assert!(
+        run_plan(changed, Some(&state), &cluster)
+            .unwrap()
+            .contains("statements")
+    );
+    assert_eq!(
+        (cluster.lists(), cluster.exec_attempts()),
+        (0, 0),
+        "a changed fingerprint needs no list"
+    );
+
+    let cluster = FakeCluster::new(three_pods());
+    assert_eq!(
+        run_plan(fanout_props(), None, &cluster).as_deref(),
+        Some("nothing has been applied yet")
+    );
+}
+
+#[test]
+fn plan_under_on_cluster_makes_no_call() {
+    let cluster = FakeCluster::new(three_pods());
+    let (state, _) = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap();
+    let cluster = FakeCluster::new(three_pods());
+    assert_eq!(run_plan(on_cluster_props(), Some(&state), &cluster), None);
+    assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
 }

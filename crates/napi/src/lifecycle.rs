@@ -91,6 +91,46 @@ pub fn apply<'env>(
     })
 }
 
+/// Whether an apply would run anything, and why.
+#[napi(object)]
+pub struct PlanResult {
+    pub changed: bool,
+    /// Present when `changed`: what differs (content, target, cluster, pod set).
+    pub reason: Option<String>,
+}
+
+/// Would `apply` with these arguments run anything? Makes exactly the calls
+/// apply's no-op check makes (one pod list under fanout, none under
+/// onCluster) and never runs a statement. For plans and Alchemy's `diff`.
+#[napi(
+    ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null",
+    ts_return_type = "Promise<PlanResult>"
+)]
+pub fn plan<'env>(
+    env: &'env Env,
+    id: String,
+    props: Option<serde_json::Value>,
+    previous_state: Option<serde_json::Value>,
+    executor: Option<ClickHouseExecutor>,
+) -> Result<PromiseRaw<'env, PlanResult>> {
+    let props = props_or_null(props);
+    let work = async move {
+        let config = validate(&id, &props)?;
+        let previous = previous_state
+            .map(|v| parse_state(&id, "previousState", v))
+            .transpose()?;
+        let session = Session::open(&config, executor).await?;
+        lifecycle::plan(&id, &config, previous.as_ref(), &session.cluster()).await
+    };
+    env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
+        Ok(reason) => Ok(PlanResult {
+            changed: reason.is_some(),
+            reason,
+        }),
+        Err(err) => Err(throw(env, &err)),
+    })
+}
+
 /// Deletes resource `id` per its `onDelete`: `retain` resolves without
 /// reaching the cluster; `run` executes `deleteStatements` where `state` says
 /// the schema landed, refusing when that is another cluster or `state` is absent.
