@@ -1,72 +1,79 @@
-// The demo's narrative: one schema's lifecycle against the sandbox, with what
-// reached the cluster at each step read from the sandbox's own request logs.
-import { resolve } from 'node:path';
+// The demo's narrative: the quick-start stack (examples/quickstart/stack.ts)
+// deployed with Alchemy against the sandbox, redeployed, scaled out and torn
+// down, with what reached the cluster at each step read from the sandbox's own
+// request logs.
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 
-import { apply, destroy } from '../dist/index.js';
 import { openSandbox } from './lib/sandbox-client.mjs';
 
 const { info, kubeconfig, control, tablesOn, clearLogs } = openSandbox(resolve(process.argv[2] ?? '.sandbox-demo'));
+
+// The stack reads the sandbox's kubeconfig from SANDBOX_KUBECONFIG, and Alchemy
+// keeps its state under the working directory it is first imported from: a
+// fresh temp dir, so every run of the demo starts from an empty state.
+process.env.SANDBOX_KUBECONFIG = kubeconfig;
+const stateRoot = mkdtempSync(join(tmpdir(), 'alchemy-clickhouse-demo-'));
+process.chdir(stateRoot);
+const { deployStack, destroyStack } = await import('../dist/examples/runtime.js');
+const { stack } = await import('../dist/examples/quickstart/stack.js');
 
 const bold = (s) => `\x1b[1m${s}\x1b[0m`;
 const say = (s) => console.log(`\n${bold(s)}`);
 const detail = (s) => console.log(`  ${s}`);
 const tables = (pod) => tablesOn(pod, 'orders').join(', ') || '(none)';
+const stateFile = join(stateRoot, '.alchemy/state/quickstart/dev/orders-schema.json');
+const recorded = () => JSON.parse(readFileSync(stateFile, 'utf8'));
 
 /** Runs `step` with fresh request logs and says what it cost the cluster. */
 async function measured(step) {
   await clearLogs();
+  const started = Date.now();
   const result = await step();
+  const ms = Date.now() - started;
   const api = await control('GET', '/sandbox/api-log');
   const execs = await control('GET', '/sandbox/exec-log');
   const lists = api.filter((r) => r.method === 'GET' && r.path.endsWith('/pods')).length;
   const perPod = {};
   for (const e of execs) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
-  detail(`cluster calls: ${lists} pod list(s), ${execs.length} statement exec(s) [${where}]`);
+  say(`   What reached the cluster (${ms} ms): ${lists} pod list(s), ${execs.length} statement exec(s) [${where}]`);
   return result;
 }
 
-// The quick start, pointed at the sandbox.
-const props = {
-  target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
-  statements: [
-    'CREATE DATABASE IF NOT EXISTS orders',
-    `CREATE TABLE IF NOT EXISTS orders.events (
-       id UUID, at DateTime, payload String
-     ) ENGINE = MergeTree ORDER BY at`,
-  ],
-  kubeConfig: { kubeconfigPath: kubeconfig },
-};
-
 console.log(
-  `\nThe Alchemy provider is not in this release yet; this demo drives the same lifecycle\n` +
-    `through the package's apply()/destroy(), which the provider will call.`,
+  `\nThe quick-start stack (examples/quickstart/stack.ts) declares one ClickHouseSchema,\n` +
+    `'orders-schema': 2 statements for every ClickHouse pod labelled chi=sandbox.\n` +
+    `Alchemy's log lines follow each step; its state is kept in ${stateRoot}.`,
 );
 
-say('1. Deploy the quick-start schema (2 statements) to every ClickHouse pod');
-let started = Date.now();
-const first = await measured(() => apply('orders-schema', props));
-detail(`applied to ${first.appliedTo.join(', ')} in ${Date.now() - started} ms`);
-say('   Outputs recorded in state:');
-console.log(JSON.stringify(first.state, null, 2).replace(/^/gm, '  '));
+say('1. Deploy the stack: Alchemy creates the schema, which runs both statements on every pod');
+const outputs = await measured(() => deployStack(stack));
+detail('(the pod lists: one to select the pods, one re-list to confirm no pod appeared meanwhile)');
+say('   The stack outputs:');
+console.log(JSON.stringify(outputs, null, 2).replace(/^/gm, '  '));
+say('   The schema outputs Alchemy recorded in its state (no kubeconfig, no statement text):');
+console.log(JSON.stringify(recorded().attr, null, 2).replace(/^/gm, '  '));
 for (const pod of info.pods) detail(`${pod} has tables: ${tables(pod)}`);
 
-say('2. Deploy again with nothing changed: one pod list, no statement runs');
-started = Date.now();
-const second = await measured(() => apply('orders-schema', props, first.state));
-detail(`changed: ${second.changed} (${Date.now() - started} ms)`);
+say('2. Deploy again, nothing changed: the provider lists the pods once, sees the same ones, and Alchemy reports no change');
+await measured(() => deployStack(stack));
 
-say('3. Scale out: the sandbox adds a 4th ClickHouse pod, with an empty disk');
+say('3. Scale out: the sandbox adds a 4th ClickHouse server pod, with an empty disk');
 const added = await control('POST', '/sandbox/pods', {});
 detail(`${added.name} has tables: ${tables(added.name)}`);
-say('   Deploy again: only the new pod gets the statements');
-const third = await measured(() => apply('orders-schema', props, second.state));
-detail(`applied to ${third.appliedTo.join(', ')}`);
+say(
+  '   Deploy again with the same stack: the props are unchanged, but the provider\'s pod list shows a pod\n' +
+    '   the state does not cover, so it asks Alchemy for an update, and only the new pod gets the statements',
+);
+await measured(() => deployStack(stack));
+detail('(the pod lists: one to notice the new pod, then the apply\'s own list and the re-list that confirms the set)');
 detail(`${added.name} has tables: ${tables(added.name)}`);
-detail(`state now covers: ${third.state.podNames.join(', ')}`);
+detail(`the state now covers: ${recorded().attr.podNames.join(', ')}`);
 
-say("4. Tear down with onDelete 'retain' (the default): the data stays, the cluster is not touched");
-await measured(() => destroy('orders-schema', props, third.state));
+say("4. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
+await measured(() => destroyStack(stack));
 detail(`${info.pods[0]} still has tables: ${tables(info.pods[0])}`);
 
 say('Done.');

@@ -23,17 +23,30 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "native addon (release)"
 npm run --silent build:native
 
-step "tsc --noEmit (strict)"
+step "generated prop types match schema/props.schema.json (npm run generate:types)"
+committed="$(mktemp)"
+cp src/generated/props.ts "$committed"
+npm run --silent generate:types
+if ! diff -u "$committed" src/generated/props.ts; then
+  echo "src/generated/props.ts is out of date with schema/props.schema.json: it has now been regenerated; commit it." >&2
+  rm -f "$committed"
+  exit 1
+fi
+rm -f "$committed"
+
+step "tsc --noEmit (strict; src/ and examples/)"
 npm run --silent typecheck
 
-step "TypeScript build"
+step "TypeScript build (src/ to dist/, examples/ to dist/examples/)"
 npm run --silent build:ts
 
 step "sandbox binary (for the Node tests against real ClickHouse)"
 cargo build --release --locked -p sandbox
-# The Node sandbox tests run their sandbox from a fixed directory, so it is
+# The Node sandbox tests run their sandboxes from fixed directories
+# (.sandbox-test, .sandbox-alchemy for the Alchemy end-to-end tests), so they are
 # stopped here even if the test process dies before its own teardown.
-trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true' EXIT
+trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true
+      target/release/sandbox stop --dir .sandbox-alchemy >/dev/null 2>&1 || true' EXIT
 
 step "Rust tests"
 cargo test --workspace --locked

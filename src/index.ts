@@ -77,3 +77,13 @@ export function destroy(
 ): Promise<void> {
   return binding.destroy(id, props, state ?? null, executor ?? null);
 }
+
+export type {
+  ClickHouseSchemaInput,
+  ClickHouseSchemaProps,
+  ClickHouseSchemaTarget,
+  ClickHouseSchemaClient,
+  ClickHouseSchemaExecution,
+  SerializableKubeConfigOptions,
+} from './provider.js';
+export { ClickHouseSchema, clickHouseSchema, clickHouseSchemaProvider } from './provider.js';

@@ -1,0 +1,39 @@
+/**
+ * Deploying and destroying a Stack from a script on Node 20, without the
+ * `alchemy` CLI (which needs Node 22.15+): the layers the CLI would provide.
+ * Used by examples/run.mjs, the demo and the end-to-end tests.
+ *
+ * Alchemy's local state goes under `process.cwd()` as it is at the first
+ * import of alchemy: `.alchemy/state/<stack>/<stage>/`.
+ */
+import { deploy } from 'alchemy/Deploy';
+import { destroy } from 'alchemy/Destroy';
+import { LoggingCli } from 'alchemy/Cli/LoggingCli';
+import * as Interaction from 'alchemy/Interaction';
+import { AlchemyContextLive } from 'alchemy/AlchemyContext';
+import { PlatformServices } from 'alchemy/Util/PlatformServices';
+import * as Effect from 'effect/Effect';
+import * as Layer from 'effect/Layer';
+
+const runtime = Layer.mergeAll(LoggingCli, Interaction.layerNonInteractive(), AlchemyContextLive).pipe(
+  Layer.provideMerge(PlatformServices),
+);
+
+type DeployableStack = Parameters<typeof deploy>[0]['stack'];
+
+/**
+ * Runs an Alchemy program with the runtime layers. A failure rejects with the
+ * provider's own error object (a ClickHouseSchemaError keeps every property).
+ */
+const run = <A>(program: Effect.Effect<A, unknown, unknown>): Promise<A> =>
+  Effect.runPromise(
+    program.pipe(Effect.provide(runtime), Effect.scoped) as Effect.Effect<A, unknown, never>,
+  );
+
+/** Deploys `stack` to `stage`; resolves to the stack's outputs. */
+export const deployStack = (stack: unknown, stage = 'dev'): Promise<unknown> =>
+  run(deploy({ stack: stack as DeployableStack, stage }) as Effect.Effect<unknown, unknown, unknown>);
+
+/** Destroys every resource of `stack` in `stage`. */
+export const destroyStack = (stack: unknown, stage = 'dev'): Promise<unknown> =>
+  run(destroy({ stack: stack as DeployableStack, stage }) as Effect.Effect<unknown, unknown, unknown>);

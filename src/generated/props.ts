@@ -1,0 +1,194 @@
+/* Generated from schema/props.schema.json by json-schema-to-typescript (npm run generate:types). Do not edit. */
+
+/**
+ * DDL statements, applied in order, one clickhouse-client invocation each. Every statement must be idempotent (IF NOT EXISTS, IF EXISTS, ...) because a changed fingerprint re-runs the whole list. Under execution.mode 'onCluster' each must carry ON CLUSTER <cluster>.
+ *
+ * @minItems 1
+ */
+export type ClickHouseSchemaStatements = [string, ...string[]];
+/**
+ * How the DDL reaches every server. 'fanout' (default) runs the list on every matching pod; 'onCluster' runs it once and relies on each statement's ON CLUSTER clause to distribute it through Keeper.
+ */
+export type ClickHouseSchemaExecution = ClickHouseSchemaFanoutExecution | ClickHouseSchemaOnClusterExecution;
+/**
+ * What destroying the resource does. 'retain' (default) leaves every database, table and row in place; 'run' executes deleteStatements, which is then required.
+ */
+export type ClickHouseSchemaOnDelete = "retain" | "run";
+/**
+ * Statements run in order when the resource is destroyed. Required when onDelete is 'run' and not allowed otherwise.
+ *
+ * @minItems 1
+ */
+export type ClickHouseSchemaDeleteStatements = [string, ...string[]];
+
+/**
+ * Props of a ClickHouseSchema resource: which ClickHouse server pods to reach, which DDL to apply to them, and how. Cross-field rules (onDelete/deleteStatements, ON CLUSTER under execution.mode 'onCluster') are described on the fields they involve and enforced by the native validator.
+ */
+export interface ClickHouseSchemaProps {
+  target: ClickHouseSchemaTarget;
+  client?: ClickHouseSchemaClient;
+  statements: ClickHouseSchemaStatements;
+  execution?: ClickHouseSchemaExecution;
+  settings?: ClickHouseSchemaSettings;
+  onDelete?: ClickHouseSchemaOnDelete;
+  deleteStatements?: ClickHouseSchemaDeleteStatements;
+  waitForPod?: ClickHouseSchemaWaitForPod;
+  /**
+   * fanout only: how many apply passes may chase pods that appeared mid-apply before the converge fails. At most 100.
+   */
+  maxReconcilePasses?: number;
+  /**
+   * Per-statement exec timeout in milliseconds. At most 86400000 (24 hours).
+   */
+  statementTimeoutMs?: number;
+  retry?: ClickHouseSchemaRetry;
+  kubeConfig?: SerializableKubeConfigOptions;
+  /**
+   * Ordering-only input: pass an Output derived from the ClickHouse instance so Alchemy deploys it first. Only the resolved boolean is persisted; it is not part of the fingerprint.
+   */
+  readyBarrier?: boolean;
+}
+/**
+ * Where the server pods are. Re-pointing the target re-applies the DDL there even when the statements are unchanged.
+ */
+export interface ClickHouseSchemaTarget {
+  /**
+   * Kubernetes namespace holding the ClickHouse server pods (a DNS-1123 label).
+   */
+  namespace: string;
+  podSelector: ClickHouseSchemaPodSelector;
+  /**
+   * Name of the ClickHouse server container inside each pod (a DNS-1123 label).
+   */
+  container?: string;
+}
+/**
+ * Label selector (matchLabels semantics) for the ClickHouse server pods. Keys and values must be valid Kubernetes label keys and values. Under execution.mode 'fanout' every matching pod receives the statements, so the selector must match server pods only.
+ */
+export interface ClickHouseSchemaPodSelector {
+  /**
+   * This interface was referenced by `ClickHouseSchemaPodSelector`'s JSON-Schema definition
+   * via the `patternProperty` "^(?:(?=[^/]{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$".
+   */
+  [k: string]: string;
+}
+/**
+ * How clickhouse-client connects inside the server container. There is deliberately no password field: the password is read inside the pod from the environment variable named by passwordEnv.
+ */
+export interface ClickHouseSchemaClient {
+  /**
+   * ClickHouse user the statements run as.
+   */
+  user?: string;
+  /**
+   * Database selected for the session (clickhouse-client --database).
+   */
+  database?: string;
+  /**
+   * Name of the environment variable, inside the server container, that holds the password. An unset variable means an empty password.
+   */
+  passwordEnv?: string;
+  /**
+   * ClickHouse native protocol port inside the pod.
+   */
+  port?: number;
+}
+/**
+ * Run the ordered statements on every server pod matching the selector, one pod after another.
+ */
+export interface ClickHouseSchemaFanoutExecution {
+  mode: "fanout";
+}
+/**
+ * Run the statements once, on one Ready pod; every statement must carry ON CLUSTER naming exactly this cluster.
+ */
+export interface ClickHouseSchemaOnClusterExecution {
+  mode: "onCluster";
+  /**
+   * Cluster name as configured in the server's remote_servers section.
+   */
+  cluster: string;
+}
+/**
+ * ClickHouse settings passed to every statement as --<name>=<value>. Names are lowercase identifiers; values are strings or finite numbers.
+ */
+export interface ClickHouseSchemaSettings {
+  /**
+   * This interface was referenced by `ClickHouseSchemaSettings`'s JSON-Schema definition
+   * via the `patternProperty` "^[a-z_][a-z0-9_]*$".
+   */
+  [k: string]: string | number;
+}
+/**
+ * Readiness budget.
+ */
+export interface ClickHouseSchemaWaitForPod {
+  /**
+   * Milliseconds the pods the execution model needs may take to become Ready; under fanout it also bounds the whole reconcile loop. At most 86400000 (24 hours).
+   */
+  timeoutMs?: number;
+}
+/**
+ * Retries of transport failures only (WebSocket errors, resets, exec timeouts). A statement ClickHouse rejected is never retried.
+ */
+export interface ClickHouseSchemaRetry {
+  /**
+   * Total attempts per exec, the first included. Between 1 and 20.
+   */
+  maxAttempts?: number;
+  /**
+   * Milliseconds to wait between attempts. Between 0 and 600000 (10 minutes).
+   */
+  backoffMs?: number;
+}
+/**
+ * Which cluster to talk to. Omit to use the ambient kubeconfig (KUBECONFIG or ~/.kube/config, current context). Only credential-free fields are accepted: tokens, client certificates and keys are referenced by file or come from the kubeconfig itself. Not persisted to state and not part of the fingerprint.
+ */
+export interface SerializableKubeConfigOptions {
+  /**
+   * Path to a kubeconfig file on the machine running the converge, instead of the default locations.
+   */
+  kubeconfigPath?: string;
+  /**
+   * Load the ambient kubeconfig first (the default when neither kubeconfigPath nor cluster is given).
+   */
+  loadFromDefault?: boolean;
+  /**
+   * Context to use instead of the kubeconfig's current-context.
+   */
+  context?: string;
+  /**
+   * API server URL overriding the selected cluster's.
+   */
+  server?: string;
+  /**
+   * Disable TLS verification of the API server. Development clusters only.
+   */
+  skipTLSVerify?: boolean;
+  cluster?: SerializableKubeCluster;
+  user?: SerializableKubeUser;
+}
+/**
+ * A complete cluster entry, used instead of the kubeconfig's.
+ */
+export interface SerializableKubeCluster {
+  name: string;
+  server: string;
+  skipTLSVerify?: boolean;
+  /**
+   * Base64-encoded PEM CA bundle.
+   */
+  caData?: string;
+  /**
+   * Path to a PEM CA bundle.
+   */
+  caFile?: string;
+}
+/**
+ * A user entry whose credentials are files on the machine running the converge. Inline token, certData and keyData are refused so no credential is carried in props.
+ */
+export interface SerializableKubeUser {
+  name: string;
+  certFile?: string;
+  keyFile?: string;
+}

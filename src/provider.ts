@@ -1,0 +1,135 @@
+/**
+ * The Alchemy v2 resource `ClickHouse.Schema` and its provider.
+ *
+ * No business logic lives here: validation, fingerprint, the no-op check, pod
+ * selection, exec and redaction are the native addon's (`validateConfig`,
+ * `plan`, `apply`, `destroy`). This file only maps Alchemy's lifecycle onto
+ * those four calls and keeps runtime-only values out of Alchemy's state.
+ */
+import * as Effect from 'effect/Effect';
+import { isResolved } from 'alchemy/Diff';
+import type { Input, PropsInput } from 'alchemy/Input';
+import * as Provider from 'alchemy/Provider';
+import { Resource } from 'alchemy/Resource';
+
+import type { ClickHouseSchemaProps } from './generated/props.js';
+import { apply, destroy, plan, validateConfig, type ClickHouseExecutor, type SchemaState } from './index.js';
+
+export type * from './generated/props.js';
+
+/**
+ * What `clickHouseSchema(id, props)` accepts: the props of the JSON Schema
+ * (`schema/props.schema.json`, the one the Rust validation uses), except that
+ * `readyBarrier` may be an Alchemy Output (the ordering edge) and `executor`,
+ * a runtime-only injection point, may be given.
+ */
+export type ClickHouseSchemaInput = Omit<ClickHouseSchemaProps, 'readyBarrier'> & {
+  /** Ordering-only: an Output derived from upstream resources. Only the resolved boolean is persisted. */
+  readyBarrier?: Input<boolean>;
+  /** Runtime-only transport (testing, embedding). Never serialized. */
+  executor?: ClickHouseExecutor;
+};
+
+/** The resource: props as persisted by Alchemy (no executor), outputs = the addon's `SchemaState`. */
+export type ClickHouseSchema = Resource<'ClickHouse.Schema', ClickHouseSchemaProps, SchemaState>;
+export const ClickHouseSchema = Resource<ClickHouseSchema>('ClickHouse.Schema');
+
+/**
+ * Runtime-only executors, keyed by resource id.
+ *
+ * An executor is an object of functions: Alchemy would try to serialize it
+ * into state (and diff it) if it stayed in props, and a function cannot be
+ * persisted or compared. So `clickHouseSchema` strips it before the props
+ * reach Alchemy and parks it here; the lifecycle handlers look it up by the
+ * resource id they are called with. A Map rather than a WeakMap because the
+ * key is a string. A declaration without an executor removes any previous one,
+ * so an id re-declared in the same process never uses a stale transport.
+ */
+const executors = new Map<string, ClickHouseExecutor>();
+
+/**
+ * Declares a ClickHouse schema inside a Stack program:
+ * `const schema = yield* clickHouseSchema('orders-schema', { target, statements })`.
+ *
+ * The props are validated here, at declaration, by the addon: an invalid
+ * config fails the program with the Rust `ClickHouseSchemaError`
+ * (`E_INVALID_CONFIG`, naming the resource) before anything reaches state. An
+ * unresolved `readyBarrier` Output is validated as `true`, the only value it
+ * may resolve to that is persisted; every other prop must be plain data.
+ */
+export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
+  Effect.suspend(() => {
+    const { executor, ...persisted } = props;
+    if (executor) executors.set(id, executor);
+    else executors.delete(id);
+    const forCheck: Record<string, unknown> = { ...persisted };
+    if (persisted.readyBarrier !== undefined && typeof persisted.readyBarrier !== 'boolean') forCheck.readyBarrier = true;
+    // Throws synchronously; Effect.suspend turns it into a defect of the
+    // declaring program, which fails the deploy with the error object intact.
+    validateConfig(id, forCheck);
+    // `persisted` is exactly PropsInput<ClickHouseSchemaProps> minus the executor;
+    // the cast only bridges `Input<boolean>` for readyBarrier.
+    return ClickHouseSchema(id, persisted as PropsInput<ClickHouseSchemaProps>);
+  });
+
+/** Runs an addon promise, keeping its `ClickHouseSchemaError` (code, statementIndex, pod, ...) as the failure. */
+const call = <A>(f: () => Promise<A>): Effect.Effect<A, Error> =>
+  Effect.tryPromise({ try: f, catch: (e) => (e instanceof Error ? e : new Error(String(e))) });
+
+/**
+ * The provider. Merge it into the Stack's providers:
+ * `Layer.mergeAll(clickHouseSchemaProvider, ...)`.
+ *
+ * Why `diff` probes the cluster: when `diff` returns nothing, Alchemy compares
+ * the props itself and, if they are unchanged, never calls `reconcile`. But an
+ * unchanged schema still has work to do when the topology changed under it: a
+ * pod added (or replaced, same name with a new uid) since the last deploy has
+ * no tables. So `diff` asks the addon's `plan` — the exact no-op rules `apply`
+ * uses (fingerprint, target, cluster identity, and under fanout one pod list
+ * compared by uid with `state.pods`; no cluster call under onCluster) — and
+ * returns `{ action: 'update' }` when plan says apply would run something.
+ * Otherwise it returns undefined and lets Alchemy's own props comparison
+ * decide (changed props → update → `apply`, which makes its own no-op check
+ * and records the new props; unchanged props → no-op, no reconcile). The
+ * alternative, always returning `update`, would call `apply` on every deploy:
+ * correct, but it would rewrite state and report an update for every
+ * unchanged schema. Cost: one pod list per deploy under fanout (two if
+ * another resource's props reference this one, since Alchemy then runs diff
+ * twice); none under onCluster.
+ */
+export const clickHouseSchemaProvider = Provider.succeed(ClickHouseSchema, {
+  diff: ({ id, news, output }) => {
+    // First create: nothing recorded, the engine creates.
+    if (output === undefined) return Effect.void;
+    // Unresolved Outputs (readyBarrier fed by an upstream that is itself being
+    // created or updated): skip the probe. Alchemy treats the Output-fed prop as
+    // changed and reconciles, and `apply` makes the full check then.
+    if (!isResolved(news)) return Effect.void;
+    return call(() => plan(id, news, output, executors.get(id))).pipe(
+      Effect.map((result) => (result.changed ? { action: 'update' as const } : undefined)),
+      // A failed probe (API unreachable, pods not Ready, ...) cannot prove that
+      // nothing has to run, so it must not turn into a silent no-op. We
+      // reconcile instead of failing the plan: `apply` makes the same check with
+      // its full waitForPod/retry budget and, if the cluster is still failing,
+      // fails this resource (and what depends on it) with the complete
+      // ClickHouseSchemaError, instead of failing the whole plan from here.
+      Effect.catch(() => Effect.succeed({ action: 'update' as const })),
+    );
+  },
+  reconcile: ({ id, news, output }) =>
+    call(() => apply(id, news, output, executors.get(id))).pipe(
+      Effect.tap((result) =>
+        Effect.logInfo(
+          `ClickHouseSchema '${id}': ` +
+            (result.changed ? `applied to ${result.appliedTo.join(', ')}` : 'unchanged, no statement ran'),
+        ),
+      ),
+      // The outputs are the addon's SchemaState: no kubeConfig, no executor, no
+      // readyBarrier, no statement text.
+      Effect.map((result) => result.state),
+    ),
+  delete: ({ id, olds, output }) => call(() => destroy(id, olds, output, executors.get(id))),
+  // Nothing to adopt: Alchemy calls read only when no state exists yet, and a
+  // schema has no remote object to find. Returning undefined makes it create.
+  read: () => Effect.succeed(undefined),
+});

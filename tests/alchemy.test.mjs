@@ -1,0 +1,214 @@
+// The Alchemy provider end to end: Alchemy's own deploy and destroy (the
+// library API, as from a Node 20 script) of a stack holding a ClickHouseSchema
+// ordered after an upstream resource through readyBarrier, against the
+// sandbox's real ClickHouse servers. What reached the cluster is read from the
+// sandbox's API and exec logs; what the schema did, by querying each pod.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+// Alchemy's local state lives under process.cwd() as it is when alchemy is
+// first imported, so this file moves to a temp dir before importing it.
+const stateRoot = mkdtempSync(join(tmpdir(), 'alchemy-ch-test-'));
+process.chdir(stateRoot);
+const Alchemy = await import('alchemy');
+const Output = await import('alchemy/Output');
+const Effect = await import('effect/Effect');
+const Layer = await import('effect/Layer');
+const { deployStack, destroyStack } = await import('../dist/examples/runtime.js');
+const { clickHouseSchema, clickHouseSchemaProvider, isClickHouseSchemaError } = await import('../dist/index.js');
+
+// A fixed directory, so scripts/test.sh can stop this sandbox even when the
+// test process is killed before its after() hook runs.
+const dir = join(root, '.sandbox-alchemy');
+// A hang must fail the test rather than stall the suite.
+const timeout = 120_000;
+const STAGE = 'test';
+let sandbox;
+
+before(() => {
+  sandbox = startSandbox(dir, 3);
+});
+
+after(() => {
+  stopSandbox(dir);
+  process.chdir(root);
+  rmSync(stateRoot, { recursive: true, force: true });
+});
+
+const S0 = 'CREATE DATABASE IF NOT EXISTS orders';
+const S1 = 'CREATE TABLE IF NOT EXISTS orders.events (id UUID, at DateTime, payload String) ENGINE = MergeTree ORDER BY at';
+const S2 = 'CREATE TABLE IF NOT EXISTS orders.customers (id UUID, name String) ENGINE = MergeTree ORDER BY id';
+
+/** A stack `name` with an upstream Random feeding the schema `id`'s readyBarrier. */
+function stack(name, id, props) {
+  return Alchemy.Stack(
+    name,
+    { providers: Layer.mergeAll(clickHouseSchemaProvider, Alchemy.RandomProvider()), state: Alchemy.localState() },
+    Effect.gen(function* () {
+      const upstream = yield* Alchemy.Random('upstream', { bytes: 8 });
+      const schema = yield* clickHouseSchema(id, {
+        readyBarrier: Output.map(Output.of(upstream), () => true),
+        target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
+        kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
+        retry: { maxAttempts: 2, backoffMs: 100 },
+        waitForPod: { timeoutMs: 30_000 },
+        ...props,
+      });
+      return { fingerprint: schema.fingerprint, podNames: schema.podNames, pods: schema.pods, clusterId: schema.clusterId };
+    }),
+  );
+}
+
+const stateOf = (name, id) => {
+  const file = join(stateRoot, '.alchemy/state', name, STAGE, `${id}.json`);
+  return existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : undefined;
+};
+
+/** Runs `step` with fresh sandbox logs; resolves to its result and what reached the cluster. */
+async function measured(step) {
+  await sandbox.clearLogs();
+  const result = await step();
+  const api = await sandbox.control('GET', '/sandbox/api-log');
+  const execs = await sandbox.control('GET', '/sandbox/exec-log');
+  return {
+    result,
+    api,
+    podLists: api.filter((r) => r.method === 'GET' && r.path.endsWith('/pods')).length,
+    execs,
+  };
+}
+
+async function rejection(promise) {
+  try {
+    await promise;
+  } catch (err) {
+    return err;
+  }
+  assert.fail('expected a rejection');
+}
+
+describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', () => {
+  const NAME = 'e2e';
+  const ID = 'orders-schema';
+  let pods;
+  let newPod;
+
+  test('an invalid config fails at declaration with the Rust message, before anything reaches state', { timeout }, async () => {
+    const err = await rejection(deployStack(stack('invalid', ID, { statements: [S0], onDelete: 'run' }), STAGE));
+    assert.ok(isClickHouseSchemaError(err), `got ${err?.stack ?? err}`);
+    assert.equal(err.code, 'E_INVALID_CONFIG');
+    assert.match(err.message, /orders-schema/);
+    assert.match(err.message, /deleteStatements/);
+    assert.equal(stateOf('invalid', ID), undefined);
+  });
+
+  test('create: every pod gets the tables; outputs carry no kubeConfig and readyBarrier persists as true', { timeout }, async () => {
+    pods = sandbox.info.pods;
+    const { result, execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1] }), STAGE));
+    assert.deepEqual(result.podNames, [...pods].sort());
+    assert.equal(execs.length, 2 * pods.length);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['events']);
+    const state = stateOf(NAME, ID);
+    assert.equal(state.status, 'created');
+    assert.equal(state.props.readyBarrier, true);
+    assert.equal(state.props.executor, undefined);
+    assert.equal(JSON.stringify(state.attr).includes('kubeconfig'), false);
+    assert.equal(state.attr.statementCount, 2);
+    assert.equal(state.attr.pods.length, pods.length);
+  });
+
+  test('no-op: an unchanged deploy costs exactly one pod list and no exec', { timeout }, async () => {
+    const before = stateOf(NAME, ID);
+    const { podLists, api, execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1] }), STAGE));
+    assert.equal(podLists, 1, JSON.stringify(api));
+    assert.equal(api.length, 1, JSON.stringify(api));
+    assert.equal(execs.length, 0);
+    assert.equal(stateOf(NAME, ID).attr.appliedAt, before.attr.appliedAt);
+  });
+
+  test('scale-out: a pod added between deploys gets the statements, and only it', { timeout }, async () => {
+    const added = await sandbox.control('POST', '/sandbox/pods', {});
+    newPod = added.name;
+    assert.deepEqual(sandbox.tablesOn(newPod, 'orders'), []);
+    const { result, execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1] }), STAGE));
+    assert.deepEqual(
+      execs.map((e) => e.pod),
+      [newPod, newPod],
+    );
+    assert.deepEqual(sandbox.tablesOn(newPod, 'orders'), ['events']);
+    assert.deepEqual(result.podNames, [...pods, newPod].sort());
+    pods = [...pods, newPod];
+  });
+
+  test('a statement added: every pod runs the whole list', { timeout }, async () => {
+    const { execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1, S2] }), STAGE));
+    assert.equal(execs.length, 3 * pods.length);
+    for (const pod of pods) {
+      assert.equal(execs.filter((e) => e.pod === pod).length, 3, pod);
+      assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['customers', 'events']);
+    }
+    assert.equal(stateOf(NAME, ID).attr.statementCount, 3);
+  });
+
+  const BAD = 'CREATE TABLE IF NOT EXISTS nowhere.t (x UInt8) ENGINE = Memory';
+  const FIXED = 'CREATE TABLE IF NOT EXISTS orders.fixed (x UInt8) ENGINE = Memory';
+
+  test('an SQL failure rejects the deploy with the ClickHouseSchemaError intact; state keeps the old fingerprint', { timeout }, async () => {
+    const before = stateOf(NAME, ID);
+    const err = await rejection(deployStack(stack(NAME, ID, { statements: [S0, S1, S2, BAD] }), STAGE));
+    assert.ok(isClickHouseSchemaError(err), `got ${err?.stack ?? err}`);
+    assert.equal(err.code, 'E_STATEMENT_FAILED');
+    assert.equal(err.resourceId, ID);
+    assert.equal(err.statementIndex, 3);
+    assert.ok(pods.includes(err.pod), err.pod);
+    assert.equal(err.clickHouseCode, 81);
+    assert.equal(err.message.includes('nowhere.t'), false, 'the statement text is not on the error');
+    assert.equal(stateOf(NAME, ID).attr.fingerprint, before.attr.fingerprint);
+  });
+
+  test('recovery: the fixed statement deploys, on every pod', { timeout }, async () => {
+    const before = stateOf(NAME, ID);
+    const { execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1, S2, FIXED] }), STAGE));
+    assert.equal(execs.length, 4 * pods.length);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['customers', 'events', 'fixed']);
+    const after = stateOf(NAME, ID);
+    assert.equal(after.status, 'updated');
+    assert.notEqual(after.attr.fingerprint, before.attr.fingerprint);
+    assert.equal(after.attr.statementCount, 4);
+  });
+
+  test("destroy with onDelete 'retain': no cluster call, the data stays, the state is gone", { timeout }, async () => {
+    const { api, execs } = await measured(() => destroyStack(stack(NAME, ID, { statements: [S0, S1, S2, FIXED] }), STAGE));
+    assert.equal(api.length, 0, JSON.stringify(api));
+    assert.equal(execs.length, 0);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['customers', 'events', 'fixed']);
+    assert.equal(stateOf(NAME, ID), undefined);
+  });
+
+  test("destroy with onDelete 'run': the delete statements run on every pod", { timeout }, async () => {
+    const props = {
+      statements: ['CREATE DATABASE IF NOT EXISTS scratch', 'CREATE TABLE IF NOT EXISTS scratch.t (x UInt8) ENGINE = Memory'],
+      onDelete: 'run',
+      deleteStatements: ['DROP TABLE IF EXISTS scratch.t', 'DROP DATABASE IF EXISTS scratch'],
+    };
+    await deployStack(stack('e2e-run', 'scratch-schema', props), STAGE);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'scratch'), ['t']);
+    const { execs } = await measured(() => destroyStack(stack('e2e-run', 'scratch-schema', props), STAGE));
+    assert.equal(execs.length, 2 * pods.length);
+    for (const pod of pods) {
+      assert.deepEqual(
+        execs.filter((e) => e.pod === pod).map((e) => e.stdin.trim()),
+        props.deleteStatements,
+      );
+      assert.equal(sandbox.query(pod, "SELECT count() FROM system.databases WHERE name = 'scratch'"), '0');
+    }
+    assert.equal(stateOf('e2e-run', 'scratch-schema'), undefined);
+  });
+});
