@@ -106,14 +106,24 @@ export const clickHouseSchemaProvider = Provider.succeed(ClickHouseSchema, {
     // changed and reconciles, and `apply` makes the full check then.
     if (!isResolved(news)) return Effect.void;
     return call(() => plan(id, news, output, executors.get(id))).pipe(
-      Effect.map((result) => (result.changed ? { action: 'update' as const } : undefined)),
+      Effect.flatMap((result) =>
+        result.changed
+          ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'})`).pipe(
+              Effect.as({ action: 'update' as const }),
+            )
+          : Effect.succeed(undefined),
+      ),
       // A failed probe (API unreachable, pods not Ready, ...) cannot prove that
       // nothing has to run, so it must not turn into a silent no-op. We
       // reconcile instead of failing the plan: `apply` makes the same check with
       // its full waitForPod/retry budget and, if the cluster is still failing,
       // fails this resource (and what depends on it) with the complete
       // ClickHouseSchemaError, instead of failing the whole plan from here.
-      Effect.catch(() => Effect.succeed({ action: 'update' as const })),
+      Effect.catch((error) =>
+        Effect.logWarning(
+          `ClickHouseSchema '${id}': the no-op check failed (${error.message}); reconciling, so apply checks again`,
+        ).pipe(Effect.as({ action: 'update' as const })),
+      ),
     );
   },
   reconcile: ({ id, news, output }) =>

@@ -212,3 +212,75 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     assert.equal(stateOf('e2e-run', 'scratch-schema'), undefined);
   });
 });
+
+describe('clickHouseSchema through Alchemy with an injected executor (no cluster)', () => {
+  /** A fake cluster: `pods` may change between deploys; `failNextList` makes the next listPods reject. */
+  function fakeCluster(names) {
+    const cluster = { pods: names.map((name) => ({ name, uid: `${name}-uid` })), lists: 0, execs: [], failNextList: false };
+    cluster.executor = {
+      listPods: async () => {
+        cluster.lists += 1;
+        if (cluster.failNextList) {
+          cluster.failNextList = false;
+          throw new Error('connection reset by peer');
+        }
+        return cluster.pods.map((p) => ({ ...p, ready: true, phase: 'Running', containers: ['clickhouse'] }));
+      },
+      exec: async (request) => {
+        cluster.execs.push(request.pod);
+        return { stdout: '', stderr: '', exitCode: 0 };
+      },
+    };
+    return cluster;
+  }
+
+  const fakeStack = (name, cluster, props = {}) =>
+    Alchemy.Stack(
+      name,
+      { providers: clickHouseSchemaProvider, state: Alchemy.localState() },
+      Effect.gen(function* () {
+        const schema = yield* clickHouseSchema('fake-schema', {
+          target: { namespace: 'ns', podSelector: { app: 'clickhouse' } },
+          statements: ['CREATE DATABASE IF NOT EXISTS a ON CLUSTER c', 'CREATE DATABASE IF NOT EXISTS b ON CLUSTER c'],
+          executor: cluster.executor,
+          retry: { maxAttempts: 1, backoffMs: 0 },
+          ...props,
+        });
+        return { podNames: schema.podNames };
+      }),
+    );
+
+  test('the executor is runtime-only: it is used, and it never reaches the recorded props', { timeout }, async () => {
+    const cluster = fakeCluster(['p-0', 'p-1']);
+    await deployStack(fakeStack('fake-runtime', cluster), STAGE);
+    assert.deepEqual(cluster.execs.sort(), ['p-0', 'p-0', 'p-1', 'p-1']);
+    const state = stateOf('fake-runtime', 'fake-schema');
+    assert.equal('executor' in state.props, false);
+    assert.deepEqual(state.attr.podNames, ['p-0', 'p-1']);
+  });
+
+  test('a failed no-op check does not hide a needed apply: the deploy reconciles and reaches the new pod', { timeout }, async () => {
+    const cluster = fakeCluster(['p-0']);
+    await deployStack(fakeStack('fake-probe', cluster), STAGE);
+    cluster.pods.push({ name: 'p-1', uid: 'p-1-uid' });
+    cluster.execs = [];
+    cluster.lists = 0;
+    cluster.failNextList = true; // the plan's pod list fails
+    await deployStack(fakeStack('fake-probe', cluster), STAGE);
+    assert.equal(cluster.lists, 3, "the plan's failed list, then apply's list and re-list");
+    assert.deepEqual(cluster.execs, ['p-1', 'p-1']);
+    assert.deepEqual(stateOf('fake-probe', 'fake-schema').attr.podNames, ['p-0', 'p-1']);
+  });
+
+  test('onCluster: an unchanged deploy makes no cluster call at all', { timeout }, async () => {
+    const cluster = fakeCluster(['p-0', 'p-1']);
+    const props = { execution: { mode: 'onCluster', cluster: 'c' } };
+    await deployStack(fakeStack('fake-oncluster', cluster, props), STAGE);
+    assert.equal(cluster.execs.length, 2, 'run once, on one pod');
+    cluster.lists = 0;
+    cluster.execs = [];
+    await deployStack(fakeStack('fake-oncluster', cluster, props), STAGE);
+    assert.equal(cluster.lists, 0);
+    assert.equal(cluster.execs.length, 0);
+  });
+});
