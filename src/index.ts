@@ -78,12 +78,8 @@ export function destroy(
   return binding.destroy(id, props, state ?? null, executor ?? null);
 }
 
-export type {
-  ClickHouseSchemaInput,
-  ClickHouseSchemaProps,
-  ClickHouseSchemaTarget,
-  ClickHouseSchemaClient,
-  ClickHouseSchemaExecution,
-  SerializableKubeConfigOptions,
-} from './provider.js';
+// The Alchemy resource and provider, and the props' types generated from
+// schema/props.schema.json (ClickHouseSchemaProps and its parts).
+export type * from './generated/props.js';
+export type { ClickHouseSchemaInput } from './provider.js';
 export { ClickHouseSchema, clickHouseSchema, clickHouseSchemaProvider } from './provider.js';

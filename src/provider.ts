@@ -15,7 +15,6 @@ import { Resource } from 'alchemy/Resource';
 import type { ClickHouseSchemaProps } from './generated/props.js';
 import { apply, destroy, plan, validateConfig, type ClickHouseExecutor, type SchemaState } from './index.js';
 
-export type * from './generated/props.js';
 
 /**
  * What `clickHouseSchema(id, props)` accepts: the props of the JSON Schema
