@@ -211,6 +211,20 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     }
     assert.equal(stateOf('e2e-run', 'scratch-schema'), undefined);
   });
+
+  test('examples/full: the upstream, then the materialized view on every pod; destroy runs its delete statements', { timeout }, async () => {
+    process.env.SANDBOX_KUBECONFIG = sandbox.kubeconfig; // read by the example when imported
+    const { stack: full } = await import('../dist/examples/full/stack.js');
+    const outputs = await deployStack(full, STAGE);
+    assert.deepEqual(outputs.podNames, [...pods].sort());
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'analytics'), ['daily', 'daily_mv', 'events']);
+    const state = stateOf('full', 'analytics-schema');
+    assert.equal(state.props.readyBarrier, true);
+    assert.equal(state.props.settings.max_execution_time, 60);
+    await destroyStack(full, STAGE);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'analytics'), []);
+    assert.equal(stateOf('full', 'analytics-schema'), undefined);
+  });
 });
 
 describe('clickHouseSchema through Alchemy with an injected executor (no cluster)', () => {

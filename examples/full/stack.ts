@@ -55,8 +55,10 @@ export const stack = Alchemy.Stack(
       ],
       settings: { max_execution_time: 60 },
       onDelete: 'run',
+      // DROP TABLE also drops a materialized view, on every ClickHouse version
+      // (the sandbox's 18.16 has no DROP VIEW).
       deleteStatements: [
-        'DROP VIEW IF EXISTS analytics.daily_mv',
+        'DROP TABLE IF EXISTS analytics.daily_mv',
         'DROP TABLE IF EXISTS analytics.daily',
         'DROP TABLE IF EXISTS analytics.events',
         'DROP DATABASE IF EXISTS analytics',
