@@ -142,7 +142,7 @@ export interface ClickHouseSchemaRetry {
   backoffMs?: number;
 }
 /**
- * Which cluster to talk to. Omit to use the ambient kubeconfig (KUBECONFIG or ~/.kube/config, current context). Only credential-free fields are accepted: tokens, client certificates and keys are referenced by file or come from the kubeconfig itself. Not persisted to state and not part of the fingerprint.
+ * Which cluster to talk to. Omit to use the ambient kubeconfig (KUBECONFIG or ~/.kube/config, current context). Only credential-free fields are accepted: tokens, client certificates and keys are referenced by file or come from the kubeconfig itself, which is why it may be recorded with the props (delete needs it). Not in the outputs and not part of the fingerprint.
  */
 export interface SerializableKubeConfigOptions {
   /**
