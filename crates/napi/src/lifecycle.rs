@@ -61,33 +61,25 @@ pub fn apply<'env>(
     previous_state: Option<serde_json::Value>,
     executor: Option<ClickHouseExecutor>,
 ) -> Result<PromiseRaw<'env, ApplyResult>> {
-    let props = props_or_null(props);
     let work = async move {
-        let config = validate(&id, &props)?;
-        let previous = previous_state
-            .map(|v| parse_state(&id, "previousState", v))
-            .transpose()?;
+        let (config, previous) = inputs(&id, props, previous_state, "previousState")?;
         let session = Session::open(&config, executor).await?;
         lifecycle::apply(&id, &config, previous.as_ref(), &session.cluster()).await
     };
-    env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
-        Ok((state, outcome)) => {
-            let state =
-                serde_json::to_value(&state).map_err(|e| Error::from_reason(format!("internal: {e}")))?;
-            Ok(match outcome {
-                ApplyOutcome::Unchanged => ApplyResult {
-                    state,
-                    changed: false,
-                    applied_to: Vec::new(),
-                },
-                ApplyOutcome::Applied { pods } => ApplyResult {
-                    state,
-                    changed: true,
-                    applied_to: pods,
-                },
-            })
-        }
-        Err(err) => Err(throw(env, &err)),
+    settle(env, work, |(state, outcome)| {
+        let state = serde_json::to_value(&state).map_err(|e| Error::from_reason(format!("internal: {e}")))?;
+        Ok(match outcome {
+            ApplyOutcome::Unchanged => ApplyResult {
+                state,
+                changed: false,
+                applied_to: Vec::new(),
+            },
+            ApplyOutcome::Applied { pods } => ApplyResult {
+                state,
+                changed: true,
+                applied_to: pods,
+            },
+        })
     })
 }
 
@@ -113,21 +105,16 @@ pub fn plan<'env>(
     previous_state: Option<serde_json::Value>,
     executor: Option<ClickHouseExecutor>,
 ) -> Result<PromiseRaw<'env, PlanResult>> {
-    let props = props_or_null(props);
     let work = async move {
-        let config = validate(&id, &props)?;
-        let previous = previous_state
-            .map(|v| parse_state(&id, "previousState", v))
-            .transpose()?;
+        let (config, previous) = inputs(&id, props, previous_state, "previousState")?;
         let session = Session::open(&config, executor).await?;
         lifecycle::plan(&id, &config, previous.as_ref(), &session.cluster()).await
     };
-    env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
-        Ok(reason) => Ok(PlanResult {
+    settle(env, work, |reason| {
+        Ok(PlanResult {
             changed: reason.is_some(),
             reason,
-        }),
-        Err(err) => Err(throw(env, &err)),
+        })
     })
 }
 
@@ -145,10 +132,8 @@ pub fn destroy<'env>(
     state: Option<serde_json::Value>,
     executor: Option<ClickHouseExecutor>,
 ) -> Result<PromiseRaw<'env, ()>> {
-    let props = props_or_null(props);
     let work = async move {
-        let config = validate(&id, &props)?;
-        let state = state.map(|v| parse_state(&id, "state", v)).transpose()?;
+        let (config, state) = inputs(&id, props, state, "state")?;
         if config.on_delete == clickhouse_schema_core::config::OnDelete::Retain {
             // Not even a kubeconfig is loaded: retain must work with the cluster gone.
             return Ok(());
@@ -156,8 +141,34 @@ pub fn destroy<'env>(
         let session = Session::open(&config, executor).await?;
         lifecycle::destroy(&id, &config, state.as_ref(), &session.cluster()).await
     };
-    env.spawn_future_with_callback(async move { Ok(work.await) }, |env, result| match result {
-        Ok(()) => Ok(()),
+    settle(env, work, Ok)
+}
+
+/// The validated config and the parsed recorded state (`what` names the
+/// argument in errors): what every lifecycle export starts from.
+fn inputs(
+    id: &str,
+    props: Option<serde_json::Value>,
+    state: Option<serde_json::Value>,
+    what: &str,
+) -> std::result::Result<(ResolvedConfig, Option<SchemaState>), ClickHouseSchemaError> {
+    let config = validate(id, &props_or_null(props))?;
+    let state = state.map(|v| parse_state(id, what, v)).transpose()?;
+    Ok((config, state))
+}
+
+/// Runs `work` on napi's tokio runtime and settles the returned promise:
+/// resolved with `map` of the value, or rejected with the one JS mapping of a
+/// `ClickHouseSchemaError` (built on the JS thread, where it must be).
+fn settle<'env, T, V, W, M>(env: &'env Env, work: W, map: M) -> Result<PromiseRaw<'env, V>>
+where
+    T: Send + 'static,
+    V: ToNapiValue,
+    W: Future<Output = std::result::Result<T, ClickHouseSchemaError>> + Send + 'static,
+    M: FnOnce(T) -> Result<V> + 'static,
+{
+    env.spawn_future_with_callback(async move { Ok(work.await) }, move |env, result| match result {
+        Ok(value) => map(value),
         Err(err) => Err(throw(env, &err)),
     })
 }
