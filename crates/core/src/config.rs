@@ -22,6 +22,9 @@ pub const DEFAULT_PASSWORD_ENV: &str = "CLICKHOUSE_PASSWORD";
 pub const DEFAULT_PORT: u16 = 9000;
 pub const DEFAULT_WAIT_FOR_POD_TIMEOUT_MS: u64 = 120_000;
 pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 300_000;
+/// 16 MiB: far above any DDL, low enough that a runaway generated statement
+/// fails validation instead of costing memory on every path that handles it.
+pub const DEFAULT_MAX_STATEMENT_BYTES: u64 = 16 << 20;
 pub const DEFAULT_MAX_RECONCILE_PASSES: u32 = 3;
 pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 3;
 pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 1_000;
@@ -43,6 +46,8 @@ pub struct ResolvedConfig {
     /// Only meaningful under fanout.
     pub max_reconcile_passes: u32,
     pub statement_timeout_ms: u64,
+    /// Largest statement (UTF-8 bytes) validation accepts; outside the fingerprint.
+    pub max_statement_bytes: u64,
     pub retry: Retry,
     /// Connection options. Carries file paths and cluster endpoints, so callers
     /// must leave it out of persisted state; it is also outside the fingerprint.
@@ -329,6 +334,8 @@ pub(crate) fn resolve(props: &Map<String, Value>) -> Result<ResolvedConfig, Stri
         )?,
         statement_timeout_ms: int(props, "statementTimeoutMs", "statementTimeoutMs")?
             .unwrap_or(DEFAULT_STATEMENT_TIMEOUT_MS),
+        max_statement_bytes: int(props, "maxStatementBytes", "maxStatementBytes")?
+            .unwrap_or(DEFAULT_MAX_STATEMENT_BYTES),
         retry: Retry {
             max_attempts: small_int(
                 opt_int(retry, "maxAttempts", "retry.maxAttempts")?,

@@ -22,7 +22,8 @@ use jsonschema::paths::LocationSegment;
 use jsonschema::{JsonType, ValidationError, Validator};
 use serde_json::{Map, Value};
 
-use crate::config::{ResolvedConfig, resolve};
+use crate::client_options;
+use crate::config::{DEFAULT_MAX_STATEMENT_BYTES, ResolvedConfig, resolve};
 use crate::error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 use crate::on_cluster;
 
@@ -135,6 +136,7 @@ const PROP_ORDER: &[&str] = &[
     "waitForPod",
     "maxReconcilePasses",
     "statementTimeoutMs",
+    "maxStatementBytes",
     "retry",
     "kubeConfig",
     "executor",
@@ -589,10 +591,60 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
         _ => {}
     }
 
+    if let Some(Value::Object(settings)) = props.get("settings") {
+        // Malformed names were reported by the schema already.
+        let well_formed = |name: &&String| {
+            let mut chars = name.chars();
+            matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+                && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        };
+        for name in settings.keys().filter(well_formed) {
+            if let Some(reason) = client_options::conflict(name) {
+                issues.push(issue(format!("settings[{}]", quote(name)), reason));
+            }
+        }
+    }
+
+    let max_bytes = max_statement_bytes(props);
+    check_sizes(props, "statements", max_bytes, issues);
+    if teardown == Some(Teardown::Run) {
+        check_sizes(props, "deleteStatements", max_bytes, issues);
+    }
+
     if let Some(cluster) = on_cluster_name(props) {
-        check_on_cluster(props, "statements", cluster, issues);
+        check_on_cluster(props, "statements", cluster, max_bytes, issues);
         if teardown == Some(Teardown::Run) {
-            check_on_cluster(props, "deleteStatements", cluster, issues);
+            check_on_cluster(props, "deleteStatements", cluster, max_bytes, issues);
+        }
+    }
+}
+
+/// `maxStatementBytes` when it is valid (the schema reports it otherwise), else the default.
+fn max_statement_bytes(props: &Map<String, Value>) -> u64 {
+    props
+        .get("maxStatementBytes")
+        .and_then(Value::as_u64)
+        .filter(|n| *n >= 1)
+        .unwrap_or(DEFAULT_MAX_STATEMENT_BYTES)
+}
+
+fn check_sizes(props: &Map<String, Value>, field: &str, max_bytes: u64, issues: &mut Vec<ConfigIssue>) {
+    let Some(Value::Array(statements)) = props.get(field) else {
+        return;
+    };
+    for (index, statement) in statements.iter().enumerate() {
+        let Some(sql) = statement.as_str() else {
+            continue;
+        };
+        if sql.len() as u64 > max_bytes {
+            issues.push(issue(
+                format!("{field}[{index}]"),
+                format!(
+                    "is {} bytes, over maxStatementBytes ({max_bytes}); split it, or raise maxStatementBytes \
+                     if a statement this large is intended",
+                    sql.len()
+                ),
+            ));
         }
     }
 }
@@ -608,13 +660,24 @@ fn on_cluster_name(props: &Map<String, Value>) -> Option<&str> {
     (!cluster.is_empty() && !cluster.chars().any(char::is_control)).then_some(cluster)
 }
 
-fn check_on_cluster(props: &Map<String, Value>, field: &str, cluster: &str, issues: &mut Vec<ConfigIssue>) {
+fn check_on_cluster(
+    props: &Map<String, Value>,
+    field: &str,
+    cluster: &str,
+    max_bytes: u64,
+    issues: &mut Vec<ConfigIssue>,
+) {
     let Some(Value::Array(statements)) = props.get(field) else {
         return;
     };
     for (index, statement) in statements.iter().enumerate() {
-        // Non-strings and blank statements were reported by the schema already.
-        let Some(sql) = statement.as_str().filter(|s| !s.trim().is_empty()) else {
+        // Non-strings and blank statements were reported by the schema
+        // already, oversized ones by `check_sizes`: lexing those costs time
+        // and memory for no better message.
+        let Some(sql) = statement
+            .as_str()
+            .filter(|s| !s.trim().is_empty() && s.len() as u64 <= max_bytes)
+        else {
             continue;
         };
         if let Err(reason) = on_cluster::check_statement(field, index, sql, cluster) {

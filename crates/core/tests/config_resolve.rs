@@ -43,6 +43,7 @@ fn quick_start_gets_every_default() {
         wait_for_pod: WaitForPod { timeout_ms: 120_000 },
         max_reconcile_passes: 3,
         statement_timeout_ms: 300_000,
+        max_statement_bytes: 16 << 20,
         retry: Retry { max_attempts: 3, backoff_ms: 1_000 },
         kube_config: None,
         ready_barrier: None,
@@ -180,7 +181,7 @@ fn serialized_shape_is_camel_case_with_tagged_execution() {
 #[test]
 fn serialization_round_trips() {
     let mut props = quick_start();
-    props["settings"] = json!({ "a": 1, "b": "1", "c": 1.5, "d": -3 });
+    props["settings"] = json!({ "max_threads": 1, "log_comment": "1", "ratio_x": 1.5, "priority_y": -3 });
     props["kubeConfig"] = json!({ "context": "x", "skipTLSVerify": true });
     let config = validate("x", &props).unwrap();
     let text = serde_json::to_string(&config).unwrap();
@@ -230,6 +231,7 @@ fn schema_defaults_match_the_rust_defaults() {
     );
     assert_eq!(default("maxReconcilePasses"), json!(DEFAULT_MAX_RECONCILE_PASSES));
     assert_eq!(default("statementTimeoutMs"), json!(DEFAULT_STATEMENT_TIMEOUT_MS));
+    assert_eq!(default("maxStatementBytes"), json!(DEFAULT_MAX_STATEMENT_BYTES));
     assert_eq!(
         default("retry/properties/maxAttempts"),
         json!(DEFAULT_RETRY_MAX_ATTEMPTS)

@@ -55,6 +55,7 @@ fn excluded_fields_do_not_change_it() {
         ("/target/container", json!("server")),
         ("/waitForPod/timeoutMs", json!(5000)),
         ("/statementTimeoutMs", json!(1000)),
+        ("/maxStatementBytes", json!(1 << 30)),
         ("/maxReconcilePasses", json!(9)),
         ("/retry/maxAttempts", json!(10)),
         ("/retry/backoffMs", json!(0)),

@@ -515,6 +515,78 @@ fn settings_names() {
 }
 
 #[test]
+fn settings_cannot_be_client_options() {
+    // Each of these would make clickhouse-client connect elsewhere (with the
+    // pod's password), replace the statement, or write a file in the pod.
+    for (name, phrase) in [
+        ("host", "is a clickhouse-client option, not a ClickHouse setting"),
+        ("port", "is a clickhouse-client option"),
+        ("query", "is a clickhouse-client option"),
+        ("server_logs_file", "is a clickhouse-client option"),
+        ("history_file", "is a clickhouse-client option"),
+        ("config_file", "is a clickhouse-client option"),
+        ("format", "is a clickhouse-client option"),
+        ("query_id", "is a clickhouse-client option"),
+        ("hos", "abbreviation of its own options --host, --hosts"),
+        ("quer", "abbreviation of its own options --queries_file, --query"),
+        ("param_tenant", "query parameter"),
+    ] {
+        let props = with(base(), &format!("/settings/{name}"), json!("127.0.0.2"));
+        assert_single_issue(props, &format!("settings[\"{name}\"]"), phrase);
+    }
+}
+
+#[test]
+fn real_settings_that_look_like_options_are_accepted() {
+    let props = with(
+        base(),
+        "/settings",
+        json!({ "max_memory_usage": 1, "max_execution_time": 5, "interactive_delay": 100000, "log_comment": "x" }),
+    );
+    validate("orders-schema", &props).expect("settings, not options");
+}
+
+#[test]
+fn statements_over_max_statement_bytes_are_refused_by_index() {
+    let big = format!("SELECT '{}'", "x".repeat(16 << 20));
+    let props = with(base(), "/statements", json!(["SELECT 1", big]));
+    assert_single_issue(props, "statements[1]", "over maxStatementBytes (16777216)");
+
+    let props = with(
+        with(base(), "/maxStatementBytes", json!(20)),
+        "/statements",
+        json!(["SELECT 1", "SELECT 'twenty-one bytes'"]),
+    );
+    assert_single_issue(props, "statements[1]", "is 25 bytes, over maxStatementBytes (20)");
+
+    let mut props = with(base(), "/maxStatementBytes", json!(36));
+    props["onDelete"] = json!("run");
+    props["deleteStatements"] = json!(["DROP DATABASE IF EXISTS orders SYNC -- and a comment"]);
+    assert_single_issue(props, "deleteStatements[0]", "over maxStatementBytes (36)");
+
+    let raised = with(
+        with(base(), "/maxStatementBytes", json!(32 << 20)),
+        "/statements",
+        json!([format!("SELECT '{}'", "x".repeat(17 << 20))]),
+    );
+    validate("orders-schema", &raised).expect("a raised limit admits it");
+}
+
+#[test]
+fn max_statement_bytes_range() {
+    assert_single_issue(
+        with(base(), "/maxStatementBytes", json!(0)),
+        "maxStatementBytes",
+        "positive number of bytes",
+    );
+    assert_single_issue(
+        with(base(), "/maxStatementBytes", json!(2_000_000_000u64)),
+        "maxStatementBytes",
+        "at most 1073741824",
+    );
+}
+
+#[test]
 fn settings_values_are_scalars() {
     for bad in [json!({ "a": 1 }), json!([1]), json!(null), json!(true)] {
         assert_single_issue(
