@@ -66,7 +66,7 @@ const STATEMENT_MARKER: &str = "<statement>";
 const LINE_MARKER: &str = "[redacted]";
 
 /// Words whose following token is a credential even when it is not quoted.
-const CREDENTIAL_KEYWORDS: [&str; 6] = [
+pub(crate) const CREDENTIAL_KEYWORDS: [&str; 6] = [
     "password",
     "access_key_id",
     "secret_access_key",
@@ -99,7 +99,7 @@ pub struct Redacted {
 
 /// Redacts `output`, which ClickHouse printed for `statement`.
 pub fn redact_clickhouse_output(output: &str, statement: &str) -> Redacted {
-    let values = statement_values(statement);
+    let values = value_tokens(statement);
     let (clickhouse_code, clickhouse_exception) = match parse_code(output) {
         Some(found) => (Some(found.code), exception_of(output, &found, statement, &values)),
         None => (None, None),
@@ -108,7 +108,7 @@ pub fn redact_clickhouse_output(output: &str, statement: &str) -> Redacted {
     let scanned = &output[..floor_boundary(output, MAX_SCANNED_BYTES)];
     let dropped = output.len() - scanned.len();
     let text = replace_statement(scanned, statement);
-    let text = redact_values(&text, &values);
+    let text = redact_values(&text, statement, &values);
     let text = filter_lines(&text);
     Redacted {
         text: cap(text, dropped),
@@ -168,7 +168,7 @@ fn parse_code(output: &str) -> Option<FoundCode> {
     per_host
 }
 
-fn exception_of(output: &str, found: &FoundCode, statement: &str, values: &[Value]) -> Option<String> {
+fn exception_of(output: &str, found: &FoundCode, statement: &str, values: &[Token]) -> Option<String> {
     exception_name(output, found.after, statement, values).or_else(|| exception_class(output, found))
 }
 
@@ -195,7 +195,7 @@ fn exception_class(output: &str, found: &FoundCode) -> Option<String> {
 /// upper-case name in parentheses after a space, ending its line. A candidate
 /// that the statement itself contains is skipped: an echoed `(AKIA…)` has the
 /// same shape, and an exception name must never carry a value.
-fn exception_name(output: &str, from: usize, statement: &str, values: &[Value]) -> Option<String> {
+fn exception_name(output: &str, from: usize, statement: &str, values: &[Token]) -> Option<String> {
     let bytes = output.as_bytes();
     for open in memmem::find_iter(&bytes[from..], b" (").map(|i| from + i + 2) {
         let len = bytes[open..]
@@ -213,9 +213,12 @@ fn exception_name(output: &str, from: usize, statement: &str, values: &[Value]) 
         }
         let name = &output[open..open + len];
         let echoed = statement.contains(name)
-            || values
-                .iter()
-                .any(|v| v.spellings.iter().any(|s| s.contains(name)));
+            || values.iter().any(|token| {
+                spellings_of(token, statement)
+                    .spellings
+                    .iter()
+                    .any(|s| s.contains(name))
+            });
         if !echoed {
             return Some(name.to_owned());
         }
@@ -232,8 +235,10 @@ struct Value {
     spellings: Vec<String>,
 }
 
-/// Every value of `statement` (see the module docs), with its spellings.
-fn statement_values(statement: &str) -> Vec<Value> {
+/// The tokens of `statement` that are values (see the module docs). Their
+/// spellings are built one value at a time when needed, so a huge literal is
+/// copied a few times at most, never indexed.
+fn value_tokens(statement: &str) -> Vec<Token> {
     let tokens: Vec<Token> = significant(statement).collect();
     let mut values = Vec::new();
     for (i, token) in tokens.iter().enumerate() {
@@ -242,10 +247,7 @@ fn statement_values(statement: &str) -> Vec<Value> {
             _ => follows_credential_keyword(&tokens, i, statement),
         };
         if is_value {
-            let value = spellings_of(token, statement);
-            if !value.spellings.is_empty() {
-                values.push(value);
-            }
+            values.push(*token);
         }
     }
     values
@@ -330,15 +332,11 @@ fn is_skeleton_noise(byte: u8) -> bool {
     matches!(byte, b'\\' | b'\'' | b'"' | b'`')
 }
 
+#[cfg(test)]
 fn skeleton(text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len());
     out.extend(text.bytes().filter(|&b| !is_skeleton_noise(b)));
     out
-}
-
-/// A window of [`MIN_FRAGMENT`] skeleton bytes, packed into an integer.
-fn window_key(window: &[u8]) -> u64 {
-    window.iter().fold(0u64, |key, &b| key << 8 | u64::from(b))
 }
 
 const WINDOW_MASK: u64 = (1u64 << (8 * MIN_FRAGMENT)) - 1;
@@ -367,17 +365,64 @@ impl Hasher for WindowHasher {
 
 type WindowSet = HashSet<u64, BuildHasherDefault<WindowHasher>>;
 
-/// Bits in the prefilter probed before the set; most output windows miss it.
+/// Bits in the prefilter probed before the set; most windows miss it.
 const FILTER_BITS: u32 = 18;
 
 fn filter_slot(key: u64) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FILTER_BITS)) as usize
 }
 
-/// Every value spelling, indexed for the two matchers.
-struct ValueIndex {
-    windows: WindowSet,
+/// A set of window keys with a bitmap prefilter in front of it.
+struct Windows {
+    keys: WindowSet,
     filter: Vec<u64>,
+}
+
+impl Windows {
+    fn new() -> Self {
+        Self {
+            keys: WindowSet::default(),
+            filter: vec![0u64; 1 << (FILTER_BITS - 6)],
+        }
+    }
+
+    fn insert(&mut self, key: u64) {
+        self.keys.insert(key);
+        let slot = filter_slot(key);
+        self.filter[slot / 64] |= 1 << (slot % 64);
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        let slot = filter_slot(key);
+        self.filter[slot / 64] & (1 << (slot % 64)) != 0 && self.keys.contains(&key)
+    }
+}
+
+/// Calls `each(key)` for every window of [`MIN_FRAGMENT`] skeleton bytes of `text`.
+fn for_each_window(text: &[u8], mut each: impl FnMut(u64)) {
+    let mut count = 0usize;
+    let mut key = 0u64;
+    for &byte in text {
+        if is_skeleton_noise(byte) {
+            continue;
+        }
+        count += 1;
+        key = (key << 8 | u64::from(byte)) & WINDOW_MASK;
+        if count >= MIN_FRAGMENT {
+            each(key);
+        }
+    }
+}
+
+/// What the two matchers look for in one output: the output's windows that
+/// some value's skeleton shares, and the spellings too short for that.
+///
+/// Built from the output's windows outward, so its size is bounded by the
+/// output (itself capped at [`MAX_SCANNED_BYTES`]) whatever the size of the
+/// statement: each value's skeletons are streamed past the output's window
+/// set, and only the shared windows are kept.
+struct ValueIndex {
+    shared: Windows,
     /// Spellings too short to match by skeleton, with their match rule.
     exact: Vec<(String, ExactRule)>,
 }
@@ -390,29 +435,32 @@ enum ExactRule {
 }
 
 impl ValueIndex {
-    fn new(values: &[Value]) -> Self {
-        let mut windows = WindowSet::default();
-        let mut filter = vec![0u64; 1 << (FILTER_BITS - 6)];
+    fn new(text: &str, statement: &str, values: &[Token]) -> Self {
+        let mut in_output = Windows::new();
+        for_each_window(text.as_bytes(), |key| in_output.insert(key));
+        let mut shared = Windows::new();
         let mut exact = Vec::new();
-        for value in values {
-            let skeletons: Vec<Vec<u8>> = value.spellings.iter().map(|s| skeleton(s)).collect();
-            let by_skeleton = skeletons.iter().any(|s| s.len() >= MIN_FRAGMENT);
-            for (i, skeleton) in skeletons.iter().enumerate() {
-                // The escaped spellings usually share one skeleton; index it once.
-                if skeletons[..i].contains(skeleton) {
-                    continue;
+        for token in values {
+            let value = spellings_of(token, statement);
+            let skeleton_lens: Vec<usize> = value
+                .spellings
+                .iter()
+                .map(|s| s.bytes().filter(|&b| !is_skeleton_noise(b)).count())
+                .collect();
+            let by_skeleton = skeleton_lens.iter().any(|&len| len >= MIN_FRAGMENT);
+            for (spelling, &skeleton_len) in value.spellings.iter().zip(&skeleton_lens) {
+                if skeleton_len >= MIN_FRAGMENT {
+                    for_each_window(spelling.as_bytes(), |key| {
+                        if in_output.contains(key) {
+                            shared.insert(key);
+                        }
+                    });
+                    if by_skeleton {
+                        continue;
+                    }
                 }
-                for window in skeleton.windows(MIN_FRAGMENT) {
-                    let key = window_key(window);
-                    windows.insert(key);
-                    let slot = filter_slot(key);
-                    filter[slot / 64] |= 1 << (slot % 64);
-                }
-            }
-            for (spelling, skeleton) in value.spellings.iter().zip(&skeletons) {
                 let rule = match spelling.len() {
                     0 => continue,
-                    _ if by_skeleton && skeleton.len() >= MIN_FRAGMENT => continue,
                     1 => ExactRule::Quoted,
                     len if len < MIN_FRAGMENT => ExactRule::WholeToken,
                     _ => ExactRule::Anywhere,
@@ -420,24 +468,15 @@ impl ValueIndex {
                 exact.push((spelling.clone(), rule));
             }
         }
-        Self {
-            windows,
-            filter,
-            exact,
-        }
-    }
-
-    fn may_contain(&self, key: u64) -> bool {
-        let slot = filter_slot(key);
-        self.filter[slot / 64] & (1 << (slot % 64)) != 0 && self.windows.contains(&key)
+        Self { shared, exact }
     }
 }
 
-fn redact_values(text: &str, values: &[Value]) -> String {
+fn redact_values(text: &str, statement: &str, values: &[Token]) -> String {
     if values.is_empty() {
         return text.to_owned();
     }
-    let index = ValueIndex::new(values);
+    let index = ValueIndex::new(text, statement, values);
     let mut spans = skeleton_spans(text, &index);
     spans.extend(exact_spans(text, &index));
     replace_spans(text, spans, VALUE_MARKER)
@@ -446,7 +485,7 @@ fn redact_values(text: &str, values: &[Value]) -> String {
 /// Output ranges whose skeleton shares a window with a value's skeleton.
 fn skeleton_spans(text: &str, index: &ValueIndex) -> Vec<(usize, usize)> {
     let mut spans: Vec<(usize, usize)> = Vec::new();
-    if index.windows.is_empty() {
+    if index.shared.keys.is_empty() {
         return spans;
     }
     // Positions of the last MIN_FRAGMENT skeleton bytes, as a ring.
@@ -460,7 +499,7 @@ fn skeleton_spans(text: &str, index: &ValueIndex) -> Vec<(usize, usize)> {
         ring[count % MIN_FRAGMENT] = pos;
         count += 1;
         key = (key << 8 | u64::from(byte)) & WINDOW_MASK;
-        if count >= MIN_FRAGMENT && index.may_contain(key) {
+        if count >= MIN_FRAGMENT && index.shared.contains(key) {
             let start = ring[count % MIN_FRAGMENT];
             let end = pos + 1;
             match spans.last_mut() {
