@@ -1,49 +1,109 @@
 //! The one place that renders the exec command.
 //!
-//! A statement is run as
+//! A statement of `N` UTF-8 bytes is sent on stdin and run as `sh -c SCRIPT`,
+//! where SCRIPT is (one line in argv, spread out here):
 //!
 //! ```text
-//! sh -c 'head -c <N> | exec clickhouse-client --password "${<passwordEnv>:-}" --user ... --database ... --port ... --<setting>=...'
+//! exec 3<&0
+//! t=; command -v timeout >/dev/null 2>&1 && t='timeout -k 2 <S>'
+//! { printf '<?xml version="1.0"?><yandex><password>'
+//!   printf '%s' "${<passwordEnv>:-}" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
+//!   printf '</password></yandex>\n'
+//! } | { exec 4<&0
+//!       head -c <N> <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --user=... \
+//!         --database=... --port=... --<setting>=... --max_execution_time=<S> 3<&-; }
 //! ```
 //!
-//! with the statement's `N` UTF-8 bytes on stdin. Why each part:
+//! Why each part:
 //!
 //! - The statement is on stdin, never in argv: argv is readable from `/proc`
-//!   inside the pod and is written to exec audit logs.
-//! - The password is expanded by the pod's own shell from the container's
-//!   environment, so it never exists outside the pod. `:-` turns an unset
-//!   variable into the empty password of a stock `default` user instead of an
-//!   error.
+//!   by every process in the pod and is written to exec audit logs.
+//! - The password never enters any process's argv either. `printf` is a shell
+//!   builtin, so expanding the container's `<passwordEnv>` into it creates no
+//!   process; `sed` (which XML-escapes it) reads it on stdin; and
+//!   clickhouse-client reads it from a client configuration file that is the
+//!   read end of a pipe (`/dev/fd/4`). Both 18.16 and current clients read a
+//!   non-regular config file as XML exactly once. `:-` turns an unset
+//!   variable into the empty password of a stock `default` user. A password
+//!   starting with `-` is just text inside the file.
 //! - `head -c N` ends clickhouse-client's input after exactly the statement,
 //!   whether or not the exec protocol can signal end-of-stdin: the v4 channel
 //!   protocol has no such signal, and closing the socket there loses the exit
-//!   status. With the byte count in the command, v4 and v5 behave alike.
-//! - `exec` makes clickhouse-client's exit status the exec's exit status.
-//! - Every value interpolated into the script is single-quoted for `sh`, so a
-//!   user name, database or setting value cannot change the command.
+//!   status. With the byte count in the command, v4 and v5 behave alike. Fd 3
+//!   keeps the exec's stdin while fd 0 carries the configuration.
+//! - The statement is bounded where it runs, not only by the caller's exec
+//!   timeout (closing an exec connection does not always end the remote
+//!   process): by `max_execution_time` on the server (unless the settings set
+//!   it), and by `timeout` in the pod where the image has it (TERM after
+//!   `S` seconds, KILL [`POD_KILL_AFTER_SECS`] later). The caller waits
+//!   [`exec_timeout`], a little longer, so the pod's own bound normally fires
+//!   first and a retry never overlaps a statement that is still running.
+//! - `exec` makes clickhouse-client's (or `timeout`'s) exit status the exec's.
+//! - Every value-bearing option is one argv word, `--name=value`, with the
+//!   value single-quoted for `sh`: a user name, database or setting value
+//!   cannot change the command, and a value starting with `-` cannot be read
+//!   as another option. Setting names never collide with client options
+//!   (validation refuses those), so a setting cannot redirect the client.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::config::{ClientConfig, SettingValue};
 
-/// argv for running a statement of `statement_bytes` UTF-8 bytes.
+/// Seconds between `timeout`'s TERM and its KILL in the pod.
+pub const POD_KILL_AFTER_SECS: u64 = 2;
+
+/// The ClickHouse setting that bounds a statement on the server.
+pub const SERVER_TIME_LIMIT_SETTING: &str = "max_execution_time";
+
+/// Exit status of `timeout` when it stopped the command (TERM), and of a
+/// command killed by KILL (128 + 9).
+pub const POD_TIMEOUT_EXIT_CODES: [i32; 2] = [124, 137];
+
+/// The statement's bound in whole seconds, rounded up (at least 1): what
+/// `timeout` in the pod and `max_execution_time` on the server receive.
+pub fn bound_secs(statement_timeout: Duration) -> u64 {
+    statement_timeout.as_millis().div_ceil(1000).max(1) as u64
+}
+
+/// How long the caller waits for an exec before abandoning it: the pod-side
+/// bound, its KILL grace, and one more second for the exit status to arrive.
+pub fn exec_timeout(statement_timeout: Duration) -> Duration {
+    Duration::from_secs(bound_secs(statement_timeout) + POD_KILL_AFTER_SECS + 1)
+}
+
+/// argv for running a statement of `statement_bytes` UTF-8 bytes, bounded by
+/// `statement_timeout`.
 pub fn render(
     client: &ClientConfig,
     settings: &BTreeMap<String, SettingValue>,
     statement_bytes: usize,
+    statement_timeout: Duration,
 ) -> Vec<String> {
-    let mut script = format!(
-        "head -c {statement_bytes} | exec clickhouse-client --password \"${{{}:-}}\" --user {} --database {} --port {}",
-        // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
-        client.password_env,
+    let secs = bound_secs(statement_timeout);
+    let mut client_args = format!(
+        "--config-file=/dev/fd/4 --user={} --database={} --port={}",
         shell_quote(&client.user),
         shell_quote(&client.database),
         client.port,
     );
     for (name, value) in settings {
-        // Names are [a-z_][a-z0-9_]* by validation; the value is quoted.
-        script.push_str(&format!(" --{name}={}", shell_quote(&value.render())));
+        // Names are [a-z_][a-z0-9_]* and never a client option, by validation; the value is quoted.
+        client_args.push_str(&format!(" --{name}={}", shell_quote(&value.render())));
     }
+    if !settings.contains_key(SERVER_TIME_LIMIT_SETTING) {
+        client_args.push_str(&format!(" --{SERVER_TIME_LIMIT_SETTING}={secs}"));
+    }
+    let script = format!(
+        "exec 3<&0; \
+         t=; command -v timeout >/dev/null 2>&1 && t='timeout -k {POD_KILL_AFTER_SECS} {secs}'; \
+         {{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
+         printf '%s' \"${{{env}:-}}\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
+         printf '</password></yandex>\\n'; }} | \
+         {{ exec 4<&0; head -c {statement_bytes} <&3 4<&- | exec $t clickhouse-client {client_args} 3<&-; }}",
+        // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
+        env = client.password_env,
+    );
     vec!["sh".to_owned(), "-c".to_owned(), script]
 }
 
@@ -77,32 +137,144 @@ mod tests {
         }
     }
 
+    const FIVE_MINUTES: Duration = Duration::from_secs(300);
+
     #[test]
-    fn renders_the_documented_command() {
+    fn renders_every_value_as_one_word_after_the_config_file() {
         let mut settings = BTreeMap::new();
         settings.insert(
             "distributed_ddl_task_timeout".to_owned(),
             SettingValue::Number(Number::from(300)),
         );
         settings.insert("a_mode".to_owned(), SettingValue::String("x y".into()));
-        let argv = render(&client(), &settings, 42);
-        assert_eq!(argv[0], "sh");
-        assert_eq!(argv[1], "-c");
-        assert_eq!(
-            argv[2],
-            "head -c 42 | exec clickhouse-client --password \"${CLICKHOUSE_PASSWORD:-}\" --user 'default' \
-             --database 'default' --port 9000 --a_mode='x y' --distributed_ddl_task_timeout='300'"
+        let argv = render(&client(), &settings, 42, FIVE_MINUTES);
+        assert_eq!(argv[..2], ["sh", "-c"]);
+        assert!(
+            argv[2].contains(
+                "head -c 42 <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --user='default' \
+                 --database='default' --port=9000 --a_mode='x y' --distributed_ddl_task_timeout='300' \
+                 --max_execution_time=300 3<&-"
+            ),
+            "{}",
+            argv[2]
         );
+        assert!(argv[2].contains("t='timeout -k 2 300'"), "{}", argv[2]);
+        assert!(!argv[2].contains("--password"), "{}", argv[2]);
+    }
+
+    #[test]
+    fn a_server_time_limit_set_by_the_user_wins() {
+        let mut settings = BTreeMap::new();
+        settings.insert(
+            SERVER_TIME_LIMIT_SETTING.to_owned(),
+            SettingValue::Number(Number::from(7)),
+        );
+        let argv = render(&client(), &settings, 1, Duration::from_millis(1500));
+        assert!(argv[2].contains("--max_execution_time='7' 3<&-"), "{}", argv[2]);
+        assert_eq!(argv[2].matches("max_execution_time").count(), 1);
+        // The pod-side bound still follows statementTimeoutMs, rounded up.
+        assert!(argv[2].contains("t='timeout -k 2 2'"), "{}", argv[2]);
+    }
+
+    #[test]
+    fn bounds_round_up_to_whole_seconds_and_the_caller_waits_longer() {
+        assert_eq!(bound_secs(Duration::from_millis(1)), 1);
+        assert_eq!(bound_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(bound_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(exec_timeout(Duration::from_millis(1000)), Duration::from_secs(4));
     }
 
     #[test]
     fn hostile_values_stay_single_words() {
         let mut c = client();
         c.user = "o'brien; rm -rf /".into();
-        c.database = "$(reboot)`x`".into();
-        let argv = render(&c, &BTreeMap::new(), 1);
-        assert!(argv[2].contains("--user 'o'\\''brien; rm -rf /'"));
-        assert!(argv[2].contains("--database '$(reboot)`x`'"));
+        c.database = "-$(reboot)`x`".into();
+        let argv = render(&c, &BTreeMap::new(), 1, FIVE_MINUTES);
+        assert!(argv[2].contains("--user='o'\\''brien; rm -rf /'"), "{}", argv[2]);
+        assert!(argv[2].contains("--database='-$(reboot)`x`'"), "{}", argv[2]);
+    }
+
+    /// Runs the rendered script with a stand-in `clickhouse-client` that
+    /// prints its argv (one word a line), then `--`, then the config file it
+    /// was given, then `--`, then its stdin.
+    fn run_with_fake_client(password: Option<&str>, user: &str, statement: &str) -> (String, i32) {
+        let dir = std::env::temp_dir().join(format!(
+            "chs-command-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let fake = dir.join("clickhouse-client");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done; echo --; \
+             for a in \"$@\"; do case \"$a\" in --config-file=*) cat \"${a#--config-file=}\";; esac; done; \
+             echo --; cat\n",
+        )
+        .expect("fake client");
+        let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
+        assert!(chmod.is_ok_and(|s| s.success()));
+        let mut c = client();
+        c.user = user.into();
+        c.password_env = "TEST_CH_PASSWORD".into();
+        let argv = render(&c, &BTreeMap::new(), statement.len(), FIVE_MINUTES);
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .env_remove("TEST_CH_PASSWORD")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        if let Some(password) = password {
+            cmd.env("TEST_CH_PASSWORD", password);
+        }
+        let mut child = cmd.spawn().expect("sh runs");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            // More than the statement: `head -c N` must stop at the statement.
+            stdin
+                .write_all(format!("{statement}TRAILING").as_bytes())
+                .expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("sh finishes");
+        let _ = std::fs::remove_dir_all(&dir);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.status.code().unwrap_or(-1),
+        )
+    }
+
+    #[test]
+    fn the_password_reaches_the_client_in_its_config_file_never_in_argv() {
+        let password = "-starts-with-dash <&> 'q' \"dq\" $HOME `x` \\ end";
+        let (out, code) = run_with_fake_client(Some(password), "-u", "SELECT 1");
+        assert_eq!(code, 0, "{out}");
+        let mut parts = out.split("--\n");
+        let argv = parts.next().expect("argv");
+        let config = parts.next().expect("config");
+        let stdin = parts.next().expect("stdin");
+        assert!(
+            !argv.contains("starts-with-dash"),
+            "argv holds the password: {argv}"
+        );
+        assert!(argv.lines().any(|a| a == "--user=-u"), "{argv}");
+        assert!(argv.lines().any(|a| a == "--config-file=/dev/fd/4"), "{argv}");
+        assert_eq!(
+            config,
+            "<?xml version=\"1.0\"?><yandex><password>-starts-with-dash &lt;&amp;&gt; 'q' \"dq\" $HOME `x` \\ \
+             end</password></yandex>\n"
+        );
+        assert_eq!(stdin, "SELECT 1", "exactly the statement's bytes");
+    }
+
+    #[test]
+    fn an_unset_password_variable_is_the_empty_password() {
+        let (out, code) = run_with_fake_client(None, "default", "SELECT 2");
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("<yandex><password></password></yandex>"), "{out}");
     }
 
     #[test]

@@ -147,6 +147,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(self.unsettled(passes, &uncovered));
             }
             passes += 1;
+            let mut vanished = false;
             for pod in uncovered {
                 match self.apply_all(statements, &pod.name).await {
                     Ok(()) => {
@@ -156,11 +157,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     // Deleted between the observation and its exec: the
                     // re-list shows whether it is gone or was replaced, and a
                     // successor is a new uid that gets its own pass.
-                    Err(Failure::Vanished) => {}
+                    Err(Failure::Vanished) => vanished = true,
                     Err(Failure::Error(err)) => return Err(err),
                 }
             }
             previous = Some(set);
+            // A pod being replaced needs a moment to reappear; re-listing at
+            // once would only spend a pass on the same observation.
+            if vanished {
+                self.pause(deadline).await;
+            }
         }
     }
 
@@ -168,6 +174,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// container, and returns that pod.
     pub async fn on_cluster(&self, statements: &[String]) -> Result<PodRef, ClickHouseSchemaError> {
         let deadline = self.clock.now() + self.wait_budget;
+        // The last pod listed Ready whose exec answered 404, for the error.
+        let mut vanished: Option<String> = None;
         loop {
             let matching = matching_pods(self.list().await?);
             let chosen = matching
@@ -176,13 +184,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if let Some(pod) = chosen {
                 match self.apply_all(statements, &pod.name).await {
                     Ok(()) => return Ok(PodRef::of(pod)),
-                    // Gone since the list: pick again from a fresh one.
-                    Err(Failure::Vanished) => continue,
+                    // Gone since the list: pick again from a fresh one, within
+                    // the same budget and at the same pace as any other wait
+                    // (a pod listed Ready whose exec keeps answering 404 must
+                    // not make this loop spin).
+                    Err(Failure::Vanished) => vanished = Some(pod.name.clone()),
                     Err(Failure::Error(err)) => return Err(err),
                 }
             }
             if self.clock.now() >= deadline {
-                return Err(self.no_server_for_on_cluster(&matching));
+                return Err(self.no_server_for_on_cluster(&matching, vanished.as_deref()));
             }
             self.pause(deadline).await;
         }
@@ -192,33 +203,52 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// the first failure.
     async fn apply_all(&self, statements: &[String], pod: &str) -> Result<(), Failure> {
         for (index, statement) in statements.iter().enumerate() {
-            let output = self.exec(index, statement, pod).await?;
+            let (output, unknown) = self.exec(index, statement, pod).await?;
             if output.exit_code != 0 {
                 return Err(Failure::Error(
-                    self.statement_failed(index, statement, pod, &output),
+                    self.statement_failed(index, statement, pod, &output, unknown),
                 ));
             }
         }
         Ok(())
     }
 
-    async fn exec(&self, index: usize, statement: &str, pod: &str) -> Result<ExecOutput, Failure> {
+    /// Runs one statement, retrying transport failures (never a statement
+    /// that ran and failed). Returns the output and how many earlier attempts
+    /// ended without a known outcome: a timed-out or dropped exec may still
+    /// have run the statement, so whatever is reported later says so.
+    async fn exec(&self, index: usize, statement: &str, pod: &str) -> Result<(ExecOutput, u32), Failure> {
         let request = ExecRequest {
             namespace: self.target.namespace.clone(),
             pod: pod.to_owned(),
             container: self.target.container.clone(),
-            command: command::render(self.client, self.settings, statement.len()),
+            command: command::render(
+                self.client,
+                self.settings,
+                statement.len(),
+                self.statement_timeout,
+            ),
             stdin: statement.to_owned(),
-            timeout: self.statement_timeout,
+            timeout: command::exec_timeout(self.statement_timeout),
         };
-        match self.with_retry(|| self.transport.exec(request.clone())).await {
-            Ok(output) => Ok(output),
-            Err((err, _)) if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) => {
-                Err(Failure::Vanished)
+        let max_attempts = self.retry.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            match self.transport.exec(request.clone()).await {
+                Ok(output) => return Ok((output, attempt - 1)),
+                Err(err) if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) => {
+                    return Err(Failure::Vanished);
+                }
+                Err(err) if err.is_retryable() && attempt < max_attempts => {
+                    self.backoff(attempt).await;
+                    attempt += 1;
+                }
+                Err(err) => {
+                    return Err(Failure::Error(
+                        self.exec_transport_failed(index, statement, pod, &err, attempt),
+                    ));
+                }
             }
-            Err((err, attempts)) => Err(Failure::Error(
-                self.exec_transport_failed(index, statement, pod, &err, attempts),
-            )),
         }
     }
 
@@ -251,17 +281,22 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             match op().await {
                 Ok(value) => return Ok(value),
                 Err(err) if err.is_retryable() && attempt < max_attempts => {
-                    let factor = 1u64 << (attempt - 1).min(16);
-                    self.clock
-                        .sleep(Duration::from_millis(
-                            self.retry.backoff_ms.saturating_mul(factor),
-                        ))
-                        .await;
+                    self.backoff(attempt).await;
                     attempt += 1;
                 }
                 Err(err) => return Err((err, attempt)),
             }
         }
+    }
+
+    /// Exponential backoff after failed attempt number `attempt` (1-based).
+    async fn backoff(&self, attempt: u32) {
+        let factor = 1u64 << (attempt - 1).min(16);
+        self.clock
+            .sleep(Duration::from_millis(
+                self.retry.backoff_ms.saturating_mul(factor),
+            ))
+            .await;
     }
 
     async fn pause(&self, deadline: Duration) {
@@ -374,7 +409,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         )
     }
 
-    fn no_server_for_on_cluster(&self, matching: &[PodInfo]) -> ClickHouseSchemaError {
+    fn no_server_for_on_cluster(
+        &self,
+        matching: &[PodInfo],
+        vanished: Option<&str>,
+    ) -> ClickHouseSchemaError {
         let seen = if matching.is_empty() {
             "no pod matched".to_owned()
         } else {
@@ -389,6 +428,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 })
                 .collect();
             format!("the matching pods were {}", listed.join(", "))
+        };
+        let seen = match vanished {
+            Some(pod) => format!(
+                "{seen}; pod {pod} was listed Ready, but the API server answered 404 (not found) to its exec"
+            ),
+            None => seen,
         };
         self.error(
             ErrorKind::PodsNotReady,
@@ -411,6 +456,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         statement: &str,
         pod: &str,
         output: &ExecOutput,
+        unknown_attempts: u32,
     ) -> ClickHouseSchemaError {
         let raw = if output.stderr.trim().is_empty() {
             output.stdout.clone()
@@ -425,11 +471,33 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             (Some(code), None) => format!(" with ClickHouse code {code}"),
             _ => String::new(),
         };
-        let mut message = format!(
-            "{}: statement {index} failed on pod {pod}{what} (exit {}).",
-            self.prefix(),
-            output.exit_code
-        );
+        let stopped_in_pod =
+            redacted.clickhouse_code.is_none() && command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code);
+        let mut message = if stopped_in_pod {
+            format!(
+                "{}: statement {index} on pod {pod} was stopped in the pod after statementTimeoutMs ({}ms) \
+                 (exit {}, from `timeout`). Its outcome is unknown: ClickHouse may still have completed it. \
+                 Nothing is recorded; the next converge re-runs the list. Raise statementTimeoutMs for \
+                 long-running DDL.",
+                self.prefix(),
+                self.statement_timeout.as_millis(),
+                output.exit_code
+            )
+        } else {
+            format!(
+                "{}: statement {index} failed on pod {pod}{what} (exit {}).",
+                self.prefix(),
+                output.exit_code
+            )
+        };
+        if unknown_attempts > 0 {
+            message.push_str(&format!(
+                " Note: this was attempt {} of statement {index} on pod {pod}; the {unknown_attempts} before it \
+                 timed out or lost the connection without a known outcome, so an earlier attempt may have run \
+                 the statement, and this failure may be its consequence (for example 'already exists').",
+                unknown_attempts + 1
+            ));
+        }
         if !redacted.text.trim().is_empty() {
             message.push('\n');
             message.push_str(redacted.text.trim_end());
@@ -463,15 +531,24 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             ),
             TransportErrorKind::Timeout => format!(
                 "{}: statement {index} on pod {pod} did not finish within statementTimeoutMs ({}ms), {attempts} \
-                 attempt(s): {detail}. Nothing is recorded; the next converge re-runs the list. Raise \
-                 statementTimeoutMs for long-running DDL.",
+                 attempt(s): {detail}. Its outcome is unknown: each attempt may have run the statement \
+                 (ClickHouse's max_execution_time and the pod's `timeout` bound it to statementTimeoutMs). \
+                 Nothing is recorded; the next converge re-runs the list. Raise statementTimeoutMs for \
+                 long-running DDL.",
                 self.prefix(),
                 self.statement_timeout.as_millis()
             ),
+            TransportErrorKind::InvalidResponse => format!(
+                "{}: the transport gave an unusable result for statement {index} on pod {pod}: {detail}. Its \
+                 outcome is unknown, so it was not retried. Nothing is recorded; the next converge re-runs the \
+                 list.",
+                self.prefix()
+            ),
             TransportErrorKind::Transient => format!(
-                "{}: statement {index} could not be delivered to pod {pod} after {attempts} attempt(s): {detail}. \
-                 Nothing is recorded; the next converge re-runs the list. Check the connection to the API \
-                 server, or raise retry.maxAttempts.",
+                "{}: statement {index} failed to complete on pod {pod} after {attempts} attempt(s): {detail}. \
+                 Its outcome is unknown: an attempt whose connection dropped after the statement was sent may \
+                 have run it. Nothing is recorded; the next converge re-runs the list. Check the connection \
+                 to the API server, or raise retry.maxAttempts.",
                 self.prefix()
             ),
         };

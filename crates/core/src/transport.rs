@@ -70,6 +70,10 @@ pub enum TransportErrorKind {
     Timeout,
     /// The API refused the call (401, 403, 404, 400): retrying cannot help.
     Refused,
+    /// The transport answered with something that is not a result (an exit
+    /// code outside 0..=255, say). The command may have run, so it is not
+    /// retried; the fault is the transport's, not the statement's.
+    InvalidResponse,
 }
 
 /// A failure to reach the pod or to learn the command's outcome. Distinct from

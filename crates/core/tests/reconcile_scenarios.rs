@@ -893,3 +893,195 @@ fn plan_under_on_cluster_makes_no_call() {
     assert_eq!(run_plan(on_cluster_props(), Some(&state), &cluster), None);
     assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
 }
+
+// --- failure bounds (security review, issue 8) -----------------------------
+
+#[test]
+fn on_cluster_with_a_ready_pod_whose_exec_answers_404_stops_at_the_budget() {
+    // The pod stays listed Ready, but every exec is answered 404: the loop
+    // must spend waitForPod once, pausing between lists, then fail.
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+        Some(Err(TransportError::new(
+            TransportErrorKind::Refused,
+            format!("pods \"{}\" not found", req.pod),
+        )
+        .with_http_status(404)))
+    });
+    let mut props = on_cluster_props();
+    props["waitForPod"] = json!({ "timeoutMs": 2000 });
+    let clock = FakeClock::default();
+    let err = run_apply(props, None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodsNotReady);
+    assert!(
+        err.message
+            .contains("pod chi-orders-0-0-0 was listed Ready, but the API server answered 404"),
+        "{}",
+        err.message
+    );
+    assert!(clock.elapsed() >= Duration::from_millis(2000));
+    // One list a second (the poll interval), not one per exec round trip.
+    assert!(cluster.lists() <= 3, "{} lists", cluster.lists());
+    assert!(cluster.exec_attempts() <= 3, "{} execs", cluster.exec_attempts());
+}
+
+#[test]
+fn fanout_paces_its_re_lists_when_a_listed_pod_answers_404() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+        Some(Err(TransportError::new(
+            TransportErrorKind::Refused,
+            format!("pods \"{}\" not found", req.pod),
+        )
+        .with_http_status(404)))
+    });
+    let clock = FakeClock::default();
+    let err = run_apply(fanout_props(), None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PodSetUnstable);
+    assert!(!clock.sleeps.lock().unwrap().is_empty(), "re-lists are paced");
+}
+
+#[test]
+fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
+    // Attempt 1 times out (it may have created the table), attempt 2 then
+    // finds the table: the error must not pretend the first never ran.
+    let mut attempt = 0;
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |_, _| {
+        attempt += 1;
+        Some(match attempt {
+            1 => Err(TransportError::new(
+                TransportErrorKind::Timeout,
+                "the exec did not finish within 303s",
+            )),
+            _ => Ok(ExecOutput {
+                stdout: String::new(),
+                stderr: "Code: 57. DB::Exception: Received from localhost:9000. DB::Exception: Database \
+                         orders already exists.."
+                    .into(),
+                exit_code: 57,
+            }),
+        })
+    });
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::StatementFailed);
+    assert_eq!(err.clickhouse_code, Some(57));
+    assert!(
+        err.message.contains("attempt 2 of statement 0")
+            && err
+                .message
+                .contains("an earlier attempt may have run the statement"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retried() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
+        Some(Ok(ExecOutput {
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: 124,
+        }))
+    });
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::StatementFailed);
+    assert_eq!(err.exit_code, Some(124));
+    assert_eq!(cluster.exec_attempts(), 1);
+    assert!(
+        err.message
+            .contains("was stopped in the pod after statementTimeoutMs (300000ms)")
+            && err.message.contains("Its outcome is unknown"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_timeout_that_persists_says_the_outcome_is_unknown() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
+        Some(Err(TransportError::new(
+            TransportErrorKind::Timeout,
+            "the exec did not finish within 303s",
+        )))
+    });
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Transport);
+    assert!(err.message.contains("Its outcome is unknown"), "{}", err.message);
+}
+
+#[test]
+fn the_statement_is_bounded_in_the_pod_and_on_the_server_and_the_caller_waits_longer() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
+        record.lock().unwrap().push((req.timeout, req.command[2].clone()));
+        None
+    });
+    let mut props = fanout_props();
+    props["statementTimeoutMs"] = json!(1500);
+    run_apply(props, None, &cluster, &FakeClock::default()).unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    for (timeout, script) in seen.iter() {
+        assert_eq!(*timeout, Duration::from_secs(2 + 2 + 1));
+        assert!(script.contains("t='timeout -k 2 2'"), "{script}");
+        assert!(script.contains("--max_execution_time=2 "), "{script}");
+    }
+}
+
+#[test]
+fn an_unusable_transport_result_is_not_retried() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
+        Some(Err(TransportError::new(
+            TransportErrorKind::InvalidResponse,
+            "the injected executor's exec resolved with exitCode NaN",
+        )))
+    });
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Transport);
+    assert_eq!(cluster.exec_attempts(), 1);
+    assert!(err.message.contains("not retried"), "{}", err.message);
+}
+
+#[test]
+fn destroy_refuses_a_state_that_is_malformed_or_names_another_target_before_any_call() {
+    let good = ok_state(three_pods());
+    let cluster = FakeCluster::new(three_pods());
+    let clock = FakeClock::default();
+    let cfg = config(run_props());
+    let here = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-a".into()),
+    };
+
+    let mut everything = good.clone();
+    everything.target.pod_selector.clear();
+    let err = block_on(destroy("orders-schema", &cfg, Some(&everything), &here)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidState);
+    assert_eq!(err.code(), "E_INVALID_STATE");
+    assert!(
+        err.issues.iter().any(|i| i.path == "state.target.podSelector"),
+        "{:?}",
+        err.issues
+    );
+
+    let mut elsewhere = good.clone();
+    elsewhere.target.namespace = "kube-system".into();
+    let err = block_on(destroy("orders-schema", &cfg, Some(&elsewhere), &here)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidState);
+    assert!(
+        err.message
+            .contains("is 'kube-system', but the props' target.namespace is 'example-observability'"),
+        "{}",
+        err.message
+    );
+
+    let mut other_selector = good;
+    other_selector
+        .target
+        .pod_selector
+        .insert("app".into(), "other".into());
+    let err = block_on(destroy("orders-schema", &cfg, Some(&other_selector), &here)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidState);
+    assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
+}
