@@ -15,6 +15,7 @@ export type ClickHouseSchemaErrorCode =
   | 'E_POD_SET_UNSTABLE'
   | 'E_CLUSTER_MISMATCH'
   | 'E_NOTHING_APPLIED'
+  | 'E_INVALID_STATE'
   | 'E_INTERNAL';
 
 /** One problem found in the props. */
@@ -33,7 +34,7 @@ export interface ClickHouseSchemaError extends Error {
   readonly clickHouseCode?: number;
   readonly clickHouseException?: string;
   readonly exitCode?: number;
-  /** Present on `E_INVALID_CONFIG`: every problem, not only the first. */
+  /** Present on `E_INVALID_CONFIG` and `E_INVALID_STATE`: every problem, not only the first. */
   readonly issues?: readonly ConfigIssue[];
 }
 

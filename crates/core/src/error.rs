@@ -33,6 +33,9 @@ pub enum ErrorKind {
     ClusterMismatch,
     /// `onDelete: 'run'` on state that never recorded an apply.
     NothingApplied,
+    /// The recorded state is malformed or names another target than the
+    /// props; `issues` lists every problem.
+    InvalidState,
     /// A bug or an impossible state; the message says what was expected.
     Internal,
 }
@@ -50,6 +53,7 @@ impl ErrorKind {
             ErrorKind::PodSetUnstable => "E_POD_SET_UNSTABLE",
             ErrorKind::ClusterMismatch => "E_CLUSTER_MISMATCH",
             ErrorKind::NothingApplied => "E_NOTHING_APPLIED",
+            ErrorKind::InvalidState => "E_INVALID_STATE",
             ErrorKind::Internal => "E_INTERNAL",
         }
     }
@@ -115,6 +119,30 @@ impl ClickHouseSchemaError {
             resource_id: Some(resource_id.to_owned()),
             issues,
             ..Self::new(ErrorKind::InvalidConfig, message)
+        }
+    }
+
+    /// A recorded state that cannot be acted on: malformed, or written for
+    /// another target than the props name. Nothing has been called yet.
+    pub fn invalid_state(resource_id: &str, issues: Vec<ConfigIssue>) -> Self {
+        let mut message = format!(
+            "ClickHouseSchema '{resource_id}': the recorded state cannot be used, so nothing was run on the \
+             cluster:"
+        );
+        for issue in &issues {
+            message.push_str("\n  - ");
+            message.push_str(&issue.path);
+            message.push_str(": ");
+            message.push_str(&issue.reason);
+        }
+        message.push_str(
+            "\nRestore the state the last deploy wrote, or drop the objects by hand and remove the resource \
+             with onDelete 'retain'.",
+        );
+        Self {
+            resource_id: Some(resource_id.to_owned()),
+            issues,
+            ..Self::new(ErrorKind::InvalidState, message)
         }
     }
 

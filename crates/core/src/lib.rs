@@ -4,9 +4,11 @@
 //! touches Kubernetes or ClickHouse is reached through traits implemented by
 //! other crates, so every rule in this crate is unit-testable on plain values.
 
+pub(crate) mod client_options;
 pub mod cluster_id;
 pub mod command;
 pub mod config;
+pub mod credential_literals;
 pub mod error;
 pub mod fingerprint;
 pub mod lexer;

@@ -266,6 +266,14 @@ pub async fn destroy<T: PodLister + Executor, C: Clock>(
         )
         .with_resource_id(resource_id));
     }
+    // The state decides where deleteStatements run, so it is held to the
+    // props' rules and must name the props' own target: a hand-edited or
+    // foreign state with an empty selector would otherwise select every pod
+    // of its namespace.
+    let issues = state.target_issues(resource_id, &config.target);
+    if !issues.is_empty() {
+        return Err(ClickHouseSchemaError::invalid_state(resource_id, issues));
+    }
     let target = state.target.to_target();
     let run = Run::new(resource_id, config, &target, cluster.transport, cluster.clock);
     match &config.execution {

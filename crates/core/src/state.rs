@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DEFAULT_CONTAINER, Target};
+use crate::error::ConfigIssue;
 use crate::transport::PodInfo;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +89,63 @@ impl PodRef {
 }
 
 impl SchemaState {
+    /// Problems with the recorded target, checked by the same rules as the
+    /// props' `target` (paths under `state.target`), and any way it differs
+    /// from `target`, the props' one. Empty when the state may be acted on.
+    pub fn target_issues(&self, resource_id: &str, target: &Target) -> Vec<ConfigIssue> {
+        let as_props = serde_json::json!({
+            "target": {
+                "namespace": self.target.namespace,
+                "podSelector": self.target.pod_selector,
+                "container": self.target.container.as_deref().unwrap_or(DEFAULT_CONTAINER),
+            },
+            "statements": ["SELECT 1"],
+        });
+        if let Err(err) = crate::validate::validate(resource_id, &as_props) {
+            return err
+                .issues
+                .into_iter()
+                .map(|i| ConfigIssue {
+                    path: format!("state.{}", i.path),
+                    reason: i.reason,
+                })
+                .collect();
+        }
+        let mut issues = Vec::new();
+        let recorded = self.target.to_target();
+        if recorded.namespace != target.namespace {
+            issues.push(ConfigIssue {
+                path: "state.target.namespace".to_owned(),
+                reason: format!(
+                    "is '{}', but the props' target.namespace is '{}': the state was not written for this \
+                     resource's target",
+                    recorded.namespace, target.namespace
+                ),
+            });
+        }
+        if recorded.pod_selector != target.pod_selector {
+            issues.push(ConfigIssue {
+                path: "state.target.podSelector".to_owned(),
+                reason: format!(
+                    "is {}, but the props' target.podSelector is {}: the state was not written for this \
+                     resource's target",
+                    crate::reconcile::selector_text(&recorded.pod_selector),
+                    crate::reconcile::selector_text(&target.pod_selector)
+                ),
+            });
+        }
+        if recorded.container != target.container {
+            issues.push(ConfigIssue {
+                path: "state.target.container".to_owned(),
+                reason: format!(
+                    "is '{}', but the props' target.container is '{}'",
+                    recorded.container, target.container
+                ),
+            });
+        }
+        issues
+    }
+
     /// Does the live set of matching pods equal the recorded one? Compared by
     /// name and uid, so a replaced pod (same name, new uid) is a change; state
     /// without `pods` can only be compared by name.
