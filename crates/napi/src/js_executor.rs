@@ -44,7 +44,9 @@ pub struct JsExecRequest {
 pub struct JsExecResult {
     pub stdout: String,
     pub stderr: String,
-    pub exit_code: i32,
+    /// The command's exit status: an integer from 0 to 255. Anything else is
+    /// an unusable result (never read as success, never retried).
+    pub exit_code: f64,
 }
 
 type ListArgs = FnArgs<(String, HashMap<String, String>)>;
@@ -66,8 +68,44 @@ pub struct ClickHouseExecutor {
 fn js_failure(what: &str, err: Error) -> TransportError {
     TransportError::new(
         TransportErrorKind::Transient,
-        format!("the injected executor's {what} failed: {}", err.reason),
+        format!(
+            "the injected executor's {what} failed: {}",
+            rejection_text(&err.reason)
+        ),
     )
+}
+
+/// A rejection's text as napi coerced it (`String(reason)`), made useful when
+/// the reason was not an `Error`.
+fn rejection_text(reason: &str) -> String {
+    match reason {
+        "" => "it rejected with a value that has no text (a Symbol?); reject with an Error that says what \
+               failed"
+            .to_owned(),
+        "undefined" | "null" => format!(
+            "it rejected with {reason} and gave no reason; reject with an Error that says what failed"
+        ),
+        r if r.starts_with("[object ") => format!(
+            "it rejected with a plain object ({r}), not an Error; reject with an Error that says what failed"
+        ),
+        r => r.to_owned(),
+    }
+}
+
+/// The exit code an injected executor reported, when it is one: an integer
+/// from 0 to 255 (a process's exit status).
+fn exit_code(reported: f64) -> Result<i32, TransportError> {
+    if reported.fract() == 0.0 && (0.0..=255.0).contains(&reported) {
+        Ok(reported as i32)
+    } else {
+        Err(TransportError::new(
+            TransportErrorKind::InvalidResponse,
+            format!(
+                "the injected executor's exec resolved with exitCode {reported}, which is not an exit status \
+                 (an integer from 0 to 255)"
+            ),
+        ))
+    }
 }
 
 impl PodLister for ClickHouseExecutor {
@@ -120,9 +158,9 @@ impl Executor for ClickHouseExecutor {
             };
             match tokio::time::timeout(timeout, run).await {
                 Ok(Ok(result)) => Ok(ExecOutput {
+                    exit_code: exit_code(result.exit_code)?,
                     stdout: result.stdout,
                     stderr: result.stderr,
-                    exit_code: result.exit_code,
                 }),
                 Ok(Err(err)) => Err(err),
                 Err(_) => Err(TransportError::new(

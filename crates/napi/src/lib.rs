@@ -11,9 +11,12 @@
 
 mod js_error;
 mod js_executor;
+mod js_value;
 mod lifecycle;
 
-use clickhouse_schema_core::{fingerprint as fp, redact, validate};
+use clickhouse_schema_core::{
+    ClickHouseSchemaError, ConfigIssue, credential_literals, fingerprint as fp, redact, validate,
+};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
@@ -29,10 +32,40 @@ const ANONYMOUS_ID: &str = "<anonymous>";
 pub fn validate_config(
     env: &Env,
     id: String,
-    #[napi(ts_arg_type = "unknown")] props: Option<serde_json::Value>,
+    #[napi(ts_arg_type = "unknown")] props: Unknown<'_>,
 ) -> Result<serde_json::Value> {
-    let resolved = validate::validate(&id, &props_or_null(props)).map_err(|e| throw(env, &e))?;
+    let resolved = props_json(&id, props)
+        .and_then(|props| validate::validate(&id, &props))
+        .map_err(|e| throw(env, &e))?;
     serde_json::to_value(&resolved).map_err(|e| Error::from_reason(format!("internal: {e}")))
+}
+
+/// Warnings about valid props: each statement that holds a credential
+/// literal, which Alchemy would store verbatim with the props. Validates
+/// first and throws like `validateConfig`; an empty array when all is well.
+#[napi]
+pub fn config_warnings(
+    env: &Env,
+    id: String,
+    #[napi(ts_arg_type = "unknown")] props: Unknown<'_>,
+) -> Result<Vec<ConfigWarning>> {
+    let resolved = props_json(&id, props)
+        .and_then(|props| validate::validate(&id, &props))
+        .map_err(|e| throw(env, &e))?;
+    Ok(credential_literals::credential_warnings(&resolved)
+        .into_iter()
+        .map(|w| ConfigWarning {
+            path: w.path,
+            reason: w.reason,
+        })
+        .collect())
+}
+
+/// A warning about valid props: where, and why it matters.
+#[napi(object)]
+pub struct ConfigWarning {
+    pub path: String,
+    pub reason: String,
 }
 
 /// The fingerprint of `props`: a sha256 hex string over what is applied
@@ -41,18 +74,51 @@ pub fn validate_config(
 #[napi]
 pub fn fingerprint(
     env: &Env,
-    #[napi(ts_arg_type = "unknown")] props: Option<serde_json::Value>,
+    #[napi(ts_arg_type = "unknown")] props: Unknown<'_>,
     id: Option<String>,
 ) -> Result<String> {
     let id = id.as_deref().unwrap_or(ANONYMOUS_ID);
-    let resolved = validate::validate(id, &props_or_null(props)).map_err(|e| throw(env, &e))?;
+    let resolved = props_json(id, props)
+        .and_then(|props| validate::validate(id, &props))
+        .map_err(|e| throw(env, &e))?;
     Ok(fp::fingerprint(&resolved))
 }
 
-/// `undefined` props arrive as `None`; validation reports them like `null`
-/// instead of napi failing the conversion with an error of its own.
-pub(crate) fn props_or_null(props: Option<serde_json::Value>) -> serde_json::Value {
-    props.unwrap_or(serde_json::Value::Null)
+/// Props as JSON for validation; values JSON cannot hold (`NaN`, functions,
+/// ...) fail as `E_INVALID_CONFIG` naming their paths. `undefined` props
+/// become `null`, which validation reports like any other non-object.
+pub(crate) fn props_json(
+    id: &str,
+    props: Unknown<'_>,
+) -> std::result::Result<serde_json::Value, ClickHouseSchemaError> {
+    js_value::to_json(props).map_err(|issues| ClickHouseSchemaError::invalid_config(id, issues))
+}
+
+/// A recorded state (`what` names the argument) as JSON; `None` for
+/// `undefined` and `null`. Values JSON cannot hold fail as `E_INVALID_STATE`.
+pub(crate) fn state_json(
+    id: &str,
+    what: &str,
+    state: Unknown<'_>,
+) -> std::result::Result<Option<serde_json::Value>, ClickHouseSchemaError> {
+    match js_value::to_json(state) {
+        Ok(serde_json::Value::Null) => Ok(None),
+        Ok(value) => Ok(Some(value)),
+        Err(issues) => Err(ClickHouseSchemaError::invalid_state(
+            id,
+            issues
+                .into_iter()
+                .map(|i| ConfigIssue {
+                    path: if i.path.is_empty() {
+                        what.to_owned()
+                    } else {
+                        format!("{what}.{}", i.path)
+                    },
+                    reason: i.reason,
+                })
+                .collect(),
+        )),
+    }
 }
 
 /// What survives redaction of a ClickHouse output: the redacted text and the

@@ -15,7 +15,7 @@ use napi_derive::napi;
 
 use crate::js_error::throw;
 use crate::js_executor::ClickHouseExecutor;
-use crate::props_or_null;
+use crate::{props_json, state_json};
 
 /// The result of an apply: the state to record, and what happened.
 #[napi(object)]
@@ -57,12 +57,13 @@ pub struct SchemaStateShape {
 pub fn apply<'env>(
     env: &'env Env,
     id: String,
-    props: Option<serde_json::Value>,
-    previous_state: Option<serde_json::Value>,
+    props: Unknown<'env>,
+    previous_state: Unknown<'env>,
     executor: Option<ClickHouseExecutor>,
 ) -> Result<PromiseRaw<'env, ApplyResult>> {
+    let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
-        let (config, previous) = inputs(&id, props, previous_state, "previousState")?;
+        let (config, previous) = inputs?;
         let session = Session::open(&config, executor).await?;
         lifecycle::apply(&id, &config, previous.as_ref(), &session.cluster()).await
     };
@@ -101,12 +102,13 @@ pub struct PlanResult {
 pub fn plan<'env>(
     env: &'env Env,
     id: String,
-    props: Option<serde_json::Value>,
-    previous_state: Option<serde_json::Value>,
+    props: Unknown<'env>,
+    previous_state: Unknown<'env>,
     executor: Option<ClickHouseExecutor>,
 ) -> Result<PromiseRaw<'env, PlanResult>> {
+    let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
-        let (config, previous) = inputs(&id, props, previous_state, "previousState")?;
+        let (config, previous) = inputs?;
         let session = Session::open(&config, executor).await?;
         lifecycle::plan(&id, &config, previous.as_ref(), &session.cluster()).await
     };
@@ -128,12 +130,13 @@ pub fn plan<'env>(
 pub fn destroy<'env>(
     env: &'env Env,
     id: String,
-    props: Option<serde_json::Value>,
-    state: Option<serde_json::Value>,
+    props: Unknown<'env>,
+    state: Unknown<'env>,
     executor: Option<ClickHouseExecutor>,
 ) -> Result<PromiseRaw<'env, ()>> {
+    let inputs = inputs(&id, props, state, "state");
     let work = async move {
-        let (config, state) = inputs(&id, props, state, "state")?;
+        let (config, state) = inputs?;
         if config.on_delete == clickhouse_schema_core::config::OnDelete::Retain {
             // Not even a kubeconfig is loaded: retain must work with the cluster gone.
             return Ok(());
@@ -145,15 +148,18 @@ pub fn destroy<'env>(
 }
 
 /// The validated config and the parsed recorded state (`what` names the
-/// argument in errors): what every lifecycle export starts from.
+/// argument in errors): what every lifecycle export starts from. Read on the
+/// JS thread, before any work is spawned; a failure rejects the promise.
 fn inputs(
     id: &str,
-    props: Option<serde_json::Value>,
-    state: Option<serde_json::Value>,
+    props: Unknown<'_>,
+    state: Unknown<'_>,
     what: &str,
 ) -> std::result::Result<(ResolvedConfig, Option<SchemaState>), ClickHouseSchemaError> {
-    let config = validate(id, &props_or_null(props))?;
-    let state = state.map(|v| parse_state(id, what, v)).transpose()?;
+    let config = validate(id, &props_json(id, props)?)?;
+    let state = state_json(id, what, state)?
+        .map(|v| parse_state(id, what, v))
+        .transpose()?;
     Ok((config, state))
 }
 
@@ -262,13 +268,15 @@ fn parse_state(
     value: serde_json::Value,
 ) -> std::result::Result<SchemaState, ClickHouseSchemaError> {
     serde_json::from_value(value).map_err(|e| {
-        ClickHouseSchemaError::new(
-            ErrorKind::Internal,
-            format!(
-                "ClickHouseSchema '{id}': the recorded {what} is not a ClickHouseSchema state ({e}). It was not \
-                 written by this resource, or was edited by hand; restore it from the state store's history."
-            ),
+        ClickHouseSchemaError::invalid_state(
+            id,
+            vec![clickhouse_schema_core::ConfigIssue {
+                path: what.to_owned(),
+                reason: format!(
+                    "is not a ClickHouseSchema state ({e}): it was not written by this resource, or was edited \
+                     by hand"
+                ),
+            }],
         )
-        .with_resource_id(id)
     })
 }
