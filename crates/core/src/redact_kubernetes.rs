@@ -214,7 +214,12 @@ fn auth_schemes(text: &str) -> String {
             value += 1;
         }
         let end = bare_value_end(bytes, value);
-        if end > value && &text[value..end] != REDACTED {
+        // "bearer token", "basic auth": prose about a credential, not one.
+        let word = text[value..end].trim_end_matches([':', '.']);
+        let prose = ["token", "tokens", "auth", "authentication"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w));
+        if end > value && !prose && &text[value..end] != REDACTED {
             out.push_str(&text[copied..value]);
             out.push_str(REDACTED);
             copied = end;
@@ -362,8 +367,12 @@ mod tests {
         assert!(out.contains("was refused"), "{out}");
         assert_gone("Proxy-Authorization: Basic YWxpY2U6cGFzcw==", &["YWxpY2U6cGFzcw"]);
         assert_gone("bearer   s3cr3t", &["s3cr3t"]);
-        // A word that only starts like a scheme is left alone.
+        // A word that only starts like a scheme is left alone, and so is prose about one.
         assert_eq!(redact("basically fine"), "basically fine");
+        assert_eq!(
+            redact("an invalid bearer token; no basic auth."),
+            "an invalid bearer token; no basic auth."
+        );
     }
 
     #[test]
