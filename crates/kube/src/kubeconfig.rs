@@ -44,12 +44,16 @@
 //! Every failure is a [`ConnectError`] (into [`ClickHouseSchemaError`] of kind
 //! [`ErrorKind::KubernetesApi`]), naming the file, context or option at fault.
 //! None prints file contents: a YAML error reports its line and column only,
-//! since the parser's snippet could be a token line.
+//! since the parser's snippet could be a token line. No message carries a
+//! credential: a failing exec plugin's environment and output, a proxy's or
+//! server's `user:password@` and key material are described, not printed, and
+//! every message is passed through the core's `redact_kubernetes::redact`.
 
 use std::path::{Path, PathBuf};
 
 use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::{KubeClusterOptions, KubeConfigOptions, KubeUserOptions};
+use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use kube::config::{
     AuthInfo, Cluster, Context, KubeConfigOptions as KubeRsOptions, Kubeconfig, KubeconfigError,
@@ -438,6 +442,7 @@ fn in_cluster_config(
 }
 
 fn kubeconfig_error(e: &KubeconfigError) -> String {
+    use kube::config::LoadDataError;
     match e {
         KubeconfigError::Parse(parse) => match parse.location() {
             Some(at) => format!(
@@ -448,6 +453,17 @@ fn kubeconfig_error(e: &KubeconfigError) -> String {
             None => "not a valid kubeconfig (YAML error)".to_owned(),
         },
         KubeconfigError::ReadConfig(io, _) => format!("cannot be read: {io}"),
+        // base64's error names the offending byte of the key or certificate.
+        KubeconfigError::LoadClientKey(LoadDataError::DecodeBase64(_)) => {
+            "client-key-data is not valid base64".to_owned()
+        }
+        KubeconfigError::LoadClientCertificate(LoadDataError::DecodeBase64(_)) => {
+            "client-certificate-data is not valid base64".to_owned()
+        }
+        // The value may hold `user:password@`; which setting it is, is what helps.
+        KubeconfigError::ParseProxyUrl(_) => {
+            "the cluster's proxy-url (or HTTPS_PROXY / https_proxy) is not a valid URL".to_owned()
+        }
         other => chain(other),
     }
 }
@@ -468,7 +484,9 @@ fn list(names: &[&str]) -> String {
 }
 
 fn error(message: String) -> ConnectError {
-    ConnectError { message }
+    ConnectError {
+        message: redact(&message),
+    }
 }
 
 /// Why no client could be built: a kubeconfig that is missing, unreadable or
