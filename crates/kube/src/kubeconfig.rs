@@ -39,6 +39,11 @@
 //! `@kubernetes/client-node`'s `loadFromCluster` records, so both
 //! implementations derive the same id. No user field ever contributes.
 //!
+//! # Proxy
+//!
+//! The proxy is chosen by [`crate::proxy`] (kubeconfig `proxy-url`, else
+//! `HTTPS_PROXY`/`HTTP_PROXY` by the server's scheme, minus `NO_PROXY`).
+//!
 //! # Errors
 //!
 //! Every failure is a [`ConnectError`] (into [`ClickHouseSchemaError`] of kind
@@ -61,6 +66,7 @@ use kube::config::{
 };
 
 use crate::error::chain;
+use crate::proxy;
 
 /// Context name of the kubeconfig synthesized from an inline cluster and user.
 pub const INLINE_CONTEXT: &str = "clickhouse-schema";
@@ -117,6 +123,12 @@ pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, 
         } => in_cluster_config(server.as_deref(), skip_tls_verify)?,
     };
     let mut config = config;
+    // Replaces kube-rs's own choice, which ignores NO_PROXY for the server (see `proxy`).
+    config.proxy_url = proxy::select(&config.cluster_url, resolved.proxy_url.as_deref(), |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(error)?
+    .map(|(url, _)| url);
     // The core's retry (retry.maxAttempts / backoffMs) is the one retry policy:
     // kube-rs's own would silently repeat 429/503/504 underneath it.
     config.default_retry = false;
@@ -161,6 +173,8 @@ struct Resolved {
     /// The context to select; `None` only for in-cluster or a kubeconfig naming none.
     context: Option<String>,
     endpoint: Option<ClusterEndpoint>,
+    /// The selected cluster's `proxy-url`.
+    proxy_url: Option<String>,
 }
 
 fn resolve(options: Option<&KubeConfigOptions>) -> Result<Resolved, ConnectError> {
@@ -241,6 +255,7 @@ fn from_kubeconfig(
             },
             context: None,
             endpoint: None,
+            proxy_url: None,
         });
     };
     let (cluster_name, _) = cluster_of(&kubeconfig, &context).map_err(|m| error(format!("{origin}: {m}")))?;
@@ -260,6 +275,7 @@ fn from_kubeconfig(
         cluster_of(&kubeconfig, &context).map_err(|m| error(format!("{origin}: {m}")))?;
     Ok(Resolved {
         endpoint: Some(endpoint(&cluster_name, &cluster)),
+        proxy_url: cluster.proxy_url.clone(),
         source: Source::Kubeconfig {
             kubeconfig: Box::new(kubeconfig),
             origin,
@@ -412,6 +428,7 @@ fn in_cluster(o: &KubeConfigOptions) -> Result<Resolved, ConnectError> {
             skip_tls_verify: o.skip_tls_verify,
         },
         context: None,
+        proxy_url: None,
         endpoint: Some(ClusterEndpoint {
             cluster_name: IN_CLUSTER_NAME.to_owned(),
             server,
