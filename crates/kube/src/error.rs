@@ -82,6 +82,12 @@ fn map(err: &kube::Error) -> TransportError {
             Transient,
             format!("connection to the API server failed: {}", chain(e)),
         ),
+        // kube-rs's token refresh (an exec plugin re-run, a token file re-read)
+        // fails inside the tower stack, so its AuthError arrives boxed here.
+        kube::Error::Service(e) if e.downcast_ref::<AuthError>().is_some() => {
+            let auth = e.downcast_ref::<AuthError>().expect("checked by the guard");
+            TransportError::new(Refused, auth_message(auth))
+        }
         kube::Error::Service(e) => TransportError::new(
             Transient,
             format!("connection to the API server failed: {}", chain(e.as_ref())),
@@ -315,6 +321,15 @@ mod tests {
         assert_no_plugin_secret(&e.message);
         assert!(e.message.contains("credential plugin"), "{}", e.message);
         assert!(e.message.contains("exit status: 1"), "{}", e.message);
+        // As kube-rs's token refresh returns it: boxed in the tower stack.
+        let e = from_kube(&kube::Error::Service(Box::new(failed_plugin())));
+        assert_eq!(e.kind, TransportErrorKind::Refused);
+        assert!(
+            e.message.starts_with("authenticating to the API server failed"),
+            "{}",
+            e.message
+        );
+        assert_no_plugin_secret(&e.message);
         // Also as the source of another error, which `chain` walks.
         let wrapped = kube::Error::Service(Box::new(kube::Error::Auth(failed_plugin())));
         let e = from_kube(&wrapped);
