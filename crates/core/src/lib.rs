@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod on_cluster;
 pub mod reconcile;
 pub mod redact;
+pub mod redact_kubernetes;
 pub mod state;
 pub mod transport;
 pub mod validate;

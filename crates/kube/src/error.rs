@@ -9,9 +9,20 @@
 //! layer's error chain. Neither ever carries the request body, and exec stdin
 //! is never part of a request kube-rs could echo, so no statement can leak
 //! through here.
+//!
+//! It is also where credentials are kept out of messages. Some kube-rs errors
+//! print secrets: a failed exec credential plugin (`AuthExecRun`) prints its
+//! `Command` with the environment from the kubeconfig's `exec.env` and the
+//! plugin's stdout and stderr; the proxy errors print the proxy URL with its
+//! `user:password@`. Those are described here instead of printed, also when
+//! they appear as the source of another error ([`chain`] walks sources), and
+//! every message finally goes through the core's
+//! [`redact_kubernetes::redact`](clickhouse_schema_core::redact_kubernetes::redact)
+//! as defense in depth.
 
 use std::error::Error as StdError;
 
+use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::transport::{TransportError, TransportErrorKind};
 use kube::client::{AuthError, UpgradeConnectionError};
 
@@ -26,8 +37,14 @@ pub fn kind_for_http_status(code: u16) -> TransportErrorKind {
     }
 }
 
-/// Maps any kube-rs error.
+/// Maps any kube-rs error; the message holds no credential (see the module docs).
 pub fn from_kube(err: &kube::Error) -> TransportError {
+    let mut e = map(err);
+    e.message = redact(&e.message);
+    e
+}
+
+fn map(err: &kube::Error) -> TransportError {
     use TransportErrorKind::{Refused, Transient};
     match err {
         kube::Error::Api(status) => {
@@ -65,11 +82,20 @@ pub fn from_kube(err: &kube::Error) -> TransportError {
             Transient,
             format!("connection to the API server failed: {}", chain(e)),
         ),
+        // kube-rs's token refresh (an exec plugin re-run, a token file re-read)
+        // fails inside the tower stack, so its AuthError arrives boxed here.
+        kube::Error::Service(e) if e.downcast_ref::<AuthError>().is_some() => {
+            let auth = e.downcast_ref::<AuthError>().expect("checked by the guard");
+            TransportError::new(Refused, auth_message(auth))
+        }
         kube::Error::Service(e) => TransportError::new(
             Transient,
             format!("connection to the API server failed: {}", chain(e.as_ref())),
         ),
         kube::Error::Auth(e) => TransportError::new(Refused, auth_message(e)),
+        kube::Error::ProxyProtocolUnsupported { .. } | kube::Error::ProxyProtocolDisabled { .. } => {
+            TransportError::new(Refused, describe(err))
+        }
         kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) | kube::Error::ReadEvents(_) => {
             TransportError::new(
                 Transient,
@@ -81,37 +107,96 @@ pub fn from_kube(err: &kube::Error) -> TransportError {
     }
 }
 
-/// Auth failures, without ever printing what an exec plugin wrote: its
-/// stdout is where a token would be.
-fn auth_message(e: &AuthError) -> String {
-    let detail = match e {
-        AuthError::AuthExecRun { cmd, .. } => format!("the auth exec plugin '{cmd}' failed"),
-        AuthError::AuthExecParse(_) => "the auth exec plugin's output could not be parsed".to_owned(),
-        AuthError::AuthExecStart(io) => format!("the auth exec plugin could not be started: {io}"),
+/// Auth failures, without ever printing what an exec plugin was given or
+/// wrote: its environment (`exec.env`) and arguments are where a kubeconfig
+/// passes secrets to it, and its stdout is where a token would be.
+pub(crate) fn auth_message(e: &AuthError) -> String {
+    format!("authenticating to the API server failed: {}", auth_detail(e))
+}
+
+fn auth_detail(e: &AuthError) -> String {
+    match e {
+        // kube-rs's text is the `Command`'s Debug (env included) and the plugin's whole output.
+        AuthError::AuthExecRun { out, .. } => format!(
+            "the credential plugin (the kubeconfig user's exec, or an auth-provider's cmd-path) failed \
+             with {}; its output is not shown because it may hold credentials",
+            out.status
+        ),
+        AuthError::AuthExecParse(_) | AuthError::ParseTokenKey(_) => {
+            "the credential plugin's output could not be parsed (not shown: it may hold credentials)"
+                .to_owned()
+        }
+        AuthError::AuthExecStart(io) => format!("the credential plugin could not be started: {io}"),
         AuthError::ReadTokenFile(io, path) => {
             format!("the token file {} could not be read: {io}", path.display())
         }
-        AuthError::MissingCommand => "the auth exec plugin has no command".to_owned(),
-        // The remaining variants name a problem without carrying credential text.
+        AuthError::MissingCommand => "the credential plugin has no command".to_owned(),
+        AuthError::InvalidBearerToken(_) => "the bearer token is not a valid HTTP header value".to_owned(),
+        AuthError::InvalidBasicAuth(_) => {
+            "the user name or password is not a valid HTTP header value".to_owned()
+        }
+        // The remaining variants name a problem without carrying credential
+        // text; `redact` still runs over the result.
         other => other.to_string(),
-    };
-    format!("authenticating to the API server failed: {detail}")
+    }
+}
+
+/// A kube-rs error's own text, except for the variants that print secrets.
+fn describe(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Auth(e) => auth_message(e),
+        // kube-rs prints the proxy URL, `user:password@` included.
+        kube::Error::ProxyProtocolUnsupported { proxy_url } => format!(
+            "the proxy's scheme '{}' is not supported; use http://, https:// or socks5://",
+            proxy_url.scheme_str().unwrap_or("")
+        ),
+        kube::Error::ProxyProtocolDisabled {
+            proxy_url,
+            protocol_feature,
+        } => format!(
+            "the proxy's scheme '{}' needs the kube-rs feature {protocol_feature}, which this build lacks",
+            proxy_url.scheme_str().unwrap_or("")
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// `err` and its sources joined by ": ", skipping a source whose text the
-/// previous level already printed (hyper and tower often repeat each other).
+/// previous level already printed (hyper and tower often repeat each other),
+/// with credentials kept out: a level that is a kube-rs auth or proxy error is
+/// described instead of printed (and ends the walk, its sources are its own
+/// details), and the result is redacted.
 pub(crate) fn chain(err: &(dyn StdError + 'static)) -> String {
-    let mut out = err.to_string();
+    let (mut out, mut more) = level(err);
     let mut source = err.source();
-    while let Some(s) = source {
-        let text = s.to_string();
+    while more && let Some(s) = source {
+        let (text, next) = level(s);
         if !text.is_empty() && !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
+        more = next;
         source = s.source();
     }
-    out
+    redact(&out)
+}
+
+/// One level's text, and whether its sources may be printed.
+fn level(err: &(dyn StdError + 'static)) -> (String, bool) {
+    if let Some(e) = err.downcast_ref::<kube::Error>()
+        && matches!(
+            e,
+            kube::Error::Auth(_)
+                | kube::Error::ProxyProtocolUnsupported { .. }
+                | kube::Error::ProxyProtocolDisabled { .. }
+        )
+    {
+        return (describe(e), false);
+    }
+    if let Some(e) = err.downcast_ref::<AuthError>() {
+        return (auth_detail(e), false);
+    }
+    (err.to_string(), true)
 }
 
 #[cfg(test)]
@@ -202,6 +287,90 @@ mod tests {
 
     fn serde_json_error() -> serde_json::Error {
         serde_json::from_str::<u8>("not json").expect_err("invalid JSON")
+    }
+
+    /// What kube-rs returns for a plugin that exits 1: the `Command`'s Debug
+    /// (env first) and the plugin's raw output.
+    fn failed_plugin() -> AuthError {
+        use std::os::unix::process::ExitStatusExt;
+        AuthError::AuthExecRun {
+            cmd: r#"VAULT_TOKEN="hvs.PLUGIN-ENV" KUBERNETES_EXEC_INFO="{}" "/opt/get-token" "--secret=ARG-SECRET""#
+                .to_owned(),
+            out: Box::new(std::process::Output {
+                status: std::process::ExitStatus::from_raw(1 << 8),
+                stdout: b"token: STDOUT-SECRET".to_vec(),
+                stderr: b"STDERR-SECRET".to_vec(),
+            }),
+        }
+    }
+
+    const PLUGIN_SECRETS: [&str; 4] = ["hvs.PLUGIN-ENV", "ARG-SECRET", "STDOUT-SECRET", "STDERR-SECRET"];
+
+    fn assert_no_plugin_secret(text: &str) {
+        for secret in PLUGIN_SECRETS {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        // stdout as kube-rs's Debug prints it: bytes in decimal.
+        assert!(!text.contains("116, 111, 107"), "{text}");
+    }
+
+    #[test]
+    fn a_failed_credential_plugin_says_so_without_its_env_args_or_output() {
+        let e = from_kube(&kube::Error::Auth(failed_plugin()));
+        assert_eq!(e.kind, TransportErrorKind::Refused);
+        assert_no_plugin_secret(&e.message);
+        assert!(e.message.contains("credential plugin"), "{}", e.message);
+        assert!(e.message.contains("exit status: 1"), "{}", e.message);
+        // As kube-rs's token refresh returns it: boxed in the tower stack.
+        let e = from_kube(&kube::Error::Service(Box::new(failed_plugin())));
+        assert_eq!(e.kind, TransportErrorKind::Refused);
+        assert!(
+            e.message.starts_with("authenticating to the API server failed"),
+            "{}",
+            e.message
+        );
+        assert_no_plugin_secret(&e.message);
+        // Also as the source of another error, which `chain` walks.
+        let wrapped = kube::Error::Service(Box::new(kube::Error::Auth(failed_plugin())));
+        let e = from_kube(&wrapped);
+        assert_no_plugin_secret(&e.message);
+        assert!(e.message.contains("exit status: 1"), "{}", e.message);
+        assert_no_plugin_secret(&chain(&failed_plugin()));
+    }
+
+    #[test]
+    fn proxy_errors_never_print_the_proxy_credentials() {
+        let proxy_url: http::Uri = "ftp://alice:PROXY-PASS@proxy.corp:21".parse().expect("uri");
+        for err in [
+            kube::Error::ProxyProtocolUnsupported {
+                proxy_url: Box::new(proxy_url.clone()),
+            },
+            kube::Error::ProxyProtocolDisabled {
+                proxy_url: Box::new(proxy_url.clone()),
+                protocol_feature: "kube/socks5",
+            },
+        ] {
+            let e = from_kube(&err);
+            assert!(!e.message.contains("PROXY-PASS"), "{}", e.message);
+            assert!(!e.message.contains("alice"), "{}", e.message);
+            assert!(e.message.contains("'ftp'"), "{}", e.message);
+            assert!(!chain(&err).contains("PROXY-PASS"), "{}", chain(&err));
+        }
+    }
+
+    #[test]
+    fn api_server_messages_are_redacted_too() {
+        let e = from_kube(&api(
+            401,
+            "Unauthorized: token=eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln rejected",
+            "Unauthorized",
+        ));
+        assert!(!e.message.contains("eyJhbGciOiJSUzI1NiJ9"), "{}", e.message);
+        assert!(e.message.contains("rejected"), "{}", e.message);
+        let io = std::io::Error::other("proxy http://bob:SOCKET-PASS@10.0.0.9:3128 unreachable");
+        let e = from_kube(&kube::Error::Service(Box::new(io)));
+        assert!(!e.message.contains("SOCKET-PASS"), "{}", e.message);
+        assert!(e.message.contains("10.0.0.9:3128 unreachable"), "{}", e.message);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 use std::pin::pin;
 use std::time::Duration;
 
+use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::transport::{ExecOutput, ExecRequest, TransportError, TransportErrorKind};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
@@ -186,7 +187,8 @@ pub fn exit_code(status: &Status) -> Result<i32, TransportError> {
     } else {
         format!("the command could not be run: {message}")
     };
-    Err(TransportError::new(kind, message))
+    // kubelet's text, which could quote the container's environment.
+    Err(TransportError::new(kind, redact(&message)))
 }
 
 fn human(d: Duration) -> String {

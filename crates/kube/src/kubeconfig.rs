@@ -39,17 +39,32 @@
 //! `@kubernetes/client-node`'s `loadFromCluster` records, so both
 //! implementations derive the same id. No user field ever contributes.
 //!
+//! # Transport safety
+//!
+//! - Credentials are never sent over plain HTTP: when the resolved server is
+//!   `http://` and the selected user has any credential (token, token file,
+//!   exec plugin, auth provider, user name and password, client certificate or
+//!   key), [`connect`] refuses before anything runs or is sent, naming the
+//!   option or cluster that set the server. An `http://` server with an
+//!   anonymous user is allowed.
+//! - The proxy is chosen by [`crate::proxy`] (kubeconfig `proxy-url`, else
+//!   `HTTPS_PROXY`/`HTTP_PROXY` by the server's scheme, minus `NO_PROXY`).
+//!
 //! # Errors
 //!
 //! Every failure is a [`ConnectError`] (into [`ClickHouseSchemaError`] of kind
 //! [`ErrorKind::KubernetesApi`]), naming the file, context or option at fault.
 //! None prints file contents: a YAML error reports its line and column only,
-//! since the parser's snippet could be a token line.
+//! since the parser's snippet could be a token line. No message carries a
+//! credential: a failing exec plugin's environment and output, a proxy's or
+//! server's `user:password@` and key material are described, not printed, and
+//! every message is passed through the core's `redact_kubernetes::redact`.
 
 use std::path::{Path, PathBuf};
 
 use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::{KubeClusterOptions, KubeConfigOptions, KubeUserOptions};
+use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use kube::config::{
     AuthInfo, Cluster, Context, KubeConfigOptions as KubeRsOptions, Kubeconfig, KubeconfigError,
@@ -57,6 +72,7 @@ use kube::config::{
 };
 
 use crate::error::chain;
+use crate::proxy;
 
 /// Context name of the kubeconfig synthesized from an inline cluster and user.
 pub const INLINE_CONTEXT: &str = "clickhouse-schema";
@@ -113,6 +129,13 @@ pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, 
         } => in_cluster_config(server.as_deref(), skip_tls_verify)?,
     };
     let mut config = config;
+    refuse_credentials_over_http(&config, &resolved.server_source)?;
+    // Replaces kube-rs's own choice, which ignores NO_PROXY for the server (see `proxy`).
+    config.proxy_url = proxy::select(&config.cluster_url, resolved.proxy_url.as_deref(), |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(error)?
+    .map(|(url, _)| url);
     // The core's retry (retry.maxAttempts / backoffMs) is the one retry policy:
     // kube-rs's own would silently repeat 429/503/504 underneath it.
     config.default_retry = false;
@@ -157,6 +180,10 @@ struct Resolved {
     /// The context to select; `None` only for in-cluster or a kubeconfig naming none.
     context: Option<String>,
     endpoint: Option<ClusterEndpoint>,
+    /// What set the server URL, for messages: `kubeConfig.server`, or the cluster it came from.
+    server_source: String,
+    /// The selected cluster's `proxy-url`.
+    proxy_url: Option<String>,
 }
 
 fn resolve(options: Option<&KubeConfigOptions>) -> Result<Resolved, ConnectError> {
@@ -237,6 +264,8 @@ fn from_kubeconfig(
             },
             context: None,
             endpoint: None,
+            server_source: String::new(),
+            proxy_url: None,
         });
     };
     let (cluster_name, _) = cluster_of(&kubeconfig, &context).map_err(|m| error(format!("{origin}: {m}")))?;
@@ -254,8 +283,17 @@ fn from_kubeconfig(
     }
     let (cluster_name, cluster) =
         cluster_of(&kubeconfig, &context).map_err(|m| error(format!("{origin}: {m}")))?;
+    let server_source = if o.server.is_some() {
+        "kubeConfig.server".to_owned()
+    } else if o.cluster.is_some() {
+        "kubeConfig.cluster.server".to_owned()
+    } else {
+        format!("the server of cluster '{cluster_name}' in {origin}")
+    };
     Ok(Resolved {
         endpoint: Some(endpoint(&cluster_name, &cluster)),
+        server_source,
+        proxy_url: cluster.proxy_url.clone(),
         source: Source::Kubeconfig {
             kubeconfig: Box::new(kubeconfig),
             origin,
@@ -408,6 +446,12 @@ fn in_cluster(o: &KubeConfigOptions) -> Result<Resolved, ConnectError> {
             skip_tls_verify: o.skip_tls_verify,
         },
         context: None,
+        server_source: if o.server.is_some() {
+            "kubeConfig.server".to_owned()
+        } else {
+            "the in-cluster server (KUBERNETES_SERVICE_HOST)".to_owned()
+        },
+        proxy_url: None,
         endpoint: Some(ClusterEndpoint {
             cluster_name: IN_CLUSTER_NAME.to_owned(),
             server,
@@ -437,7 +481,49 @@ fn in_cluster_config(
     Ok(config)
 }
 
+/// Refuses an `http://` server for a user with credentials (see the module docs).
+/// Checked on the final configuration, so every source (inline, file,
+/// in-cluster, overrides) is covered, and before the client is built, which
+/// is when kube-rs runs an exec plugin.
+fn refuse_credentials_over_http(config: &kube::Config, server_source: &str) -> Result<(), ConnectError> {
+    if config.cluster_url.scheme_str() != Some("http") {
+        return Ok(());
+    }
+    let a = &config.auth_info;
+    let kinds: Vec<&str> = [
+        (a.token.is_some(), "a bearer token"),
+        (a.token_file.is_some(), "a token file"),
+        (a.exec.is_some(), "an exec credential plugin"),
+        (a.auth_provider.is_some(), "an auth provider"),
+        (
+            a.username.is_some() || a.password.is_some(),
+            "a user name and password",
+        ),
+        (
+            a.client_certificate.is_some()
+                || a.client_certificate_data.is_some()
+                || a.client_key.is_some()
+                || a.client_key_data.is_some(),
+            "a client certificate or key",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(present, kind)| present.then_some(kind))
+    .collect();
+    if kinds.is_empty() {
+        return Ok(());
+    }
+    Err(error(format!(
+        "{server_source} is {} (plain http://) and the selected user has credentials ({}); credentials \
+         are never sent over plain HTTP, so no connection was made; use an https:// server, or a user \
+         without credentials",
+        config.cluster_url,
+        kinds.join(", ")
+    )))
+}
+
 fn kubeconfig_error(e: &KubeconfigError) -> String {
+    use kube::config::LoadDataError;
     match e {
         KubeconfigError::Parse(parse) => match parse.location() {
             Some(at) => format!(
@@ -448,6 +534,17 @@ fn kubeconfig_error(e: &KubeconfigError) -> String {
             None => "not a valid kubeconfig (YAML error)".to_owned(),
         },
         KubeconfigError::ReadConfig(io, _) => format!("cannot be read: {io}"),
+        // base64's error names the offending byte of the key or certificate.
+        KubeconfigError::LoadClientKey(LoadDataError::DecodeBase64(_)) => {
+            "client-key-data is not valid base64".to_owned()
+        }
+        KubeconfigError::LoadClientCertificate(LoadDataError::DecodeBase64(_)) => {
+            "client-certificate-data is not valid base64".to_owned()
+        }
+        // The value may hold `user:password@`; which setting it is, is what helps.
+        KubeconfigError::ParseProxyUrl(_) => {
+            "the cluster's proxy-url (or HTTPS_PROXY / https_proxy) is not a valid URL".to_owned()
+        }
         other => chain(other),
     }
 }
@@ -468,7 +565,9 @@ fn list(names: &[&str]) -> String {
 }
 
 fn error(message: String) -> ConnectError {
-    ConnectError { message }
+    ConnectError {
+        message: redact(&message),
+    }
 }
 
 /// Why no client could be built: a kubeconfig that is missing, unreadable or
@@ -616,6 +715,88 @@ current-context: prod
         );
         assert!(e.message.contains("sets no current-context"), "{}", e.message);
         assert!(e.message.contains(&path), "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn credentials_are_never_sent_over_plain_http() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = "  user:\n    token: s3cr3t-token\n";
+        assert!(YAML.contains(user));
+        for (credential, kind) in [
+            ("    token: s3cr3t-token\n", "a bearer token"),
+            ("    tokenFile: /var/run/token\n", "a token file"),
+            (
+                "    username: bob\n    password: s3cr3t-pw\n",
+                "a user name and password",
+            ),
+            (
+                "    client-certificate-data: Q0VSVA==\n    client-key-data: S0VZ\n",
+                "a client certificate or key",
+            ),
+            (
+                "    auth-provider:\n      name: oidc\n      config: {id-token: s3cr3t-id}\n",
+                "an auth provider",
+            ),
+            // The plugin does not exist: had it been run, the error would say it could not be started.
+            (
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: /nonexistent/plugin\n",
+                "an exec credential plugin",
+            ),
+        ] {
+            let text = YAML.replace(user, &format!("  user:\n{credential}"));
+            let path = write(dir.path(), &text);
+            // Through kubeConfig.server ...
+            let o = KubeConfigOptions {
+                server: Some("http://prod.example:8080".into()),
+                ..with_path(&path)
+            };
+            let e = connect(Some(&o)).await.expect_err(kind);
+            assert!(
+                e.message
+                    .contains("kubeConfig.server is http://prod.example:8080/"),
+                "{}",
+                e.message
+            );
+            assert!(
+                e.message.contains("credentials are never sent over plain HTTP"),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains(kind), "{kind}: {}", e.message);
+            assert!(!e.message.contains("s3cr3t"), "{}", e.message);
+            // ... or the kubeconfig's own cluster.
+            let path = write(
+                dir.path(),
+                &text.replace("https://prod.example", "http://prod.example"),
+            );
+            let e = connect(Some(&with_path(&path))).await.expect_err(kind);
+            assert!(
+                e.message
+                    .contains(&format!("the server of cluster 'prod' in kubeconfig {path}")),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains("never sent over plain HTTP"), "{}", e.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn plain_http_without_credentials_is_allowed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = YAML
+            .replace("  user:\n    token: s3cr3t-token\n", "  user: {}\n")
+            .replace("https://prod.example", "http://prod.example");
+        let path = write(dir.path(), &text);
+        let conn = connect(Some(&with_path(&path)))
+            .await
+            .expect("anonymous over http");
+        assert_eq!(
+            conn.endpoint.map(|e| e.server),
+            Some("http://prod.example:6443".to_owned())
+        );
+        // https with credentials is of course fine too.
+        let path = write(dir.path(), YAML);
+        connect(Some(&with_path(&path))).await.expect("token over https");
     }
 
     #[test]

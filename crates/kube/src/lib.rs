@@ -1,13 +1,16 @@
 //! kube-rs implementation of the core's transport traits: kubeconfig
-//! resolution and the credential-free cluster identity ([`kubeconfig`]), pod
-//! listing ([`pods`]), `pods/exec` ([`exec`]), the real clock ([`clock`]), and
-//! the one mapping of kube-rs errors onto transport errors ([`error`]).
+//! resolution and the credential-free cluster identity ([`kubeconfig`]), the
+//! proxy choice ([`proxy`]), pod listing ([`pods`]), `pods/exec` ([`exec`]),
+//! the real clock ([`clock`]), and the one mapping of kube-rs errors onto
+//! transport errors ([`error`]), which also keeps credentials out of every
+//! message.
 
 pub mod clock;
 pub mod error;
 pub mod exec;
 pub mod kubeconfig;
 pub mod pods;
+pub mod proxy;
 
 use std::collections::BTreeMap;
 
