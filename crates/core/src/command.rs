@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! exec 3<&0
-//! t=; command -v timeout >/dev/null 2>&1 && t='timeout -k 2 <S>'
+//! t=; command -v timeout >/dev/null 2>&1 && t='timeout -k 2 <S+1>'
 //! { printf '<?xml version="1.0"?><yandex><password>'
 //!   printf '%s' "${<passwordEnv>:-}" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
 //!   printf '</password></yandex>\n'
@@ -34,10 +34,12 @@
 //! - The statement is bounded where it runs, not only by the caller's exec
 //!   timeout (closing an exec connection does not always end the remote
 //!   process): by `max_execution_time` on the server (unless the settings set
-//!   it), and by `timeout` in the pod where the image has it (TERM after
-//!   `S` seconds, KILL [`POD_KILL_AFTER_SECS`] later). The caller waits
-//!   [`exec_timeout`], a little longer, so the pod's own bound normally fires
-//!   first and a retry never overlaps a statement that is still running.
+//!   it), and by `timeout` in the pod where the image has it (TERM
+//!   [`POD_GRACE_SECS`] after `S` seconds, so ClickHouse's own, clearer
+//!   error normally comes first; KILL [`POD_KILL_AFTER_SECS`] later). The
+//!   caller waits [`exec_timeout`], longer still, so the pod's bound fires
+//!   before the caller gives up and a retry never overlaps a statement that
+//!   is still running.
 //! - `exec` makes clickhouse-client's (or `timeout`'s) exit status the exec's.
 //! - Every value-bearing option is one argv word, `--name=value`, with the
 //!   value single-quoted for `sh`: a user name, database or setting value
@@ -50,6 +52,9 @@ use std::time::Duration;
 
 use crate::config::{ClientConfig, SettingValue};
 
+/// Seconds the pod's `timeout` waits past the server's bound before TERM.
+pub const POD_GRACE_SECS: u64 = 1;
+
 /// Seconds between `timeout`'s TERM and its KILL in the pod.
 pub const POD_KILL_AFTER_SECS: u64 = 2;
 
@@ -61,15 +66,20 @@ pub const SERVER_TIME_LIMIT_SETTING: &str = "max_execution_time";
 pub const POD_TIMEOUT_EXIT_CODES: [i32; 2] = [124, 137];
 
 /// The statement's bound in whole seconds, rounded up (at least 1): what
-/// `timeout` in the pod and `max_execution_time` on the server receive.
+/// `max_execution_time` receives, and where the pod's grace starts.
 pub fn bound_secs(statement_timeout: Duration) -> u64 {
     statement_timeout.as_millis().div_ceil(1000).max(1) as u64
+}
+
+/// Seconds after which `timeout` in the pod sends TERM.
+pub fn pod_timeout_secs(statement_timeout: Duration) -> u64 {
+    bound_secs(statement_timeout) + POD_GRACE_SECS
 }
 
 /// How long the caller waits for an exec before abandoning it: the pod-side
 /// bound, its KILL grace, and one more second for the exit status to arrive.
 pub fn exec_timeout(statement_timeout: Duration) -> Duration {
-    Duration::from_secs(bound_secs(statement_timeout) + POD_KILL_AFTER_SECS + 1)
+    Duration::from_secs(pod_timeout_secs(statement_timeout) + POD_KILL_AFTER_SECS + 1)
 }
 
 /// argv for running a statement of `statement_bytes` UTF-8 bytes, bounded by
@@ -81,6 +91,7 @@ pub fn render(
     statement_timeout: Duration,
 ) -> Vec<String> {
     let secs = bound_secs(statement_timeout);
+    let pod_secs = pod_timeout_secs(statement_timeout);
     let mut client_args = format!(
         "--config-file=/dev/fd/4 --user={} --database={} --port={}",
         shell_quote(&client.user),
@@ -96,7 +107,7 @@ pub fn render(
     }
     let script = format!(
         "exec 3<&0; \
-         t=; command -v timeout >/dev/null 2>&1 && t='timeout -k {POD_KILL_AFTER_SECS} {secs}'; \
+         t=; command -v timeout >/dev/null 2>&1 && t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; \
          {{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
          printf '%s' \"${{{env}:-}}\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
          printf '</password></yandex>\\n'; }} | \
@@ -158,7 +169,7 @@ mod tests {
             "{}",
             argv[2]
         );
-        assert!(argv[2].contains("t='timeout -k 2 300'"), "{}", argv[2]);
+        assert!(argv[2].contains("t='timeout -k 2 301'"), "{}", argv[2]);
         assert!(!argv[2].contains("--password"), "{}", argv[2]);
     }
 
@@ -173,7 +184,7 @@ mod tests {
         assert!(argv[2].contains("--max_execution_time='7' 3<&-"), "{}", argv[2]);
         assert_eq!(argv[2].matches("max_execution_time").count(), 1);
         // The pod-side bound still follows statementTimeoutMs, rounded up.
-        assert!(argv[2].contains("t='timeout -k 2 2'"), "{}", argv[2]);
+        assert!(argv[2].contains("t='timeout -k 2 3'"), "{}", argv[2]);
     }
 
     #[test]
@@ -181,7 +192,8 @@ mod tests {
         assert_eq!(bound_secs(Duration::from_millis(1)), 1);
         assert_eq!(bound_secs(Duration::from_millis(1000)), 1);
         assert_eq!(bound_secs(Duration::from_millis(1001)), 2);
-        assert_eq!(exec_timeout(Duration::from_millis(1000)), Duration::from_secs(4));
+        assert_eq!(pod_timeout_secs(Duration::from_millis(1000)), 2);
+        assert_eq!(exec_timeout(Duration::from_millis(1000)), Duration::from_secs(5));
     }
 
     #[test]

@@ -106,7 +106,10 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
         check(
             r.argv.len() == 3
                 && r.argv[0] == "sh"
-                && r.argv[2].starts_with(&format!("head -c {} | exec clickhouse-client", stdin.len())),
+                && r.argv[2].contains(&format!(
+                    "head -c {} <&3 4<&- | exec $t clickhouse-client",
+                    stdin.len()
+                )),
             format!("argv frames stdin: {:?}", r.argv),
         )?;
         check(

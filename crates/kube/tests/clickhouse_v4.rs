@@ -67,7 +67,10 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
         check(r.stdin_text() == statement, format!("stdin as sent: {r:?}"))?;
         check(
             r.argv.len() == 3
-                && r.argv[2].starts_with(&format!("head -c {} | exec clickhouse-client", statement.len()))
+                && r.argv[2].contains(&format!(
+                    "head -c {} <&3 4<&- | exec $t clickhouse-client",
+                    statement.len()
+                ))
                 && !r.argv.iter().any(|a| a.contains("SELEC")),
             format!("statement only on stdin: {:?}", r.argv),
         )?;

@@ -94,10 +94,10 @@ fn walk(value: Unknown<'_>, path: &str, depth: usize, issues: &mut Vec<ConfigIss
                 let mut map = Map::new();
                 for key in keys {
                     let key_path = child_path(path, &key);
-                    if let Ok(child) = object.get_named_property::<Unknown>(&key) {
-                        if let Some(v) = walk(child, &key_path, depth + 1, issues) {
-                            map.insert(key, v);
-                        }
+                    if let Ok(child) = object.get_named_property::<Unknown>(&key)
+                        && let Some(v) = walk(child, &key_path, depth + 1, issues)
+                    {
+                        map.insert(key, v);
                     }
                 }
                 Some(Value::Object(map))

@@ -2,13 +2,13 @@
 //! injected executor), runs the core lifecycle on napi's tokio runtime, and
 //! maps the outcome. Every decision is the core's.
 
+use clickhouse_schema_core::ClickHouseSchemaError;
 use clickhouse_schema_core::cluster_id::cluster_id;
 use clickhouse_schema_core::config::ResolvedConfig;
 use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
 use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{Executor, PodLister};
 use clickhouse_schema_core::validate::validate;
-use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use clickhouse_schema_kube::{KubeTransport, SystemClock, connect, kubeconfig::resolve_endpoint};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;

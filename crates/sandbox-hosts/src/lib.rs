@@ -229,8 +229,8 @@ impl Hosts {
     }
 
     /// A command that runs `argv` inside the host's network namespace with EXACTLY `env` (plus a sane
-    /// PATH, which `env` may override), like a container process:
-    /// `ip netns exec <ns> env -i PATH=... K=V ... argv...`, working directory `/`. The caller spawns it,
+    /// PATH, which `env` may override), like a container process: `ip netns exec <ns> argv...` with
+    /// that environment, working directory `/`. The caller spawns it,
     /// wires stdin/stdout/stderr and reads the exit status. argv[0] is e.g. `sh`.
     pub fn command(
         &self,
@@ -244,7 +244,7 @@ impl Hosts {
                 "command needs at least argv[0]".into(),
             ));
         };
-        // env(1) would take a first word containing '=' for one more variable.
+        // A first word containing '=' reads as an assignment, not a program.
         if program.is_empty() || program.contains('=') {
             return Err(HostsError::InvalidOptions(format!(
                 "argv[0] {program:?} is not a program name"
@@ -258,13 +258,17 @@ impl Hosts {
                 "environment variable name {key:?} is invalid"
             )));
         }
+        // The environment goes in the process environment, which `ip netns
+        // exec` hands on unchanged, never in argv: like a container runtime,
+        // the test bed must not show an env value (a password) in any
+        // process's command line, or tests that look for one there could not
+        // tell the product's leaks from their own.
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &host.netns, "env", "-i"])
-            .arg(format!("PATH={}", clickhouse::SANE_PATH))
-            .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+        cmd.args(["netns", "exec", &host.netns])
             .args(argv)
             .env_clear()
             .env("PATH", clickhouse::SANE_PATH)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir("/");
         Ok(cmd)
     }

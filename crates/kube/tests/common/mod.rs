@@ -73,7 +73,7 @@ pub fn statement_exec(pod: &str, statement: &str, timeout: Duration) -> ExecRequ
         namespace: NAMESPACE.into(),
         pod: pod.into(),
         container: CONTAINER.into(),
-        command: clickhouse_schema_core::command::render(&client, &BTreeMap::new(), statement.len()),
+        command: clickhouse_schema_core::command::render(&client, &BTreeMap::new(), statement.len(), timeout),
         stdin: statement.into(),
         timeout,
     }
