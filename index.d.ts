@@ -40,6 +40,19 @@ export interface ClickHouseExecutor {
   exec: (request: ExecutorExecRequest) => Promise<ExecutorExecResult>
 }
 
+/** A warning about valid props: where, and why it matters. */
+export interface ConfigWarning {
+  path: string
+  reason: string
+}
+
+/**
+ * Warnings about valid props: each statement that holds a credential
+ * literal, which Alchemy would store verbatim with the props. Validates
+ * first and throws like `validateConfig`; an empty array when all is well.
+ */
+export declare function configWarnings(id: string, props: unknown): Array<ConfigWarning>
+
 /**
  * Deletes resource `id` per its `onDelete`: `retain` resolves without
  * reaching the cluster; `run` executes `deleteStatements` where `state` says
@@ -63,6 +76,10 @@ export interface ExecutorExecRequest {
 export interface ExecutorExecResult {
   stdout: string
   stderr: string
+  /**
+   * The command's exit status: an integer from 0 to 255. Anything else is
+   * an unusable result (never read as success, never retried).
+   */
   exitCode: number
 }
 
@@ -81,7 +98,7 @@ export interface ExecutorPod {
  * (statements, settings, resolved client, execution model). Validates first,
  * so an invalid config throws exactly as `validateConfig` does.
  */
-export declare function fingerprint(props?: unknown, id?: string | undefined | null): string
+export declare function fingerprint(props: unknown, id?: string | undefined | null): string
 
 /**
  * Would `apply` with these arguments run anything? Makes exactly the calls
@@ -134,4 +151,4 @@ export interface SchemaState {
  * configuration (every default applied). Throws a `ClickHouseSchemaError`
  * (`code: 'E_INVALID_CONFIG'`, `issues: [{ path, reason }]`) listing every problem.
  */
-export declare function validateConfig(id: string, props?: unknown): unknown
+export declare function validateConfig(id: string, props: unknown): unknown

@@ -773,8 +773,9 @@ if (
   }
 }
 
-const { apply, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig } = nativeBinding
+const { apply, configWarnings, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig } = nativeBinding
 export { apply }
+export { configWarnings }
 export { destroy }
 export { fingerprint }
 export { plan }

@@ -18,6 +18,15 @@ export function validateConfig(id: string, props: unknown): Record<string, unkno
   return binding.validateConfig(id, props) as Record<string, unknown>;
 }
 
+/**
+ * Warnings about valid props (validates first and throws like
+ * `validateConfig`): each statement holding a credential literal, which
+ * Alchemy would store verbatim with the props, with what to use instead.
+ */
+export function configWarnings(id: string, props: unknown): binding.ConfigWarning[] {
+  return binding.configWarnings(id, props);
+}
+
 /** sha256 hex over what is applied; validates first and throws like `validateConfig`. */
 export function fingerprint(props: unknown, id?: string): string {
   return binding.fingerprint(props, id);
@@ -34,6 +43,7 @@ export function redactClickHouseOutput(output: string, statement: string): bindi
 export type {
   ApplyResult,
   ClickHouseExecutor,
+  ConfigWarning,
   ExecutorExecRequest,
   ExecutorExecResult,
   ExecutorPod,
@@ -52,7 +62,7 @@ export function apply(
   previousState?: binding.SchemaState,
   executor?: binding.ClickHouseExecutor,
 ): Promise<binding.ApplyResult> {
-  return binding.apply(id, props, previousState ?? null, executor ?? null);
+  return binding.apply(id, props, previousState ?? null, guarded(executor));
 }
 
 /**
@@ -65,7 +75,7 @@ export function plan(
   previousState?: binding.SchemaState,
   executor?: binding.ClickHouseExecutor,
 ): Promise<binding.PlanResult> {
-  return binding.plan(id, props, previousState ?? null, executor ?? null);
+  return binding.plan(id, props, previousState ?? null, guarded(executor));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */
@@ -75,7 +85,40 @@ export function destroy(
   state?: binding.SchemaState,
   executor?: binding.ClickHouseExecutor,
 ): Promise<void> {
-  return binding.destroy(id, props, state ?? null, executor ?? null);
+  return binding.destroy(id, props, state ?? null, guarded(executor));
+}
+
+/**
+ * The executor as the addon sees it: every call returns a promise (a
+ * synchronous throw becomes a rejection), and every rejection is an `Error`.
+ * Node-API hands a native addon no text for a rejection with `undefined`,
+ * `null`, a plain object or a Symbol, so the error a user finally reads
+ * would say nothing; this gives each one a message. A plain object's keys
+ * are named, never its values (they may hold a statement).
+ */
+function guarded(executor: binding.ClickHouseExecutor | undefined): binding.ClickHouseExecutor | null {
+  if (!executor) return null;
+  const settle = <A>(call: () => Promise<A>): Promise<A> =>
+    Promise.resolve()
+      .then(call)
+      .catch((reason: unknown) => {
+        throw reason instanceof Error ? reason : new Error(describeRejection(reason));
+      });
+  return {
+    listPods: (namespace, selector) => settle(() => executor.listPods(namespace, selector)),
+    exec: (request) => settle(() => executor.exec(request)),
+  };
+}
+
+function describeRejection(reason: unknown): string {
+  const fix = 'reject with an Error that says what failed';
+  if (reason === undefined || reason === null) return `it rejected with ${String(reason)} and gave no reason; ${fix}`;
+  if (typeof reason === 'symbol') return `it rejected with a Symbol (${reason.description ?? ''}), not an Error; ${fix}`;
+  if (typeof reason === 'object') {
+    const keys = Object.keys(reason).slice(0, 10).join(', ');
+    return `it rejected with a plain object (keys: ${keys || 'none'}), not an Error; ${fix}`;
+  }
+  return String(reason);
 }
 
 // The Alchemy resource and provider, and the props' types generated from

@@ -13,7 +13,7 @@ import * as Provider from 'alchemy/Provider';
 import { Resource } from 'alchemy/Resource';
 
 import type { ClickHouseSchemaProps } from './generated/props.js';
-import { apply, destroy, plan, validateConfig, type ClickHouseExecutor, type SchemaState } from './index.js';
+import { apply, configWarnings, destroy, plan, type ClickHouseExecutor, type SchemaState } from './index.js';
 
 
 /**
@@ -55,6 +55,9 @@ const executors = new Map<string, ClickHouseExecutor>();
  * (`E_INVALID_CONFIG`, naming the resource) before anything reaches state. An
  * unresolved `readyBarrier` Output is validated as `true`, the only value it
  * may resolve to that is persisted; every other prop must be plain data.
+ * Valid props that put a secret into state (a statement holding a credential
+ * literal: Alchemy stores props verbatim) are logged as warnings, naming the
+ * statement, and deploy as written.
  */
 export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
   Effect.suspend(() => {
@@ -63,12 +66,18 @@ export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
     else executors.delete(id);
     const forCheck: Record<string, unknown> = { ...persisted };
     if (persisted.readyBarrier !== undefined && typeof persisted.readyBarrier !== 'boolean') forCheck.readyBarrier = true;
-    // Throws synchronously; Effect.suspend turns it into a defect of the
-    // declaring program, which fails the deploy with the error object intact.
-    validateConfig(id, forCheck);
+    // Validates, and throws synchronously when invalid; Effect.suspend turns
+    // that into a defect of the declaring program, which fails the deploy with
+    // the error object intact.
+    const warnings = configWarnings(id, forCheck);
     // `persisted` is exactly PropsInput<ClickHouseSchemaProps> minus the executor;
     // the cast only bridges `Input<boolean>` for readyBarrier.
-    return ClickHouseSchema(id, persisted as PropsInput<ClickHouseSchemaProps>);
+    return Effect.andThen(
+      Effect.forEach(warnings, (w) => Effect.logWarning(`ClickHouseSchema '${id}': ${w.path} ${w.reason}`), {
+        discard: true,
+      }),
+      ClickHouseSchema(id, persisted as PropsInput<ClickHouseSchemaProps>),
+    );
   });
 
 /** Runs an addon promise, keeping its `ClickHouseSchemaError` (code, statementIndex, pod, ...) as the failure. */

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 
 import {
   validateConfig,
+  configWarnings,
   fingerprint,
   redactClickHouseOutput,
   isClickHouseSchemaError,
@@ -102,6 +103,37 @@ test('onCluster statements without the clause are rejected by index', () => {
   );
   assert.match(err.message, /statements 1/);
   assert.match(err.message, /fanout/);
+});
+
+test('validateConfig and fingerprint name NaN and function props instead of failing the conversion', () => {
+  for (const f of [validateConfig, (id, p) => fingerprint(p, id)]) {
+    const props = quickstart();
+    props.waitForPod = { timeoutMs: Number.NaN };
+    props.readyBarrier = () => true;
+    const err = thrown(() => f('orders-schema', props));
+    assert.equal(err.code, 'E_INVALID_CONFIG');
+    assert.deepEqual(err.issues.map((i) => i.path), ['waitForPod.timeoutMs', 'readyBarrier']);
+  }
+});
+
+test('configWarnings names each statement that would put a credential into state', () => {
+  const props = quickstart();
+  props.statements.push(
+    "CREATE USER IF NOT EXISTS app IDENTIFIED WITH plaintext_password BY 'hunter2-secret'",
+    "CREATE TABLE IF NOT EXISTS orders.raw (x String) ENGINE = S3('https://b.example/x.csv', 'AKIAEXAMPLE', 'sEcReT', 'CSV')",
+  );
+  const warnings = configWarnings('orders-schema', props);
+  assert.deepEqual(
+    warnings.map((w) => w.path),
+    [`statements[${props.statements.length - 2}]`, `statements[${props.statements.length - 1}]`],
+  );
+  for (const w of warnings) {
+    assert.match(w.reason, /stores props verbatim in its state/);
+    assert.match(w.reason, /IDENTIFIED WITH sha256_hash BY/);
+    assert.match(w.reason, /named collections/);
+    assert.ok(!w.reason.includes('hunter2') && !w.reason.includes('sEcReT'), 'the warning repeats no secret');
+  }
+  assert.deepEqual(configWarnings('orders-schema', quickstart()), []);
 });
 
 test('non-object props never crash the addon', () => {

@@ -61,7 +61,10 @@ test('apply runs every statement on every pod and returns the state to record', 
     assert.ok([S0, S1].includes(req.stdin));
     assert.ok(req.command.every((arg) => !arg.includes(req.stdin)), 'statement never in argv');
     assert.deepEqual(req.command.slice(0, 2), ['sh', '-c']);
-    assert.match(req.command[2], /--password "\$\{CLICKHOUSE_PASSWORD:-\}"/);
+    // The password is read in the pod into a config file on a pipe, never onto a command line.
+    assert.match(req.command[2], /printf '%s' "\$\{CLICKHOUSE_PASSWORD:-\}" \| sed /);
+    assert.match(req.command[2], /clickhouse-client --config-file=\/dev\/fd\/4 --user='default' --database='default' --port=9000/);
+    assert.doesNotMatch(req.command[2], /--password/);
   }
   const { state } = result;
   assert.match(state.fingerprint, /^[0-9a-f]{64}$/);
@@ -194,9 +197,61 @@ test('destroy: retain never reaches the cluster, run executes deleteStatements, 
 test('a malformed previous state is reported, not silently ignored', async () => {
   const { executor, calls } = fakeCluster(['chi-0']);
   const err = await rejection(apply('orders-schema', props(), { fingerprint: 42 }, executor));
-  assert.equal(err.code, 'E_INTERNAL');
-  assert.match(err.message, /previousState/);
+  assert.equal(err.code, 'E_INVALID_STATE');
+  assert.deepEqual(err.issues.map((i) => i.path), ['previousState']);
+  assert.match(err.message, /previousState: is not a ClickHouseSchema state/);
   assert.equal(calls.execs.length, 0);
+});
+
+test('an exit code that is not an exit status is never read as success, nor retried', async () => {
+  for (const exitCode of [Number.NaN, 0.5, 2 ** 32, -1, 256, Number.POSITIVE_INFINITY]) {
+    const { executor, calls } = fakeCluster(['chi-0'], () => ({ stdout: '', stderr: '', exitCode }));
+    const err = await rejection(apply('orders-schema', props(), undefined, executor));
+    assert.equal(err.code, 'E_TRANSPORT', `exitCode ${exitCode}`);
+    assert.equal(err.statementIndex, 0);
+    assert.match(err.message, /not an exit status \(an integer from 0 to 255\)/);
+    assert.match(err.message, /not retried/);
+    assert.equal(calls.execs.length, 1, `exitCode ${exitCode}: one attempt`);
+  }
+});
+
+test('a rejection without an Error still says what happened', async () => {
+  for (const [reason, phrase] of [
+    [undefined, /rejected with undefined and gave no reason/],
+    [null, /rejected with null and gave no reason/],
+    [{ status: 'bad', stdin: S1 }, /rejected with a plain object \(keys: status, stdin\), not an Error/],
+    [Symbol('why'), /rejected with a Symbol \(why\), not an Error/],
+    [42, /failed: 42/],
+    [new Error('socket hang up'), /socket hang up/],
+  ]) {
+    const { executor } = fakeCluster(['chi-0'], () => Promise.reject(reason));
+    const err = await rejection(apply('orders-schema', props(), undefined, executor));
+    assert.equal(err.code, 'E_TRANSPORT');
+    assert.match(err.message, phrase);
+    assert.match(err.message, /after 2 attempt\(s\)/, 'a rejection is a transport failure, retried');
+  }
+});
+
+test('props holding NaN, Infinity or functions are E_INVALID_CONFIG naming each path', async () => {
+  const bad = props({
+    statementTimeoutMs: Number.NaN,
+    settings: { max_threads: Number.POSITIVE_INFINITY },
+    executor: { listPods: () => [], exec: () => ({}) },
+  });
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(apply('orders-schema', bad, undefined, executor));
+  assert.equal(err.code, 'E_INVALID_CONFIG');
+  assert.equal(err.resourceId, 'orders-schema');
+  assert.deepEqual(err.issues.map((i) => i.path).sort(), [
+    'executor.exec',
+    'executor.listPods',
+    'settings.max_threads',
+    'statementTimeoutMs',
+  ]);
+  assert.match(err.message, /statementTimeoutMs: is NaN/);
+  assert.match(err.message, /settings\.max_threads: is Infinity/);
+  assert.match(err.message, /executor\.exec: is a function, but props hold only data/);
+  assert.equal(calls.lists.length + calls.execs.length, 0);
 });
 
 test('plan answers whether apply would run anything, at the cost of its no-op check', async () => {

@@ -203,7 +203,7 @@ describe('identity, credentials and RBAC', () => {
     );
     assert.equal(result.changed, true);
     const log = await execLog();
-    assert.match(log.at(-1).argv[2], /--user 'writer'/);
+    assert.match(log.at(-1).argv[2], /--user='writer'/);
     assert.match(log.at(-1).argv[2], /\$\{CLICKHOUSE_WRITER_PASSWORD:-\}/);
     assert.ok(!JSON.stringify(log).includes(info.passwords.writer), 'the password never left the pod');
   });
