@@ -417,10 +417,12 @@ fn for_each_window(text: &[u8], mut each: impl FnMut(u64)) {
 /// What the two matchers look for in one output: the output's windows that
 /// some value's skeleton shares, and the spellings too short for that.
 ///
-/// Built from the output's windows outward, so its size is bounded by the
-/// output (itself capped at [`MAX_SCANNED_BYTES`]) whatever the size of the
-/// statement: each value's skeletons are streamed past the output's window
-/// set, and only the shared windows are kept.
+/// Its size is bounded by the output (itself capped at
+/// [`MAX_SCANNED_BYTES`]) whatever the size of the statement. When the
+/// values are shorter than the output, their windows are indexed directly
+/// (the cheap, common case: a few literals, a long error). Otherwise the
+/// output's windows are indexed, each value's skeletons are streamed past
+/// them, and only the shared windows are kept.
 struct ValueIndex {
     shared: Windows,
     /// Spellings too short to match by skeleton, with their match rule.
@@ -436,8 +438,12 @@ enum ExactRule {
 
 impl ValueIndex {
     fn new(text: &str, statement: &str, values: &[Token]) -> Self {
-        let mut in_output = Windows::new();
-        for_each_window(text.as_bytes(), |key| in_output.insert(key));
+        let value_bytes: usize = values.iter().map(|t| t.end - t.start).sum();
+        let in_output = (value_bytes > text.len()).then(|| {
+            let mut windows = Windows::new();
+            for_each_window(text.as_bytes(), |key| windows.insert(key));
+            windows
+        });
         let mut shared = Windows::new();
         let mut exact = Vec::new();
         for token in values {
@@ -451,7 +457,7 @@ impl ValueIndex {
             for (spelling, &skeleton_len) in value.spellings.iter().zip(&skeleton_lens) {
                 if skeleton_len >= MIN_FRAGMENT {
                     for_each_window(spelling.as_bytes(), |key| {
-                        if in_output.contains(key) {
+                        if in_output.as_ref().is_none_or(|o| o.contains(key)) {
                             shared.insert(key);
                         }
                     });
