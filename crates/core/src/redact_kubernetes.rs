@@ -117,6 +117,37 @@ fn bracketed_value_end(bytes: &[u8], from: usize) -> usize {
     bytes.len()
 }
 
+/// Copies a text through, replacing chosen ranges with [`REDACTED`]; the
+/// ranges come in increasing order, each starting at or after the end of the
+/// previous one.
+struct Rewrite<'a> {
+    text: &'a str,
+    out: String,
+    /// Where the next copy starts: the end of the last replaced range.
+    copied: usize,
+}
+
+impl<'a> Rewrite<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            out: String::with_capacity(text.len()),
+            copied: 0,
+        }
+    }
+
+    fn replace(&mut self, start: usize, end: usize) {
+        self.out.push_str(&self.text[self.copied..start]);
+        self.out.push_str(REDACTED);
+        self.copied = end;
+    }
+
+    fn finish(mut self) -> String {
+        self.out.push_str(&self.text[self.copied..]);
+        self.out
+    }
+}
+
 fn pem_blocks(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -142,8 +173,7 @@ fn pem_blocks(text: &str) -> String {
 
 fn url_userinfo(text: &str) -> String {
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
+    let mut rw = Rewrite::new(text);
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] != b'@' {
@@ -152,7 +182,7 @@ fn url_userinfo(text: &str) -> String {
         }
         // Walk back over what could be userinfo: to a scheme's `//`, a space, a quote or a bracket.
         let mut start = i;
-        while start > copied && !is_userinfo_stop(bytes[start - 1]) {
+        while start > rw.copied && !is_userinfo_stop(bytes[start - 1]) {
             start -= 1;
         }
         let userinfo = &text[start..i];
@@ -160,14 +190,11 @@ fn url_userinfo(text: &str) -> String {
         // After `scheme://` any userinfo is a credential (a token can be the user name);
         // elsewhere only `user:password@` is, so `ops@example.com` stays.
         if !userinfo.is_empty() && userinfo != REDACTED && (after_scheme || userinfo.contains(':')) {
-            out.push_str(&text[copied..start]);
-            out.push_str(REDACTED);
-            copied = i;
+            rw.replace(start, i);
         }
         i += 1;
     }
-    out.push_str(&text[copied..]);
-    out
+    rw.finish()
 }
 
 fn is_userinfo_stop(b: u8) -> bool {
@@ -192,8 +219,7 @@ fn is_userinfo_stop(b: u8) -> bool {
 
 fn auth_schemes(text: &str) -> String {
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
+    let mut rw = Rewrite::new(text);
     let mut i = 0;
     while i < bytes.len() {
         let word_start = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
@@ -220,21 +246,17 @@ fn auth_schemes(text: &str) -> String {
             .iter()
             .any(|w| word.eq_ignore_ascii_case(w));
         if end > value && !prose && &text[value..end] != REDACTED {
-            out.push_str(&text[copied..value]);
-            out.push_str(REDACTED);
-            copied = end;
+            rw.replace(value, end);
         }
         i = end.max(i + 1);
     }
-    out.push_str(&text[copied..]);
-    out
+    rw.finish()
 }
 
 /// Rules 4 and 5: `key=value`, `key: value`, `"key": "value"`.
 fn assignments(text: &str) -> String {
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
+    let mut rw = Rewrite::new(text);
     let mut i = 0;
     while i < bytes.len() {
         let sep = bytes[i];
@@ -244,15 +266,15 @@ fn assignments(text: &str) -> String {
         }
         // The key, possibly quoted: `"token": ...`.
         let mut key_end = i;
-        while key_end > copied && matches!(bytes[key_end - 1], b' ' | b'\t') {
+        while key_end > rw.copied && matches!(bytes[key_end - 1], b' ' | b'\t') {
             key_end -= 1;
         }
-        let key_quoted = key_end > copied && matches!(bytes[key_end - 1], b'"' | b'\'');
+        let key_quoted = key_end > rw.copied && matches!(bytes[key_end - 1], b'"' | b'\'');
         if key_quoted {
             key_end -= 1;
         }
         let mut key_start = key_end;
-        while key_start > copied && is_key_byte(bytes[key_start - 1]) {
+        while key_start > rw.copied && is_key_byte(bytes[key_start - 1]) {
             key_start -= 1;
         }
         let key = &text[key_start..key_end];
@@ -285,20 +307,16 @@ fn assignments(text: &str) -> String {
         };
         let shown = text[value..end].trim_matches(|c| c == '"' || c == '\'');
         if end > value && shown != REDACTED {
-            out.push_str(&text[copied..value]);
-            out.push_str(REDACTED);
-            copied = end;
+            rw.replace(value, end);
         }
         i = end.max(i + 1);
     }
-    out.push_str(&text[copied..]);
-    out
+    rw.finish()
 }
 
 fn jwts(text: &str) -> String {
     let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
+    let mut rw = Rewrite::new(text);
     let mut i = 0;
     let is_b64url = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
     while let Some(found) = text[i..].find("eyJ") {
@@ -311,14 +329,11 @@ fn jwts(text: &str) -> String {
         }
         let standalone = start == 0 || !is_b64url(bytes[start - 1]);
         if standalone && dots >= 1 && end - start >= 16 {
-            out.push_str(&text[copied..start]);
-            out.push_str(REDACTED);
-            copied = end;
+            rw.replace(start, end);
         }
         i = end.max(start + 3);
     }
-    out.push_str(&text[copied..]);
-    out
+    rw.finish()
 }
 
 #[cfg(test)]
