@@ -207,6 +207,56 @@ pub struct KubeConfigOptions {
     pub user: Option<KubeUserOptions>,
 }
 
+impl KubeConfigOptions {
+    /// Combinations that name no usable configuration, or two at once. The
+    /// one place these rules live: validation reports them at declaration
+    /// (`E_INVALID_CONFIG`, paths under `kubeConfig`), and the Kubernetes
+    /// transport refuses them too when handed options that skipped validation.
+    pub fn combination_issues(&self) -> Vec<crate::error::ConfigIssue> {
+        let issue = |path: &str, reason: &str| crate::error::ConfigIssue {
+            path: format!("kubeConfig.{path}"),
+            reason: reason.to_owned(),
+        };
+        let mut issues = Vec::new();
+        match (&self.cluster, &self.user) {
+            (Some(_), Some(_)) => {
+                if self.kubeconfig_path.is_some() {
+                    issues.push(issue(
+                        "kubeconfigPath",
+                        "cannot be combined with an inline cluster and user: pass one or the other",
+                    ));
+                }
+                if self.load_from_default == Some(true) {
+                    issues.push(issue(
+                        "loadFromDefault",
+                        "cannot be true together with an inline cluster and user: pass one or the other",
+                    ));
+                }
+            }
+            (Some(_), None) => issues.push(issue(
+                "user",
+                "is required with kubeConfig.cluster: an inline cluster needs its user (or use \
+                 kubeconfigPath or the ambient kubeconfig)",
+            )),
+            (None, Some(_)) => issues.push(issue(
+                "cluster",
+                "is required with kubeConfig.user: an inline user needs its cluster (or use \
+                 kubeconfigPath or the ambient kubeconfig)",
+            )),
+            (None, None) => {
+                if self.kubeconfig_path.is_none() && self.load_from_default == Some(false) {
+                    issues.push(issue(
+                        "loadFromDefault",
+                        "is false, and neither kubeconfigPath nor an inline cluster and user is given, so \
+                         there is no configuration to load",
+                    ));
+                }
+            }
+        }
+        issues
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeClusterOptions {

@@ -23,9 +23,10 @@ use jsonschema::{JsonType, ValidationError, Validator};
 use serde_json::{Map, Value};
 
 use crate::client_options;
-use crate::config::{DEFAULT_MAX_STATEMENT_BYTES, ResolvedConfig, resolve};
+use crate::config::{DEFAULT_MAX_STATEMENT_BYTES, KubeConfigOptions, ResolvedConfig, resolve};
 use crate::error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 use crate::on_cluster;
+use serde::Deserialize;
 
 /// The props schema, verbatim as shipped in the npm package.
 pub const PROPS_SCHEMA: &str = include_str!("../../../schema/props.schema.json");
@@ -603,6 +604,14 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
                 issues.push(issue(format!("settings[{}]", quote(name)), reason));
             }
         }
+    }
+
+    // Only a kubeConfig of the right shape: a malformed one was reported by the schema.
+    if let Some(options) = props
+        .get("kubeConfig")
+        .and_then(|v| KubeConfigOptions::deserialize(v).ok())
+    {
+        issues.extend(options.combination_issues());
     }
 
     let max_bytes = max_statement_bytes(props);

@@ -587,6 +587,50 @@ fn max_statement_bytes_range() {
 }
 
 #[test]
+fn kube_config_combinations_fail_at_declaration() {
+    let cluster = json!({ "name": "c", "server": "https://c.example" });
+    let user = json!({ "name": "u", "certFile": "/u.crt", "keyFile": "/u.key" });
+    for (kube_config, path, phrase) in [
+        (
+            json!({ "cluster": cluster }),
+            "kubeConfig.user",
+            "is required with kubeConfig.cluster",
+        ),
+        (
+            json!({ "user": user }),
+            "kubeConfig.cluster",
+            "is required with kubeConfig.user",
+        ),
+        (
+            json!({ "cluster": cluster, "user": user, "kubeconfigPath": "/k" }),
+            "kubeConfig.kubeconfigPath",
+            "cannot be combined with an inline cluster and user",
+        ),
+        (
+            json!({ "cluster": cluster, "user": user, "loadFromDefault": true }),
+            "kubeConfig.loadFromDefault",
+            "cannot be true together with an inline cluster and user",
+        ),
+        (
+            json!({ "loadFromDefault": false }),
+            "kubeConfig.loadFromDefault",
+            "there is no configuration to load",
+        ),
+    ] {
+        assert_single_issue(with(base(), "/kubeConfig", kube_config), path, phrase);
+    }
+    for fine in [
+        json!({ "cluster": cluster, "user": user }),
+        json!({ "kubeconfigPath": "/k", "loadFromDefault": false }),
+        json!({ "context": "prod" }),
+    ] {
+        if let Err(e) = validate("orders-schema", &with(base(), "/kubeConfig", fine.clone())) {
+            panic!("{fine} was refused: {e}");
+        }
+    }
+}
+
+#[test]
 fn settings_values_are_scalars() {
     for bad in [json!({ "a": 1 }), json!([1]), json!(null), json!(true)] {
         assert_single_issue(

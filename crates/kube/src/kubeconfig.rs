@@ -189,49 +189,25 @@ struct Resolved {
 fn resolve(options: Option<&KubeConfigOptions>) -> Result<Resolved, ConnectError> {
     let default = KubeConfigOptions::default();
     let o = options.unwrap_or(&default);
-    let (kubeconfig, origin) = match (&o.cluster, &o.user) {
-        (Some(cluster), Some(user)) => {
-            if o.kubeconfig_path.is_some() {
-                return Err(error(
-                    "kubeConfig: an inline cluster and user cannot be combined with kubeconfigPath; \
-                     pass one or the other"
-                        .to_owned(),
-                ));
-            }
-            if o.load_from_default == Some(true) {
-                return Err(error(
-                    "kubeConfig: an inline cluster and user cannot be combined with loadFromDefault: true; \
-                     pass one or the other"
-                        .to_owned(),
-                ));
-            }
+    // The combination rules are core's (validation reports them at
+    // declaration); options that skipped validation are refused the same way.
+    if let Some(issue) = o.combination_issues().into_iter().next() {
+        return Err(error(format!("{}: {}", issue.path, issue.reason)));
+    }
+    // With the combinations above refused, a cluster comes with its user and
+    // without a path.
+    let (kubeconfig, origin) = match (&o.cluster, &o.user, &o.kubeconfig_path) {
+        (Some(cluster), Some(user), _) => {
             let context = o.context.as_deref().unwrap_or(INLINE_CONTEXT);
             (
                 inline(cluster, user, context),
                 "kubeConfig (inline cluster and user)".to_owned(),
             )
         }
-        (Some(_), None) | (None, Some(_)) => {
-            return Err(error(
-                "kubeConfig: cluster and user must be given together (a cluster without a user, or a user \
-                 without a cluster, is not a usable configuration); pass both, or use kubeconfigPath / the \
-                 ambient kubeconfig"
-                    .to_owned(),
-            ));
-        }
-        (None, None) => match &o.kubeconfig_path {
-            Some(path) => (read_file(Path::new(path))?, format!("kubeconfig {path}")),
-            None if o.load_from_default == Some(false) => {
-                return Err(error(
-                    "kubeConfig: loadFromDefault is false and neither kubeconfigPath nor an inline cluster \
-                     and user is given, so there is no configuration to load"
-                        .to_owned(),
-                ));
-            }
-            None => match ambient()? {
-                Some(found) => found,
-                None => return in_cluster(o),
-            },
+        (_, _, Some(path)) => (read_file(Path::new(path))?, format!("kubeconfig {path}")),
+        _ => match ambient()? {
+            Some(found) => found,
+            None => return in_cluster(o),
         },
     };
     from_kubeconfig(kubeconfig, origin, o)
@@ -898,14 +874,14 @@ current-context: prod
                     cluster: Some(cluster.clone()),
                     ..Default::default()
                 },
-                "together",
+                "kubeConfig.user: is required with kubeConfig.cluster",
             ),
             (
                 KubeConfigOptions {
                     user: Some(user.clone()),
                     ..Default::default()
                 },
-                "together",
+                "kubeConfig.cluster: is required with kubeConfig.user",
             ),
             (
                 KubeConfigOptions {
@@ -914,7 +890,7 @@ current-context: prod
                     kubeconfig_path: Some("/x".into()),
                     ..Default::default()
                 },
-                "kubeconfigPath",
+                "kubeConfig.kubeconfigPath: cannot be combined",
             ),
             (
                 KubeConfigOptions {
@@ -923,14 +899,14 @@ current-context: prod
                     load_from_default: Some(true),
                     ..Default::default()
                 },
-                "loadFromDefault",
+                "kubeConfig.loadFromDefault: cannot be true",
             ),
             (
                 KubeConfigOptions {
                     load_from_default: Some(false),
                     ..Default::default()
                 },
-                "loadFromDefault is false",
+                "kubeConfig.loadFromDefault: is false",
             ),
         ];
         for (o, words) in cases {
