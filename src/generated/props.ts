@@ -41,6 +41,10 @@ export interface ClickHouseSchemaProps {
    * Per-statement exec timeout in milliseconds. At most 86400000 (24 hours).
    */
   statementTimeoutMs?: number;
+  /**
+   * Largest statement (or delete statement) accepted, in UTF-8 bytes. Defaults to 16777216 (16 MiB); at most 1073741824 (1 GiB). Not part of the fingerprint.
+   */
+  maxStatementBytes?: number;
   retry?: ClickHouseSchemaRetry;
   kubeConfig?: SerializableKubeConfigOptions;
   /**
@@ -110,7 +114,7 @@ export interface ClickHouseSchemaOnClusterExecution {
   cluster: string;
 }
 /**
- * ClickHouse settings passed to every statement as --<name>=<value>. Names are lowercase identifiers; values are strings or finite numbers.
+ * ClickHouse settings passed to every statement as --<name>=<value>. Names are lowercase identifiers; values are strings or finite numbers. Names clickhouse-client reads as its own options (host, query, format, server_logs_file, ...), abbreviations of them and param_* names are refused. Unless set here, max_execution_time is statementTimeoutMs rounded up to seconds.
  */
 export interface ClickHouseSchemaSettings {
   /**
@@ -158,7 +162,7 @@ export interface SerializableKubeConfigOptions {
    */
   context?: string;
   /**
-   * API server URL overriding the selected cluster's.
+   * API server URL overriding the selected cluster's. The selected user's credentials (token, client certificate, exec plugin) are sent to this URL, so it redirects the ambient credentials: name only an API server you trust. Credentials are never sent to an http:// URL.
    */
   server?: string;
   /**
