@@ -12,10 +12,10 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 /**
  * Brings the cluster to `props` for resource `id` and resolves to the state
  * to record. `previousState` is the last recorded state (omit on create);
- * `executor` replaces the Kubernetes API for listing pods and running execs.
- * Rejects with a `ClickHouseSchemaError`; nothing is to be recorded then.
+ * `options` may inject an executor and carry an `AbortSignal`. Rejects with
+ * a `ClickHouseSchemaError`; nothing is to be recorded then.
  */
-export declare function apply(id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null): Promise<ApplyResult>
+export declare function apply(id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null): Promise<ApplyResult>
 
 /** The result of an apply: the state to record, and what happened. */
 export interface ApplyResult {
@@ -58,7 +58,7 @@ export declare function configWarnings(id: string, props: unknown): Array<Config
  * reaching the cluster; `run` executes `deleteStatements` where `state` says
  * the schema landed, refusing when that is another cluster or `state` is absent.
  */
-export declare function destroy(id: string, props: unknown, state?: SchemaState | null, executor?: ClickHouseExecutor | null): Promise<void>
+export declare function destroy(id: string, props: unknown, state?: SchemaState | null, options?: LifecycleOptions | null): Promise<void>
 
 /**
  * What the injected `exec` receives. The statement is `stdin`; `command`
@@ -101,11 +101,33 @@ export interface ExecutorPod {
 export declare function fingerprint(props: unknown, id?: string | undefined | null): string
 
 /**
+ * The last argument of `apply`, `plan` and `destroy`. Everything here is
+ * runtime-only: none of it is validated, fingerprinted or recorded.
+ * Declared for `index.d.ts`; the values are read field by field.
+ */
+export interface LifecycleOptions {
+  /**
+   * Lists pods and runs execs in place of the Kubernetes API (tests,
+   * embedding). Without it the `kubeConfig` prop, else `KUBECONFIG` /
+   * `~/.kube/config`, else the in-cluster service account is used.
+   */
+  executor?: ClickHouseExecutor
+  /** Reserved for progress events; not called yet. */
+  onEvent?: (event: unknown) => void
+  /**
+   * Aborting it cancels the call: no statement starts after the abort, an
+   * exec in flight is closed, nothing is recorded, and the promise rejects
+   * with `E_CANCELLED`.
+   */
+  signal?: AbortSignal
+}
+
+/**
  * Would `apply` with these arguments run anything? Makes exactly the calls
  * apply's no-op check makes (one pod list under fanout, none under
  * onCluster) and never runs a statement. For plans and Alchemy's `diff`.
  */
-export declare function plan(id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null): Promise<PlanResult>
+export declare function plan(id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null): Promise<PlanResult>
 
 /** Whether an apply would run anything, and why. */
 export interface PlanResult {

@@ -27,6 +27,8 @@ export interface ConfigIssue {
 
 export interface ClickHouseSchemaError extends Error {
   readonly name: 'ClickHouseSchemaError';
+  /** The same as `name`, so Effect's `catchTag('ClickHouseSchemaError', ...)` matches it. */
+  readonly _tag: 'ClickHouseSchemaError';
   readonly code: ClickHouseSchemaErrorCode;
   readonly resourceId?: string;
   readonly statementIndex?: number;
@@ -39,5 +41,10 @@ export interface ClickHouseSchemaError extends Error {
 }
 
 export function isClickHouseSchemaError(value: unknown): value is ClickHouseSchemaError {
-  return value instanceof Error && value.name === 'ClickHouseSchemaError' && typeof (value as { code?: unknown }).code === 'string';
+  return (
+    value instanceof Error &&
+    value.name === 'ClickHouseSchemaError' &&
+    (value as { _tag?: unknown })._tag === 'ClickHouseSchemaError' &&
+    typeof (value as { code?: unknown }).code === 'string'
+  );
 }

@@ -44,6 +44,7 @@ export type {
   ApplyResult,
   ClickHouseExecutor,
   ConfigWarning,
+  LifecycleOptions,
   ExecutorExecRequest,
   ExecutorExecResult,
   ExecutorPod,
@@ -54,15 +55,16 @@ export type {
 /**
  * Brings the cluster to `props` for resource `id` and resolves to the state to
  * record (`changed: false` and the previous state when nothing had to run).
- * Rejects with a `ClickHouseSchemaError`; record nothing then.
+ * Rejects with a `ClickHouseSchemaError`; record nothing then. `options` may
+ * inject an executor and carry an `AbortSignal` (see `LifecycleOptions`).
  */
 export function apply(
   id: string,
   props: unknown,
   previousState?: binding.SchemaState,
-  executor?: binding.ClickHouseExecutor,
+  options?: binding.LifecycleOptions,
 ): Promise<binding.ApplyResult> {
-  return binding.apply(id, props, previousState ?? null, guarded(executor));
+  return binding.apply(id, props, previousState ?? null, guarded(options));
 }
 
 /**
@@ -73,9 +75,9 @@ export function plan(
   id: string,
   props: unknown,
   previousState?: binding.SchemaState,
-  executor?: binding.ClickHouseExecutor,
+  options?: binding.LifecycleOptions,
 ): Promise<binding.PlanResult> {
-  return binding.plan(id, props, previousState ?? null, guarded(executor));
+  return binding.plan(id, props, previousState ?? null, guarded(options));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */
@@ -83,21 +85,23 @@ export function destroy(
   id: string,
   props: unknown,
   state?: binding.SchemaState,
-  executor?: binding.ClickHouseExecutor,
+  options?: binding.LifecycleOptions,
 ): Promise<void> {
-  return binding.destroy(id, props, state ?? null, guarded(executor));
+  return binding.destroy(id, props, state ?? null, guarded(options));
 }
 
 /**
- * The executor as the addon sees it: every call returns a promise (a
+ * The options as the addon sees them: every executor call returns a promise (a
  * synchronous throw becomes a rejection), and every rejection is an `Error`.
  * Node-API hands a native addon no text for a rejection with `undefined`,
  * `null`, a plain object or a Symbol, so the error a user finally reads
  * would say nothing; this gives each one a message. A plain object's keys
  * are named, never its values (they may hold a statement).
  */
-function guarded(executor: binding.ClickHouseExecutor | undefined): binding.ClickHouseExecutor | null {
-  if (!executor) return null;
+function guarded(options: binding.LifecycleOptions | undefined): binding.LifecycleOptions | null {
+  if (!options) return null;
+  const { executor } = options;
+  if (!executor) return options;
   const settle = <A>(call: () => Promise<A>): Promise<A> =>
     Promise.resolve()
       .then(call)
@@ -105,8 +109,11 @@ function guarded(executor: binding.ClickHouseExecutor | undefined): binding.Clic
         throw reason instanceof Error ? reason : new Error(describeRejection(reason));
       });
   return {
-    listPods: (namespace, selector) => settle(() => executor.listPods(namespace, selector)),
-    exec: (request) => settle(() => executor.exec(request)),
+    ...options,
+    executor: {
+      listPods: (namespace, selector) => settle(() => executor.listPods(namespace, selector)),
+      exec: (request) => settle(() => executor.exec(request)),
+    },
   };
 }
 
@@ -125,4 +132,10 @@ function describeRejection(reason: unknown): string {
 // schema/props.schema.json (ClickHouseSchemaProps and its parts).
 export type * from './generated/props.js';
 export type { ClickHouseSchemaInput } from './provider.js';
-export { ClickHouseSchema, clickHouseSchema, clickHouseSchemaProvider } from './provider.js';
+export {
+  ClickHouseSchema,
+  ClickHouseSchemaExecutor,
+  clickHouseSchema,
+  clickHouseSchemaExecutor,
+  clickHouseSchemaProvider,
+} from './provider.js';

@@ -6,27 +6,28 @@
  * `plan`, `apply`, `destroy`). This file only maps Alchemy's lifecycle onto
  * those four calls and keeps runtime-only values out of Alchemy's state.
  */
+import * as Context from 'effect/Context';
 import * as Effect from 'effect/Effect';
+import * as Layer from 'effect/Layer';
+import * as Option from 'effect/Option';
 import { isResolved } from 'alchemy/Diff';
 import type { Input, PropsInput } from 'alchemy/Input';
 import * as Provider from 'alchemy/Provider';
 import { Resource } from 'alchemy/Resource';
 
 import type { ClickHouseSchemaProps } from './generated/props.js';
+import type { ClickHouseSchemaError } from './errors.js';
 import { apply, configWarnings, destroy, plan, type ClickHouseExecutor, type SchemaState } from './index.js';
 
 
 /**
  * What `clickHouseSchema(id, props)` accepts: the props of the JSON Schema
  * (`schema/props.schema.json`, the one the Rust validation uses), except that
- * `readyBarrier` may be an Alchemy Output (the ordering edge) and `executor`,
- * a runtime-only injection point, may be given.
+ * `readyBarrier` may be an Alchemy Output (the ordering edge).
  */
 export type ClickHouseSchemaInput = Omit<ClickHouseSchemaProps, 'readyBarrier'> & {
   /** Ordering-only: an Output derived from upstream resources. Only the resolved boolean is persisted. */
   readyBarrier?: Input<boolean>;
-  /** Runtime-only transport (testing, embedding). Never serialized. */
-  executor?: ClickHouseExecutor;
 };
 
 /** The resource: props as persisted by Alchemy (no executor), outputs = the addon's `SchemaState`. */
@@ -34,17 +35,19 @@ export type ClickHouseSchema = Resource<'ClickHouse.Schema', ClickHouseSchemaPro
 export const ClickHouseSchema = Resource<ClickHouseSchema>('ClickHouse.Schema');
 
 /**
- * Runtime-only executors, keyed by resource id.
- *
- * An executor is an object of functions: Alchemy would try to serialize it
- * into state (and diff it) if it stayed in props, and a function cannot be
- * persisted or compared. So `clickHouseSchema` strips it before the props
- * reach Alchemy and parks it here; the lifecycle handlers look it up by the
- * resource id they are called with. A Map rather than a WeakMap because the
- * key is a string. A declaration without an executor removes any previous one,
- * so an id re-declared in the same process never uses a stale transport.
+ * An executor for every ClickHouseSchema of the stack (tests, embedding): it
+ * lists pods and runs execs in place of the Kubernetes API. A service rather
+ * than a prop because it is an object of functions, which Alchemy could
+ * neither persist nor diff. Provide it with `clickHouseSchemaExecutor(exec)`;
+ * without it the provider uses the Kubernetes API.
  */
-const executors = new Map<string, ClickHouseExecutor>();
+export class ClickHouseSchemaExecutor extends Context.Service<ClickHouseSchemaExecutor, ClickHouseExecutor>()(
+  'alchemy-clickhouse-schema/ClickHouseSchemaExecutor',
+) {}
+
+/** A Layer providing `executor` to the provider: `Layer.provide(clickHouseSchemaProvider, clickHouseSchemaExecutor(e))`. */
+export const clickHouseSchemaExecutor = (executor: ClickHouseExecutor) =>
+  Layer.succeed(ClickHouseSchemaExecutor, executor);
 
 /**
  * Declares a ClickHouse schema inside a Stack program:
@@ -61,28 +64,29 @@ const executors = new Map<string, ClickHouseExecutor>();
  */
 export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
   Effect.suspend(() => {
-    const { executor, ...persisted } = props;
-    if (executor) executors.set(id, executor);
-    else executors.delete(id);
-    const forCheck: Record<string, unknown> = { ...persisted };
-    if (persisted.readyBarrier !== undefined && typeof persisted.readyBarrier !== 'boolean') forCheck.readyBarrier = true;
-    // Validates, and throws synchronously when invalid; Effect.suspend turns
+    const forCheck: Record<string, unknown> = { ...props };
+    if (props.readyBarrier !== undefined && typeof props.readyBarrier !== 'boolean') forCheck.readyBarrier = true;
+    // Validates, and throws synchronously when invalid. Effect.suspend turns
     // that into a defect of the declaring program, which fails the deploy with
-    // the error object intact.
+    // the error object intact; a typed failure is not an option here, since a
+    // Stack program may only fail with Alchemy's ConfigError.
     const warnings = configWarnings(id, forCheck);
-    // `persisted` is exactly PropsInput<ClickHouseSchemaProps> minus the executor;
-    // the cast only bridges `Input<boolean>` for readyBarrier.
     return Effect.andThen(
       Effect.forEach(warnings, (w) => Effect.logWarning(`ClickHouseSchema '${id}': ${w.path} ${w.reason}`), {
         discard: true,
       }),
-      ClickHouseSchema(id, persisted as PropsInput<ClickHouseSchemaProps>),
+      // The cast only bridges `Input<boolean>` for readyBarrier.
+      ClickHouseSchema(id, props as PropsInput<ClickHouseSchemaProps>),
     );
   });
 
-/** Runs an addon promise, keeping its `ClickHouseSchemaError` (code, statementIndex, pod, ...) as the failure. */
-const call = <A>(f: () => Promise<A>): Effect.Effect<A, Error> =>
-  Effect.tryPromise({ try: f, catch: (e) => (e instanceof Error ? e : new Error(String(e))) });
+/**
+ * Runs an addon promise, keeping its `ClickHouseSchemaError` (code,
+ * statementIndex, pod, ...) as the typed failure; the addon rejects with
+ * nothing else.
+ */
+const call = <A>(f: () => Promise<A>): Effect.Effect<A, ClickHouseSchemaError> =>
+  Effect.tryPromise({ try: f, catch: (e) => e as ClickHouseSchemaError });
 
 /**
  * The provider. Merge it into the Stack's providers:
@@ -105,7 +109,12 @@ const call = <A>(f: () => Promise<A>): Effect.Effect<A, Error> =>
  * another resource's props reference this one, since Alchemy then runs diff
  * twice); none under onCluster.
  */
-export const clickHouseSchemaProvider = Provider.succeed(ClickHouseSchema, {
+export const clickHouseSchemaProvider = Provider.effect(
+  ClickHouseSchema,
+  Effect.gen(function* () {
+    const executor = Option.getOrUndefined(yield* Effect.serviceOption(ClickHouseSchemaExecutor));
+    const options = executor ? { executor } : undefined;
+    return {
   diff: ({ id, news, output }) => {
     // First create: nothing recorded, the engine creates.
     if (output === undefined) return Effect.void;
@@ -113,7 +122,7 @@ export const clickHouseSchemaProvider = Provider.succeed(ClickHouseSchema, {
     // created or updated): skip the probe. Alchemy treats the Output-fed prop as
     // changed and reconciles, and `apply` makes the full check then.
     if (!isResolved(news)) return Effect.void;
-    return call(() => plan(id, news, output, executors.get(id))).pipe(
+    return call(() => plan(id, news, output, options)).pipe(
       Effect.flatMap((result) =>
         result.changed
           ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'})`).pipe(
@@ -135,7 +144,7 @@ export const clickHouseSchemaProvider = Provider.succeed(ClickHouseSchema, {
     );
   },
   reconcile: ({ id, news, output }) =>
-    call(() => apply(id, news, output, executors.get(id))).pipe(
+    call(() => apply(id, news, output, options)).pipe(
       Effect.tap((result) =>
         Effect.logInfo(
           `ClickHouseSchema '${id}': ` +
@@ -146,8 +155,10 @@ export const clickHouseSchemaProvider = Provider.succeed(ClickHouseSchema, {
       // readyBarrier, no statement text.
       Effect.map((result) => result.state),
     ),
-  delete: ({ id, olds, output }) => call(() => destroy(id, olds, output, executors.get(id))),
+  delete: ({ id, olds, output }) => call(() => destroy(id, olds, output, options)),
   // Nothing to adopt: Alchemy calls read only when no state exists yet, and a
   // schema has no remote object to find. Returning undefined makes it create.
   read: () => Effect.succeed(undefined),
-});
+    };
+  }),
+);

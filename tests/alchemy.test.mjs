@@ -22,7 +22,9 @@ const Output = await import('alchemy/Output');
 const Effect = await import('effect/Effect');
 const Layer = await import('effect/Layer');
 const { deployStack, destroyStack } = await import('../dist/examples/runtime.js');
-const { clickHouseSchema, clickHouseSchemaProvider, isClickHouseSchemaError } = await import('../dist/index.js');
+const { clickHouseSchema, clickHouseSchemaExecutor, clickHouseSchemaProvider, isClickHouseSchemaError } = await import(
+  '../dist/index.js'
+);
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
 // test process is killed before its after() hook runs.
@@ -165,6 +167,7 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     const err = await rejection(deployStack(stack(NAME, ID, { statements: [S0, S1, S2, BAD] }), STAGE));
     assert.ok(isClickHouseSchemaError(err), `got ${err?.stack ?? err}`);
     assert.equal(err.code, 'E_STATEMENT_FAILED');
+    assert.equal(err._tag, 'ClickHouseSchemaError', 'catchTag-able inside Effect programs');
     assert.equal(err.resourceId, ID);
     assert.equal(err.statementIndex, 3);
     assert.ok(pods.includes(err.pod), err.pod);
@@ -251,12 +254,12 @@ describe('clickHouseSchema through Alchemy with an injected executor (no cluster
   const fakeStack = (name, cluster, props = {}) =>
     Alchemy.Stack(
       name,
-      { providers: clickHouseSchemaProvider, state: Alchemy.localState() },
+      // The executor reaches the provider as a Layer, never through props.
+      { providers: Layer.provide(clickHouseSchemaProvider, clickHouseSchemaExecutor(cluster.executor)), state: Alchemy.localState() },
       Effect.gen(function* () {
         const schema = yield* clickHouseSchema('fake-schema', {
           target: { namespace: 'ns', podSelector: { app: 'clickhouse' } },
           statements: ['CREATE DATABASE IF NOT EXISTS a ON CLUSTER c', 'CREATE DATABASE IF NOT EXISTS b ON CLUSTER c'],
-          executor: cluster.executor,
           retry: { maxAttempts: 1, backoffMs: 0 },
           ...props,
         });
@@ -264,7 +267,7 @@ describe('clickHouseSchema through Alchemy with an injected executor (no cluster
       }),
     );
 
-  test('the executor is runtime-only: it is used, and it never reaches the recorded props', { timeout }, async () => {
+  test('the executor (a Layer) is used, and never reaches the recorded props', { timeout }, async () => {
     const cluster = fakeCluster(['p-0', 'p-1']);
     await deployStack(fakeStack('fake-runtime', cluster), STAGE);
     assert.deepEqual(cluster.execs.sort(), ['p-0', 'p-0', 'p-1', 'p-1']);
@@ -315,6 +318,18 @@ describe('clickHouseSchema through Alchemy with an injected executor (no cluster
     assert.equal(cluster.execs.length, 2, 'a warning, not an error: the deploy ran');
     // Honest about the state: the statement is a prop, and Alchemy keeps it verbatim.
     assert.ok(JSON.stringify(stateOf('fake-credential', 'fake-schema').props).includes('sEcReT-value'));
+  });
+
+  test('ClickHouseSchemaError is a tagged error: Effect.catchTag recovers from it', { timeout }, async () => {
+    const { apply } = await import('../dist/index.js');
+    const cluster = fakeCluster(['p-0']);
+    const recovered = await Effect.runPromise(
+      Effect.tryPromise({
+        try: () => apply('fake-schema', { statements: [] }, undefined, { executor: cluster.executor }),
+        catch: (e) => e,
+      }).pipe(Effect.catchTag('ClickHouseSchemaError', (e) => Effect.succeed(e.code))),
+    );
+    assert.equal(recovered, 'E_INVALID_CONFIG');
   });
 
   test('onCluster: an unchanged deploy makes no cluster call at all', { timeout }, async () => {

@@ -47,7 +47,7 @@ async function rejection(promise) {
 
 test('apply runs every statement on every pod and returns the state to record', async () => {
   const { executor, calls } = fakeCluster(['chi-0', 'chi-1', 'chi-2']);
-  const result = await apply('orders-schema', props(), undefined, executor);
+  const result = await apply('orders-schema', props(), undefined, { executor: executor });
   assert.equal(result.changed, true);
   assert.deepEqual(result.appliedTo, ['chi-0', 'chi-1', 'chi-2']);
   assert.equal(calls.lists.length, 2, 'selection and one re-list');
@@ -83,9 +83,9 @@ test('apply runs every statement on every pod and returns the state to record', 
 
 test('an unchanged converge lists once and runs nothing', async () => {
   const first = fakeCluster(['chi-0', 'chi-1']);
-  const { state } = await apply('orders-schema', props(), undefined, first.executor);
+  const { state } = await apply('orders-schema', props(), undefined, { executor: first.executor });
   const again = fakeCluster(['chi-0', 'chi-1']);
-  const result = await apply('orders-schema', props(), state, again.executor);
+  const result = await apply('orders-schema', props(), state, { executor: again.executor });
   assert.equal(result.changed, false);
   assert.deepEqual(result.state, state);
   assert.equal(again.calls.lists.length, 1);
@@ -103,7 +103,7 @@ test('an SQL failure rejects with every ClickHouseSchemaError property and no se
       };
     }
   });
-  const err = await rejection(apply('orders-schema', props({ statements: [S0, S1, secretStatement] }), undefined, executor));
+  const err = await rejection(apply('orders-schema', props({ statements: [S0, S1, secretStatement] }), undefined, { executor: executor }));
   assert.equal(err.code, 'E_STATEMENT_FAILED');
   assert.equal(err.resourceId, 'orders-schema');
   assert.equal(err.statementIndex, 2);
@@ -123,12 +123,12 @@ test('a rejected exec is a transport failure: retried, then reported', async () 
   const flaky = fakeCluster(['chi-0'], () => {
     if (failures-- > 0) throw new Error('websocket closed');
   });
-  const ok = await apply('orders-schema', props(), undefined, flaky.executor);
+  const ok = await apply('orders-schema', props(), undefined, { executor: flaky.executor });
   assert.equal(ok.changed, true);
   assert.equal(flaky.calls.execs.length, 3, 'one failed attempt, then both statements');
 
   const down = fakeCluster(['chi-0'], () => Promise.reject(new Error('connection reset by peer')));
-  const err = await rejection(apply('orders-schema', props(), undefined, down.executor));
+  const err = await rejection(apply('orders-schema', props(), undefined, { executor: down.executor }));
   assert.equal(err.code, 'E_TRANSPORT');
   assert.equal(err.statementIndex, 0);
   assert.equal(err.pod, 'chi-0');
@@ -143,14 +143,14 @@ test('a listPods that throws synchronously is a failure, not a crash', async () 
     },
     exec: async () => ({ stdout: '', stderr: '', exitCode: 0 }),
   };
-  const err = await rejection(apply('orders-schema', props(), undefined, executor));
+  const err = await rejection(apply('orders-schema', props(), undefined, { executor: executor }));
   assert.equal(err.code, 'E_TRANSPORT');
   assert.match(err.message, /no route to API server/);
 });
 
 test('invalid props reject with the validation error before any call', async () => {
   const { executor, calls } = fakeCluster(['chi-0']);
-  const err = await rejection(apply('orders-schema', { statements: [] }, undefined, executor));
+  const err = await rejection(apply('orders-schema', { statements: [] }, undefined, { executor: executor }));
   assert.equal(err.code, 'E_INVALID_CONFIG');
   assert.ok(err.issues.length > 0);
   assert.equal(calls.lists.length + calls.execs.length, 0);
@@ -167,36 +167,36 @@ test('a pod set that never settles fails naming the uncovered pods', async () =>
       return { stdout: '', stderr: '', exitCode: 0 };
     },
   };
-  const err = await rejection(apply('orders-schema', props({ maxReconcilePasses: 2 }), undefined, churning));
+  const err = await rejection(apply('orders-schema', props({ maxReconcilePasses: 2 }), undefined, { executor: churning }));
   assert.equal(err.code, 'E_POD_SET_UNSTABLE');
   assert.match(err.message, /after 2 reconcile pass\(es\), \d+ pod\(s\) had still not been applied to \(chi-/);
 });
 
 test('destroy: retain never reaches the cluster, run executes deleteStatements, run without state refuses', async () => {
   const first = fakeCluster(['chi-0', 'chi-1']);
-  const { state } = await apply('orders-schema', props(), undefined, first.executor);
+  const { state } = await apply('orders-schema', props(), undefined, { executor: first.executor });
 
   const retained = fakeCluster(['chi-0', 'chi-1']);
-  await destroy('orders-schema', props(), state, retained.executor);
+  await destroy('orders-schema', props(), state, { executor: retained.executor });
   assert.equal(retained.calls.lists.length + retained.calls.execs.length, 0);
 
   const runProps = props({ onDelete: 'run', deleteStatements: ['DROP DATABASE IF EXISTS orders'] });
   const run = fakeCluster(['chi-0', 'chi-1']);
-  await destroy('orders-schema', runProps, state, run.executor);
+  await destroy('orders-schema', runProps, state, { executor: run.executor });
   assert.deepEqual(
     run.calls.execs.map((r) => `${r.pod}: ${r.stdin}`),
     ['chi-0: DROP DATABASE IF EXISTS orders', 'chi-1: DROP DATABASE IF EXISTS orders'],
   );
 
   const never = fakeCluster(['chi-0']);
-  const err = await rejection(destroy('orders-schema', runProps, undefined, never.executor));
+  const err = await rejection(destroy('orders-schema', runProps, undefined, { executor: never.executor }));
   assert.equal(err.code, 'E_NOTHING_APPLIED');
   assert.equal(never.calls.lists.length + never.calls.execs.length, 0);
 });
 
 test('a malformed previous state is reported, not silently ignored', async () => {
   const { executor, calls } = fakeCluster(['chi-0']);
-  const err = await rejection(apply('orders-schema', props(), { fingerprint: 42 }, executor));
+  const err = await rejection(apply('orders-schema', props(), { fingerprint: 42 }, { executor: executor }));
   assert.equal(err.code, 'E_INVALID_STATE');
   assert.deepEqual(err.issues.map((i) => i.path), ['previousState']);
   assert.match(err.message, /previousState: is not a ClickHouseSchema state/);
@@ -206,7 +206,7 @@ test('a malformed previous state is reported, not silently ignored', async () =>
 test('an exit code that is not an exit status is never read as success, nor retried', async () => {
   for (const exitCode of [Number.NaN, 0.5, 2 ** 32, -1, 256, Number.POSITIVE_INFINITY]) {
     const { executor, calls } = fakeCluster(['chi-0'], () => ({ stdout: '', stderr: '', exitCode }));
-    const err = await rejection(apply('orders-schema', props(), undefined, executor));
+    const err = await rejection(apply('orders-schema', props(), undefined, { executor: executor }));
     assert.equal(err.code, 'E_TRANSPORT', `exitCode ${exitCode}`);
     assert.equal(err.statementIndex, 0);
     assert.match(err.message, /not an exit status \(an integer from 0 to 255\)/);
@@ -225,7 +225,7 @@ test('a rejection without an Error still says what happened', async () => {
     [new Error('socket hang up'), /socket hang up/],
   ]) {
     const { executor } = fakeCluster(['chi-0'], () => Promise.reject(reason));
-    const err = await rejection(apply('orders-schema', props(), undefined, executor));
+    const err = await rejection(apply('orders-schema', props(), undefined, { executor: executor }));
     assert.equal(err.code, 'E_TRANSPORT');
     assert.match(err.message, phrase);
     assert.match(err.message, /after 2 attempt\(s\)/, 'a rejection is a transport failure, retried');
@@ -239,7 +239,7 @@ test('props holding NaN, Infinity or functions are E_INVALID_CONFIG naming each 
     executor: { listPods: () => [], exec: () => ({}) },
   });
   const { executor, calls } = fakeCluster(['chi-0']);
-  const err = await rejection(apply('orders-schema', bad, undefined, executor));
+  const err = await rejection(apply('orders-schema', bad, undefined, { executor: executor }));
   assert.equal(err.code, 'E_INVALID_CONFIG');
   assert.equal(err.resourceId, 'orders-schema');
   assert.deepEqual(err.issues.map((i) => i.path).sort(), [
@@ -250,28 +250,64 @@ test('props holding NaN, Infinity or functions are E_INVALID_CONFIG naming each 
   ]);
   assert.match(err.message, /statementTimeoutMs: is NaN/);
   assert.match(err.message, /settings\.max_threads: is Infinity/);
-  assert.match(err.message, /executor\.exec: is a function, but props hold only data/);
+  assert.match(err.message, /executor\.exec: is part of an executor, which is not a prop: pass it in the options argument/);
   assert.equal(calls.lists.length + calls.execs.length, 0);
 });
 
 test('plan answers whether apply would run anything, at the cost of its no-op check', async () => {
   const first = fakeCluster(['chi-0', 'chi-1']);
-  const { state } = await apply('orders-schema', props(), undefined, first.executor);
+  const { state } = await apply('orders-schema', props(), undefined, { executor: first.executor });
 
   const same = fakeCluster(['chi-0', 'chi-1']);
-  assert.deepEqual(await plan('orders-schema', props(), state, same.executor), { changed: false });
+  assert.deepEqual(await plan('orders-schema', props(), state, { executor: same.executor }), { changed: false });
   assert.equal(same.calls.lists.length, 1);
   assert.equal(same.calls.execs.length, 0);
 
   const grown = fakeCluster(['chi-0', 'chi-1', 'chi-2']);
-  const result = await plan('orders-schema', props(), state, grown.executor);
+  const result = await plan('orders-schema', props(), state, { executor: grown.executor });
   assert.equal(result.changed, true);
   assert.equal(result.reason, 'the pod set changed (added: chi-2)');
   assert.equal(grown.calls.execs.length, 0, 'a plan never runs a statement');
 
   const none = fakeCluster(['chi-0']);
-  assert.deepEqual(await plan('orders-schema', props(), undefined, none.executor), {
+  assert.deepEqual(await plan('orders-schema', props(), undefined, { executor: none.executor }), {
     changed: true,
     reason: 'nothing has been applied yet',
   });
+});
+
+test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing runs after, nothing is recorded', async () => {
+  let started = 0;
+  // The second statement never answers, as a stalled exec would not.
+  const { executor, calls } = fakeCluster(['chi-0', 'chi-1'], () => {
+    started += 1;
+    return started === 2 ? new Promise(() => {}) : undefined;
+  });
+  const controller = new AbortController();
+  const pending = apply('orders-schema', props(), undefined, { executor, signal: controller.signal });
+  while (started < 2) await new Promise((r) => setTimeout(r, 5));
+  const abortedAt = Date.now();
+  controller.abort();
+  const err = await rejection(pending);
+  assert.ok(Date.now() - abortedAt < 2000, 'settles promptly, not at statementTimeoutMs');
+  assert.equal(err.code, 'E_CANCELLED');
+  assert.equal(err._tag, 'ClickHouseSchemaError');
+  assert.equal(err.statementIndex, 1);
+  assert.equal(err.pod, 'chi-0');
+  assert.match(err.message, /cancelled while statement 1 was running on pod chi-0/);
+  assert.match(err.message, /Nothing is recorded/);
+  assert.equal(calls.execs.length, 2, 'no statement started after the abort');
+});
+
+test('an already aborted signal makes no call at all', async () => {
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(apply('orders-schema', props(), undefined, { executor, signal: AbortSignal.abort() }));
+  assert.equal(err.code, 'E_CANCELLED');
+  assert.equal(calls.lists.length + calls.execs.length, 0);
+});
+
+test('options without a signal or executor, and onEvent, are accepted', async () => {
+  const { executor } = fakeCluster(['chi-0']);
+  const result = await apply('orders-schema', props(), undefined, { executor, onEvent: () => {} });
+  assert.equal(result.changed, true);
 });

@@ -36,6 +36,8 @@ pub enum ErrorKind {
     /// The recorded state is malformed or names another target than the
     /// props; `issues` lists every problem.
     InvalidState,
+    /// The caller cancelled the call (an aborted `AbortSignal`).
+    Cancelled,
     /// A bug or an impossible state; the message says what was expected.
     Internal,
 }
@@ -54,6 +56,7 @@ impl ErrorKind {
             ErrorKind::ClusterMismatch => "E_CLUSTER_MISMATCH",
             ErrorKind::NothingApplied => "E_NOTHING_APPLIED",
             ErrorKind::InvalidState => "E_INVALID_STATE",
+            ErrorKind::Cancelled => "E_CANCELLED",
             ErrorKind::Internal => "E_INTERNAL",
         }
     }

@@ -10,7 +10,7 @@ use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::fingerprint::fingerprint;
 use crate::reconcile::{FanoutStart, Run};
 use crate::state::{PodRef, RecordedTarget, SchemaState};
-use crate::transport::{Clock, Executor, PodInfo, PodLister};
+use crate::transport::{Cancel, Clock, Executor, PodInfo, PodLister};
 
 /// What `apply` did, for logs and tests; the state is what gets recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,9 @@ pub struct Cluster<'a, T, C> {
     /// Credential-free identity of the cluster (see `cluster_id`); `None`
     /// when it cannot be known (no current cluster, injected executor).
     pub cluster_id: Option<String>,
+    /// Lets the caller stop the call: checked before every statement, list
+    /// and pause, and raced against each of them.
+    pub cancel: &'a dyn Cancel,
 }
 
 /// Why an apply has to run, or that it does not.
@@ -147,7 +150,8 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
         &config.target,
         cluster.transport,
         cluster.clock,
-    );
+    )
+    .with_cancel(cluster.cancel);
     let fingerprint = fingerprint(config);
     Ok(
         match decide(
@@ -184,7 +188,8 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
         &config.target,
         cluster.transport,
         cluster.clock,
-    );
+    )
+    .with_cancel(cluster.cancel);
     let decision = decide(
         &run,
         config,
@@ -275,7 +280,8 @@ pub async fn destroy<T: PodLister + Executor, C: Clock>(
         return Err(ClickHouseSchemaError::invalid_state(resource_id, issues));
     }
     let target = state.target.to_target();
-    let run = Run::new(resource_id, config, &target, cluster.transport, cluster.clock);
+    let run =
+        Run::new(resource_id, config, &target, cluster.transport, cluster.clock).with_cancel(cluster.cancel);
     match &config.execution {
         Execution::OnCluster { .. } => run.on_cluster(&config.delete_statements).await.map(|_| ()),
         Execution::Fanout => run

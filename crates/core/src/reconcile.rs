@@ -10,6 +10,9 @@
 //! container, and lets ClickHouse's distributed DDL queue reach the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::poll_fn;
+use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use crate::command;
@@ -18,7 +21,8 @@ use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::redact::redact_clickhouse_output;
 use crate::state::PodRef;
 use crate::transport::{
-    Clock, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError, TransportErrorKind,
+    Cancel, Clock, ExecOutput, ExecRequest, Executor, NeverCancelled, PodInfo, PodLister, TransportError,
+    TransportErrorKind,
 };
 
 /// How long to wait between observations while pods are not Ready or the set
@@ -40,6 +44,7 @@ pub struct Run<'a, T, C> {
     pub wait_budget: Duration,
     pub statement_timeout: Duration,
     pub max_passes: u32,
+    pub cancel: &'a dyn Cancel,
 }
 
 impl<'a, T, C> Run<'a, T, C> {
@@ -62,7 +67,14 @@ impl<'a, T, C> Run<'a, T, C> {
             wait_budget: Duration::from_millis(config.wait_for_pod.timeout_ms),
             statement_timeout: Duration::from_millis(config.statement_timeout_ms),
             max_passes: config.max_reconcile_passes,
+            cancel: &NeverCancelled,
         }
+    }
+
+    /// The same run, stoppable through `cancel`.
+    pub fn with_cancel(mut self, cancel: &'a dyn Cancel) -> Self {
+        self.cancel = cancel;
+        self
     }
 }
 
@@ -234,7 +246,22 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let max_attempts = self.retry.max_attempts.max(1);
         let mut attempt = 1;
         loop {
-            match self.transport.exec(request.clone()).await {
+            if self.cancel.is_cancelled() {
+                return Err(Failure::Error(
+                    self.cancelled(&format!("before statement {index} was sent to pod {pod}")),
+                ));
+            }
+            let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
+                return Err(Failure::Error(
+                    self.cancelled(&format!(
+                        "while statement {index} was running on pod {pod}; its exec was closed, and whether \
+                         the statement ran is unknown"
+                    ))
+                    .with_statement_index(index)
+                    .with_pod(pod),
+                ));
+            };
+            match result {
                 Ok(output) => return Ok((output, attempt - 1)),
                 Err(err) if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) => {
                     return Err(Failure::Vanished);
@@ -258,13 +285,32 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     async fn list(&self) -> Result<Vec<PodInfo>, ClickHouseSchemaError> {
-        let result = self
-            .with_retry(|| {
-                self.transport
-                    .list_pods(&self.target.namespace, &self.target.pod_selector)
-            })
-            .await;
-        result.map_err(|(err, attempts)| self.list_failed(&err, attempts))
+        if self.cancel.is_cancelled() {
+            return Err(self.cancelled("before listing pods"));
+        }
+        let listing = self.with_retry(|| {
+            self.transport
+                .list_pods(&self.target.namespace, &self.target.pod_selector)
+        });
+        match self.unless_cancelled(listing).await {
+            Some(result) => result.map_err(|(err, attempts)| self.list_failed(&err, attempts)),
+            None => Err(self.cancelled("while listing pods")),
+        }
+    }
+
+    /// `work`'s output, or `None` when the run is cancelled first (then
+    /// `work` is dropped: an exec in flight is closed).
+    async fn unless_cancelled<F: Future>(&self, work: F) -> Option<F::Output> {
+        let mut work = pin!(work);
+        let mut cancelled = self.cancel.cancelled();
+        // Work that finished wins over a cancellation that came with it.
+        poll_fn(|cx| {
+            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                return Poll::Ready(Some(output));
+            }
+            cancelled.as_mut().poll(cx).map(|()| None)
+        })
+        .await
     }
 
     /// Retries transient transport failures with exponential backoff; a
@@ -292,16 +338,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Exponential backoff after failed attempt number `attempt` (1-based).
     async fn backoff(&self, attempt: u32) {
         let factor = 1u64 << (attempt - 1).min(16);
-        self.clock
-            .sleep(Duration::from_millis(
-                self.retry.backoff_ms.saturating_mul(factor),
-            ))
-            .await;
+        let sleep = self.clock.sleep(Duration::from_millis(
+            self.retry.backoff_ms.saturating_mul(factor),
+        ));
+        // A cancellation ends the wait at once; the next attempt reports it.
+        self.unless_cancelled(sleep).await;
     }
 
     async fn pause(&self, deadline: Duration) {
         let remaining = deadline.saturating_sub(self.clock.now());
-        self.clock.sleep(remaining.min(POLL_INTERVAL)).await;
+        // A cancellation ends the pause at once; the next list reports it.
+        self.unless_cancelled(self.clock.sleep(remaining.min(POLL_INTERVAL)))
+            .await;
     }
 
     // ----- errors: each names the resource, the selector and namespace, the
@@ -322,6 +370,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
     fn error(&self, kind: ErrorKind, message: String) -> ClickHouseSchemaError {
         ClickHouseSchemaError::new(kind, message).with_resource_id(self.resource_id)
+    }
+
+    fn cancelled(&self, when: &str) -> ClickHouseSchemaError {
+        self.error(
+            ErrorKind::Cancelled,
+            format!(
+                "{}: cancelled {when}. Nothing is recorded, so the next converge applies the whole list again \
+                 (statements that completed before the cancellation stay applied).",
+                self.prefix()
+            ),
+        )
     }
 
     fn container_missing(&self, pod: &PodInfo) -> ClickHouseSchemaError {

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 /// What the reconcile logic needs to know about one pod, independent of kube types.
@@ -130,6 +131,30 @@ pub trait PodLister: Send + Sync {
 /// Runs one command in one container (`pods/exec`).
 pub trait Executor: Send + Sync {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send;
+}
+
+/// Cooperative cancellation of a lifecycle call (an `AbortSignal` in
+/// JavaScript). Object-safe, so a run carries it without another type
+/// parameter.
+pub trait Cancel: Send + Sync {
+    /// Whether cancellation was requested.
+    fn is_cancelled(&self) -> bool;
+    /// Resolves once cancellation is requested; never, if it never is.
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// A call nobody can cancel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NeverCancelled;
+
+impl Cancel for NeverCancelled {
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// Time, injected so budgets and backoff are testable without waiting.

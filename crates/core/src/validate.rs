@@ -317,9 +317,9 @@ fn unexpected_key_reason(parent: &[Segment], key: &str, node: Option<&Value>) ->
              variable with client.passwordEnv (default CLICKHOUSE_PASSWORD)"
                 .to_owned()
         }
-        [] if key == "executor" => "is a runtime-only object and cannot be serialized into props; pass it \
-                                    through the TypeScript API, which keeps it out of the validated and \
-                                    persisted props"
+        [] if key == "executor" => "is not a prop: the executor is runtime-only and goes in the options \
+                                    argument, apply(id, props, previousState, { executor }) (likewise plan \
+                                    and destroy); the Alchemy provider takes it from a Layer"
             .to_owned(),
         ["kubeConfig", "user"] if matches!(key, "token" | "certData" | "keyData") => {
             "is an inline credential and is not accepted in props; reference files with certFile/keyFile, \

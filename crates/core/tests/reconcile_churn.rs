@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use clickhouse_schema_core::lifecycle::{Cluster, apply};
-use clickhouse_schema_core::transport::PodInfo;
+use clickhouse_schema_core::transport::{NeverCancelled, PodInfo};
 use proptest::prelude::*;
 use reconcile_support::{FakeClock, FakeCluster, block_on, config, pod};
 use serde_json::json;
@@ -114,7 +114,7 @@ proptest! {
             "retry": { "maxAttempts": 1 },
         }));
         let clock = FakeClock::default();
-        let c = Cluster { transport: &cluster, clock: &clock, cluster_id: None };
+        let c = Cluster { transport: &cluster, clock: &clock, cluster_id: None, cancel: &NeverCancelled };
 
         if let Ok((state, _)) = block_on(apply("churn", &cfg, None, &c)) {
             let recorded = state.pods.clone().expect("new state records uids");

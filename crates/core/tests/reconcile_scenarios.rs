@@ -8,7 +8,7 @@ use std::time::Duration;
 use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::lifecycle::{ApplyOutcome, Cluster, apply, destroy, plan};
 use clickhouse_schema_core::state::{PodRef, SchemaState};
-use clickhouse_schema_core::transport::{ExecOutput, TransportError, TransportErrorKind};
+use clickhouse_schema_core::transport::{ExecOutput, NeverCancelled, TransportError, TransportErrorKind};
 use reconcile_support::{FakeClock, FakeCluster, block_on, config, pending, pod};
 use serde_json::json;
 
@@ -57,6 +57,7 @@ fn run_apply(
         transport: cluster,
         clock,
         cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
     };
     block_on(apply("orders-schema", &cfg, previous, &c))
 }
@@ -249,6 +250,7 @@ fn a_changed_target_or_cluster_re_runs_everything() {
         transport: &cluster,
         clock: &clock,
         cluster_id: Some("cluster-b".into()),
+        cancel: &NeverCancelled,
     };
     let (next, _) = block_on(apply("orders-schema", &cfg, Some(&state), &c)).unwrap();
     assert_eq!(cluster.execs().len(), 6, "another cluster");
@@ -687,6 +689,7 @@ fn delete_with_retain_never_reaches_the_cluster() {
         transport: &cluster,
         clock: &clock,
         cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
     };
     block_on(destroy("orders-schema", &cfg, Some(&state), &c)).unwrap();
     assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
@@ -712,6 +715,7 @@ fn delete_with_run_executes_the_delete_statements_on_every_pod() {
         transport: &cluster,
         clock: &clock,
         cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
     };
     block_on(destroy("orders-schema", &cfg, Some(&state), &c)).unwrap();
     assert_eq!(cluster.execs().len(), 6);
@@ -735,6 +739,7 @@ fn delete_with_run_refuses_another_cluster_or_nothing_applied_before_any_call() 
         transport: &cluster,
         clock: &clock,
         cluster_id: Some("cluster-b".into()),
+        cancel: &NeverCancelled,
     };
     let err = block_on(destroy("orders-schema", &cfg, Some(&state), &elsewhere)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::ClusterMismatch);
@@ -748,6 +753,7 @@ fn delete_with_run_refuses_another_cluster_or_nothing_applied_before_any_call() 
         transport: &cluster,
         clock: &clock,
         cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
     };
     let err = block_on(destroy("orders-schema", &cfg, None, &here)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::NothingApplied);
@@ -832,6 +838,7 @@ fn run_plan(
         transport: cluster,
         clock: &clock,
         cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
     };
     block_on(plan("orders-schema", &cfg, previous, &c)).unwrap()
 }
@@ -1053,6 +1060,7 @@ fn destroy_refuses_a_state_that_is_malformed_or_names_another_target_before_any_
         transport: &cluster,
         clock: &clock,
         cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
     };
 
     let mut everything = good.clone();
@@ -1084,5 +1092,74 @@ fn destroy_refuses_a_state_that_is_malformed_or_names_another_target_before_any_
         .insert("app".into(), "other".into());
     let err = block_on(destroy("orders-schema", &cfg, Some(&other_selector), &here)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::InvalidState);
+    assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
+}
+
+/// Cancellation as an AbortSignal gives it: a flag the caller sets.
+#[derive(Default)]
+struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl clickhouse_schema_core::transport::Cancel for Flag {
+    fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::poll_fn(move |_| {
+            if self.is_cancelled() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        }))
+    }
+}
+
+#[test]
+fn a_cancelled_apply_stops_before_the_next_statement_and_records_nothing() {
+    let flag = Flag::default();
+    let set = flag.0.clone();
+    let cluster = FakeCluster::new(three_pods()).on_exec(move |_, _| {
+        // The caller aborts while the first statement runs.
+        set.store(true, std::sync::atomic::Ordering::SeqCst);
+        None
+    });
+    let clock = FakeClock::default();
+    let cfg = config(fanout_props());
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-a".into()),
+        cancel: &flag,
+    };
+    let err = block_on(apply("orders-schema", &cfg, None, &c)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Cancelled);
+    assert_eq!(err.code(), "E_CANCELLED");
+    assert!(
+        err.message
+            .contains("cancelled before statement 1 was sent to pod chi-orders-0-0-0")
+            && err.message.contains("Nothing is recorded"),
+        "{}",
+        err.message
+    );
+    assert_eq!(cluster.exec_attempts(), 1, "nothing after the abort");
+}
+
+#[test]
+fn a_cancellation_ends_a_wait_for_pods_at_once() {
+    let flag = Flag::default();
+    flag.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cluster = FakeCluster::new(vec![pending("chi-orders-0-0-0", "u0")]);
+    let clock = FakeClock::default();
+    let cfg = config(fanout_props());
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &flag,
+    };
+    let err = block_on(apply("orders-schema", &cfg, None, &c)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Cancelled);
+    assert_eq!(clock.elapsed(), Duration::ZERO, "no waiting after the abort");
     assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
 }

@@ -120,11 +120,11 @@ fn unknown_top_level_key_is_named() {
 }
 
 #[test]
-fn executor_cannot_be_serialized() {
+fn executor_in_props_says_where_it_goes() {
     assert_single_issue(
         with(base(), "/executor", json!({})),
         "executor",
-        "cannot be serialized",
+        "goes in the options argument, apply(id, props, previousState, { executor })",
     );
 }
 

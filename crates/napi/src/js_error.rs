@@ -27,6 +27,8 @@ pub fn throw(env: &Env, err: &ClickHouseSchemaError) -> Error {
 fn build<'env>(env: &'env Env, err: &ClickHouseSchemaError) -> Result<Unknown<'env>> {
     let mut obj = env.create_error(Error::new(Status::GenericFailure, err.message.clone()))?;
     obj.set_named_property("name", ERROR_NAME)?;
+    // Effect's tagged-error convention: `Effect.catchTag('ClickHouseSchemaError', ...)`.
+    obj.set_named_property("_tag", ERROR_NAME)?;
     obj.set_named_property("code", err.code())?;
     set_optional(&mut obj, "resourceId", err.resource_id.as_deref())?;
     set_optional(&mut obj, "statementIndex", err.statement_index.map(|i| i as u32))?;

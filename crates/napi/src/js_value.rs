@@ -61,10 +61,12 @@ fn walk(value: Unknown<'_>, path: &str, depth: usize, issues: &mut Vec<ConfigIss
                 Number::from_f64(n).map(Value::Number)
             }
         }
-        ValueType::Function => problem(
-            "is a function, but props hold only data: a runtime-only object such as the executor is \
-             passed separately, never inside props",
+        ValueType::Function if path == "executor" || path.starts_with("executor.") => problem(
+            "is part of an executor, which is not a prop: pass it in the options argument, \
+             apply(id, props, previousState, { executor }) (likewise plan and destroy), or to the Alchemy \
+             provider as a Layer, clickHouseSchemaExecutor(executor)",
         ),
+        ValueType::Function => problem("is a function, but props hold only data (JSON)"),
         ValueType::Symbol => problem("is a Symbol, which props cannot hold"),
         ValueType::BigInt => problem("is a BigInt: write it as a number"),
         ValueType::External | ValueType::Unknown => problem("is not a plain value"),

@@ -11,6 +11,7 @@
 
 mod js_error;
 mod js_executor;
+mod js_options;
 mod js_value;
 mod lifecycle;
 

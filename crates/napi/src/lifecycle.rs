@@ -15,6 +15,7 @@ use napi_derive::napi;
 
 use crate::js_error::throw;
 use crate::js_executor::ClickHouseExecutor;
+use crate::js_options::{self, Options, SignalCancel};
 use crate::{props_json, state_json};
 
 /// The result of an apply: the state to record, and what happened.
@@ -48,10 +49,10 @@ pub struct SchemaStateShape {
 
 /// Brings the cluster to `props` for resource `id` and resolves to the state
 /// to record. `previousState` is the last recorded state (omit on create);
-/// `executor` replaces the Kubernetes API for listing pods and running execs.
-/// Rejects with a `ClickHouseSchemaError`; nothing is to be recorded then.
+/// `options` may inject an executor and carry an `AbortSignal`. Rejects with
+/// a `ClickHouseSchemaError`; nothing is to be recorded then.
 #[napi(
-    ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null",
+    ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null",
     ts_return_type = "Promise<ApplyResult>"
 )]
 pub fn apply<'env>(
@@ -59,12 +60,13 @@ pub fn apply<'env>(
     id: String,
     props: Unknown<'env>,
     previous_state: Unknown<'env>,
-    executor: Option<ClickHouseExecutor>,
+    options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, ApplyResult>> {
+    let options = js_options::read(env, options)?;
     let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
         let (config, previous) = inputs?;
-        let session = Session::open(&config, executor).await?;
+        let session = Session::open(&config, options).await?;
         lifecycle::apply(&id, &config, previous.as_ref(), &session.cluster()).await
     };
     settle(env, work, |(state, outcome)| {
@@ -96,7 +98,7 @@ pub struct PlanResult {
 /// apply's no-op check makes (one pod list under fanout, none under
 /// onCluster) and never runs a statement. For plans and Alchemy's `diff`.
 #[napi(
-    ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, executor?: ClickHouseExecutor | null",
+    ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null",
     ts_return_type = "Promise<PlanResult>"
 )]
 pub fn plan<'env>(
@@ -104,12 +106,13 @@ pub fn plan<'env>(
     id: String,
     props: Unknown<'env>,
     previous_state: Unknown<'env>,
-    executor: Option<ClickHouseExecutor>,
+    options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, PlanResult>> {
+    let options = js_options::read(env, options)?;
     let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
         let (config, previous) = inputs?;
-        let session = Session::open(&config, executor).await?;
+        let session = Session::open(&config, options).await?;
         lifecycle::plan(&id, &config, previous.as_ref(), &session.cluster()).await
     };
     settle(env, work, |reason| {
@@ -124,7 +127,7 @@ pub fn plan<'env>(
 /// reaching the cluster; `run` executes `deleteStatements` where `state` says
 /// the schema landed, refusing when that is another cluster or `state` is absent.
 #[napi(
-    ts_args_type = "id: string, props: unknown, state?: SchemaState | null, executor?: ClickHouseExecutor | null",
+    ts_args_type = "id: string, props: unknown, state?: SchemaState | null, options?: LifecycleOptions | null",
     ts_return_type = "Promise<void>"
 )]
 pub fn destroy<'env>(
@@ -132,8 +135,9 @@ pub fn destroy<'env>(
     id: String,
     props: Unknown<'env>,
     state: Unknown<'env>,
-    executor: Option<ClickHouseExecutor>,
+    options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, ()>> {
+    let options = js_options::read(env, options)?;
     let inputs = inputs(&id, props, state, "state");
     let work = async move {
         let (config, state) = inputs?;
@@ -141,7 +145,7 @@ pub fn destroy<'env>(
             // Not even a kubeconfig is loaded: retain must work with the cluster gone.
             return Ok(());
         }
-        let session = Session::open(&config, executor).await?;
+        let session = Session::open(&config, options).await?;
         lifecycle::destroy(&id, &config, state.as_ref(), &session.cluster()).await
     };
     settle(env, work, Ok)
@@ -185,6 +189,7 @@ struct Session {
     transport: Transport,
     clock: SystemClock,
     cluster_id: Option<String>,
+    cancel: SignalCancel,
 }
 
 impl Session {
@@ -192,9 +197,9 @@ impl Session {
     /// prop (else the ambient kubeconfig, else in-cluster config).
     async fn open(
         config: &ResolvedConfig,
-        executor: Option<ClickHouseExecutor>,
+        options: Options,
     ) -> std::result::Result<Self, ClickHouseSchemaError> {
-        let (transport, cluster_id) = match executor {
+        let (transport, cluster_id) = match options.executor {
             Some(js) => {
                 // Without a kubeConfig an injected executor names no cluster.
                 let id = match &config.kube_config {
@@ -213,6 +218,7 @@ impl Session {
             transport,
             clock: SystemClock::new(),
             cluster_id,
+            cancel: options.cancel,
         })
     }
 
@@ -221,6 +227,7 @@ impl Session {
             transport: &self.transport,
             clock: &self.clock,
             cluster_id: self.cluster_id.clone(),
+            cancel: &self.cancel,
         }
     }
 }

@@ -1,0 +1,94 @@
+//! The options argument of `apply`, `plan` and `destroy`:
+//! `{ executor?, onEvent?, signal? }`.
+//!
+//! Read on the JS thread before any work is spawned. The `AbortSignal` is
+//! turned into the core's [`Cancel`]: a watch channel set from the signal's
+//! abort callback (on the JS thread) and awaited by the run (on tokio's).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use clickhouse_schema_core::transport::Cancel;
+use napi::bindgen_prelude::*;
+use napi::threadsafe_function::ThreadsafeFunction;
+use napi_derive::napi;
+use tokio::sync::watch;
+
+use crate::js_executor::ClickHouseExecutor;
+
+/// The last argument of `apply`, `plan` and `destroy`. Everything here is
+/// runtime-only: none of it is validated, fingerprinted or recorded.
+/// Declared for `index.d.ts`; the values are read field by field.
+#[allow(dead_code)]
+#[napi(object, object_to_js = false)]
+pub struct LifecycleOptions {
+    /// Lists pods and runs execs in place of the Kubernetes API (tests,
+    /// embedding). Without it the `kubeConfig` prop, else `KUBECONFIG` /
+    /// `~/.kube/config`, else the in-cluster service account is used.
+    pub executor: Option<ClickHouseExecutor>,
+    /// Reserved for progress events; not called yet.
+    #[napi(ts_type = "(event: unknown) => void")]
+    pub on_event: Option<ThreadsafeFunction<serde_json::Value, (), serde_json::Value, Status, false>>,
+    /// Aborting it cancels the call: no statement starts after the abort, an
+    /// exec in flight is closed, nothing is recorded, and the promise rejects
+    /// with `E_CANCELLED`.
+    #[napi(ts_type = "AbortSignal")]
+    pub signal: Option<AbortSignal>,
+}
+
+/// What a lifecycle call takes from its options.
+pub(crate) struct Options {
+    pub executor: Option<ClickHouseExecutor>,
+    pub cancel: SignalCancel,
+}
+
+/// Reads `options` (`undefined` and `null` mean none). A malformed field
+/// rejects like napi's own argument errors, naming the field.
+pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
+    let (tx, rx) = watch::channel(false);
+    let Some(options) = options else {
+        return Ok(Options {
+            executor: None,
+            cancel: SignalCancel(rx),
+        });
+    };
+    let executor = options
+        .get::<ClickHouseExecutor>("executor")
+        .map_err(|e| Error::new(e.status, format!("options.executor: {}", e.reason)))?;
+    if let Some(signal) = options.get::<Object>("signal")? {
+        if signal.get::<bool>("aborted")?.unwrap_or(false) {
+            tx.send_replace(true);
+        } else {
+            // SAFETY: `signal` is a live JS object on this thread; napi
+            // checks that it can hold an abort registration.
+            let abort = unsafe { AbortSignal::from_napi_value(env.raw(), signal.raw()) }
+                .map_err(|e| Error::new(e.status, format!("options.signal: {}", e.reason)))?;
+            abort.on_abort(move || {
+                tx.send_replace(true);
+            });
+        }
+    }
+    Ok(Options {
+        executor,
+        cancel: SignalCancel(rx),
+    })
+}
+
+/// The core's view of an `AbortSignal`.
+pub(crate) struct SignalCancel(watch::Receiver<bool>);
+
+impl Cancel for SignalCancel {
+    fn is_cancelled(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let mut rx = self.0.clone();
+        Box::pin(async move {
+            // The sender lives with the signal; a signal collected unaborted never cancels.
+            if rx.wait_for(|aborted| *aborted).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
