@@ -40,6 +40,40 @@ export interface ClickHouseExecutor {
   exec: (request: ExecutorExecRequest) => Promise<ExecutorExecResult>
 }
 
+/**
+ * The stable `code` of every `ClickHouseSchemaError`. Generated into
+ * `index.d.ts` from this enum, whose values are the core's
+ * `ErrorKind::code()`: the match in [`ClickHouseSchemaErrorCode::of`] makes a
+ * new kind fail to compile until it is listed here, and a test checks the
+ * strings agree.
+ */
+export declare const enum ClickHouseSchemaErrorCode {
+  /** The props failed validation; `issues` lists every problem. */
+  E_INVALID_CONFIG = 'E_INVALID_CONFIG',
+  /** ClickHouse rejected a statement (never retried). */
+  E_STATEMENT_FAILED = 'E_STATEMENT_FAILED',
+  /** The exec transport failed after all retries, or gave an unusable result. */
+  E_TRANSPORT = 'E_TRANSPORT',
+  /** The Kubernetes API refused or failed a call. */
+  E_KUBERNETES_API = 'E_KUBERNETES_API',
+  /** Pods did not become Ready within the budget, or none matched. */
+  E_PODS_NOT_READY = 'E_PODS_NOT_READY',
+  /** A matching pod has no container named by `target.container`. */
+  E_CONTAINER_MISSING = 'E_CONTAINER_MISSING',
+  /** Fanout could not reach its exit predicate (churn, empty window). */
+  E_POD_SET_UNSTABLE = 'E_POD_SET_UNSTABLE',
+  /** `onDelete: 'run'` against another cluster than the one recorded. */
+  E_CLUSTER_MISMATCH = 'E_CLUSTER_MISMATCH',
+  /** `onDelete: 'run'` with no recorded apply. */
+  E_NOTHING_APPLIED = 'E_NOTHING_APPLIED',
+  /** The recorded state is malformed or names another target. */
+  E_INVALID_STATE = 'E_INVALID_STATE',
+  /** The caller aborted the call's `AbortSignal`. */
+  E_CANCELLED = 'E_CANCELLED',
+  /** A bug; the message says what was expected. */
+  E_INTERNAL = 'E_INTERNAL',
+}
+
 /** A warning about valid props: where, and why it matters. */
 export interface ConfigWarning {
   path: string

@@ -773,8 +773,9 @@ if (
   }
 }
 
-const { apply, configWarnings, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig } = nativeBinding
+const { apply, ClickHouseSchemaErrorCode, configWarnings, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig } = nativeBinding
 export { apply }
+export { ClickHouseSchemaErrorCode }
 export { configWarnings }
 export { destroy }
 export { fingerprint }

@@ -4,19 +4,14 @@
  * only declares their properties for TypeScript and offers a type guard.
  */
 
-/** Stable machine codes; existing values never change meaning. */
-export type ClickHouseSchemaErrorCode =
-  | 'E_INVALID_CONFIG'
-  | 'E_STATEMENT_FAILED'
-  | 'E_TRANSPORT'
-  | 'E_KUBERNETES_API'
-  | 'E_PODS_NOT_READY'
-  | 'E_CONTAINER_MISSING'
-  | 'E_POD_SET_UNSTABLE'
-  | 'E_CLUSTER_MISMATCH'
-  | 'E_NOTHING_APPLIED'
-  | 'E_INVALID_STATE'
-  | 'E_INTERNAL';
+import type { ClickHouseSchemaErrorCode as GeneratedCode } from '../index.js';
+
+/**
+ * Stable machine codes; existing values never change meaning. The union of
+ * the values of the enum generated from Rust into `index.d.ts`, so this file
+ * never lists them.
+ */
+export type ClickHouseSchemaErrorCode = `${GeneratedCode}`;
 
 /** One problem found in the props. */
 export interface ConfigIssue {

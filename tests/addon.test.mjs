@@ -2,6 +2,7 @@
 // exercises every export, including the properties of the errors it throws.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 
 import {
   validateConfig,
@@ -134,6 +135,21 @@ test('configWarnings names each statement that would put a credential into state
     assert.ok(!w.reason.includes('hunter2') && !w.reason.includes('sEcReT'), 'the warning repeats no secret');
   }
   assert.deepEqual(configWarnings('orders-schema', quickstart()), []);
+});
+
+test("README's table of error codes is the one generated from Rust into index.d.ts", () => {
+  const root = new URL('..', import.meta.url);
+  const dts = readFileSync(new URL('index.d.ts', root), 'utf8');
+  const generated = dts.match(/export declare const enum ClickHouseSchemaErrorCode \{([^}]*)\}/)?.[1];
+  assert.ok(generated, 'index.d.ts declares ClickHouseSchemaErrorCode');
+  const fromRust = [...generated.matchAll(/^\s*(E_[A-Z_]+) = '(E_[A-Z_]+)'/gm)].map((m) => {
+    assert.equal(m[1], m[2]);
+    return m[1];
+  });
+  const readme = readFileSync(new URL('README.md', root), 'utf8');
+  const documented = [...readme.matchAll(/^\| `(E_[A-Z_]+)` \|/gm)].map((m) => m[1]);
+  assert.ok(fromRust.length >= 12, fromRust.join());
+  assert.deepEqual(documented, fromRust);
 });
 
 test('non-object props never crash the addon', () => {

@@ -43,6 +43,22 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, for tests that check other lists against this one.
+    pub const ALL: [ErrorKind; 12] = [
+        ErrorKind::InvalidConfig,
+        ErrorKind::StatementFailed,
+        ErrorKind::Transport,
+        ErrorKind::KubernetesApi,
+        ErrorKind::PodsNotReady,
+        ErrorKind::ContainerMissing,
+        ErrorKind::PodSetUnstable,
+        ErrorKind::ClusterMismatch,
+        ErrorKind::NothingApplied,
+        ErrorKind::InvalidState,
+        ErrorKind::Cancelled,
+        ErrorKind::Internal,
+    ];
+
     /// The stable code exposed to JavaScript as `err.code`.
     pub fn code(self) -> &'static str {
         match self {

@@ -6,8 +6,64 @@
 //! `err.resourceId`, `err.statementIndex`, ... exactly as TypeScript declares
 //! them, and `err instanceof Error` holds.
 
-use clickhouse_schema_core::ClickHouseSchemaError;
+use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+/// The stable `code` of every `ClickHouseSchemaError`. Generated into
+/// `index.d.ts` from this enum, whose values are the core's
+/// `ErrorKind::code()`: the match in [`ClickHouseSchemaErrorCode::of`] makes a
+/// new kind fail to compile until it is listed here, and a test checks the
+/// strings agree.
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+#[napi(string_enum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClickHouseSchemaErrorCode {
+    /// The props failed validation; `issues` lists every problem.
+    E_INVALID_CONFIG,
+    /// ClickHouse rejected a statement (never retried).
+    E_STATEMENT_FAILED,
+    /// The exec transport failed after all retries, or gave an unusable result.
+    E_TRANSPORT,
+    /// The Kubernetes API refused or failed a call.
+    E_KUBERNETES_API,
+    /// Pods did not become Ready within the budget, or none matched.
+    E_PODS_NOT_READY,
+    /// A matching pod has no container named by `target.container`.
+    E_CONTAINER_MISSING,
+    /// Fanout could not reach its exit predicate (churn, empty window).
+    E_POD_SET_UNSTABLE,
+    /// `onDelete: 'run'` against another cluster than the one recorded.
+    E_CLUSTER_MISMATCH,
+    /// `onDelete: 'run'` with no recorded apply.
+    E_NOTHING_APPLIED,
+    /// The recorded state is malformed or names another target.
+    E_INVALID_STATE,
+    /// The caller aborted the call's `AbortSignal`.
+    E_CANCELLED,
+    /// A bug; the message says what was expected.
+    E_INTERNAL,
+}
+
+impl ClickHouseSchemaErrorCode {
+    /// The code of `kind`.
+    pub fn of(kind: ErrorKind) -> Self {
+        match kind {
+            ErrorKind::InvalidConfig => Self::E_INVALID_CONFIG,
+            ErrorKind::StatementFailed => Self::E_STATEMENT_FAILED,
+            ErrorKind::Transport => Self::E_TRANSPORT,
+            ErrorKind::KubernetesApi => Self::E_KUBERNETES_API,
+            ErrorKind::PodsNotReady => Self::E_PODS_NOT_READY,
+            ErrorKind::ContainerMissing => Self::E_CONTAINER_MISSING,
+            ErrorKind::PodSetUnstable => Self::E_POD_SET_UNSTABLE,
+            ErrorKind::ClusterMismatch => Self::E_CLUSTER_MISMATCH,
+            ErrorKind::NothingApplied => Self::E_NOTHING_APPLIED,
+            ErrorKind::InvalidState => Self::E_INVALID_STATE,
+            ErrorKind::Cancelled => Self::E_CANCELLED,
+            ErrorKind::Internal => Self::E_INTERNAL,
+        }
+    }
+}
 
 /// `name` of every error the addon throws, so JS code can tell ours apart
 /// from programming errors without importing a class across the boundary.
@@ -29,7 +85,7 @@ fn build<'env>(env: &'env Env, err: &ClickHouseSchemaError) -> Result<Unknown<'e
     obj.set_named_property("name", ERROR_NAME)?;
     // Effect's tagged-error convention: `Effect.catchTag('ClickHouseSchemaError', ...)`.
     obj.set_named_property("_tag", ERROR_NAME)?;
-    obj.set_named_property("code", err.code())?;
+    obj.set_named_property("code", ClickHouseSchemaErrorCode::of(err.kind))?;
     set_optional(&mut obj, "resourceId", err.resource_id.as_deref())?;
     set_optional(&mut obj, "statementIndex", err.statement_index.map(|i| i as u32))?;
     set_optional(&mut obj, "pod", err.pod.as_deref())?;
@@ -54,5 +110,17 @@ fn set_optional<V: ToNapiValue>(obj: &mut Object, key: &str, value: Option<V>) -
     match value {
         Some(v) => obj.set_named_property(key, v),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_generated_code_is_the_cores() {
+        for kind in ErrorKind::ALL {
+            assert_eq!(format!("{:?}", ClickHouseSchemaErrorCode::of(kind)), kind.code());
+        }
     }
 }
