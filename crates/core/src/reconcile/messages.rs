@@ -1,0 +1,302 @@
+//! The errors a run reports. Each names the resource, the selector and
+//! namespace, the pods involved, what happened to the statements (ran, did
+//! not, unknown), and what to do; the message is the whole user interface of
+//! a failed converge, so it is kept apart from the control flow that raises it.
+
+use super::{Run, readiness_text, selector_text};
+use crate::command;
+use crate::error::{ClickHouseSchemaError, ErrorKind};
+use crate::redact::redact_clickhouse_output;
+use crate::transport::{ExecOutput, PodInfo, TransportError, TransportErrorKind};
+
+impl<T, C> Run<'_, T, C> {
+    pub(super) fn prefix(&self) -> String {
+        format!("ClickHouseSchema '{}'", self.resource_id)
+    }
+
+    pub(super) fn fanout_scope(&self) -> String {
+        format!(
+            "{}: execution.mode 'fanout' applies the statements to EVERY pod matching {} in namespace '{}'",
+            self.prefix(),
+            selector_text(&self.target.pod_selector),
+            self.target.namespace
+        )
+    }
+
+    pub(super) fn error(&self, kind: ErrorKind, message: String) -> ClickHouseSchemaError {
+        ClickHouseSchemaError::new(kind, message).with_resource_id(self.resource_id)
+    }
+
+    pub(super) fn cancelled(&self, when: &str) -> ClickHouseSchemaError {
+        self.error(
+            ErrorKind::Cancelled,
+            format!(
+                "{}: cancelled {when}. Nothing is recorded, so the next converge applies the whole list again \
+                 (statements that completed before the cancellation stay applied).",
+                self.prefix()
+            ),
+        )
+    }
+
+    pub(super) fn container_missing(&self, pod: &PodInfo) -> ClickHouseSchemaError {
+        let has = if pod.containers.is_empty() {
+            "none".to_owned()
+        } else {
+            pod.containers.join(", ")
+        };
+        self.error(
+            ErrorKind::ContainerMissing,
+            format!(
+                "{}, but pod {} has no container '{}' (its containers: {has}). Waiting cannot add a container \
+                 to a running pod, so the converge stops here and records nothing. Set target.container to the \
+                 ClickHouse server container, or narrow target.podSelector to the server pods.",
+                self.fanout_scope(),
+                pod.name,
+                self.target.container
+            ),
+        )
+        .with_pod(&pod.name)
+    }
+
+    pub(super) fn empty_set(&self, applied: usize) -> ClickHouseSchemaError {
+        let ms = self.wait_budget.as_millis();
+        let message = if applied > 0 {
+            format!(
+                "{}, but after {ms}ms the matching set became empty after {applied} pod(s) were applied; a \
+                 same-named successor would be unapplied. Nothing is recorded. Let the rollout finish, raise \
+                 waitForPod.timeoutMs, or switch to execution.mode 'onCluster'.",
+                self.fanout_scope()
+            )
+        } else {
+            format!(
+                "{}, but no pod matched the selector within {ms}ms (terminating and finished pods do not \
+                 count). Nothing is recorded. Check target.namespace and target.podSelector, or raise \
+                 waitForPod.timeoutMs if the pods are still being created.",
+                self.fanout_scope()
+            )
+        };
+        self.error(ErrorKind::PodsNotReady, message)
+    }
+
+    pub(super) fn not_ready(&self, pods: &[&PodInfo]) -> ClickHouseSchemaError {
+        let listed: Vec<String> = pods
+            .iter()
+            .map(|p| format!("{} ({})", p.name, readiness_text(p)))
+            .collect();
+        self.error(
+            ErrorKind::PodsNotReady,
+            format!(
+                "{}, and every one must be Ready before any statement runs, but after {}ms {} pod(s) were not \
+                 Ready: {}. Nothing is recorded, so the next converge applies the whole list to the whole set. \
+                 Let the rollout finish, raise waitForPod.timeoutMs, or switch to execution.mode 'onCluster', \
+                 which needs a single Ready server.",
+                self.fanout_scope(),
+                self.wait_budget.as_millis(),
+                pods.len(),
+                listed.join(", ")
+            ),
+        )
+    }
+
+    pub(super) fn unsettled(&self, passes: u32, uncovered: &[&PodInfo]) -> ClickHouseSchemaError {
+        let detail = if uncovered.is_empty() {
+            format!(
+                "after {passes} reconcile pass(es) and {}ms the set was still changing between observations",
+                self.wait_budget.as_millis()
+            )
+        } else {
+            let names: Vec<&str> = uncovered.iter().map(|p| p.name.as_str()).collect();
+            format!(
+                "after {passes} reconcile pass(es), {} pod(s) had still not been applied to ({})",
+                names.len(),
+                names.join(", ")
+            )
+        };
+        self.error(
+            ErrorKind::PodSetUnstable,
+            format!(
+                "{}, but the pod set kept changing: {detail}. Nothing is recorded, so the next converge \
+                 re-applies the whole list. Let the rollout settle, raise maxReconcilePasses, or switch to \
+                 execution.mode 'onCluster'.",
+                self.fanout_scope()
+            ),
+        )
+    }
+
+    pub(super) fn no_server_for_on_cluster(
+        &self,
+        matching: &[PodInfo],
+        vanished: Option<&str>,
+    ) -> ClickHouseSchemaError {
+        let seen = if matching.is_empty() {
+            "no pod matched".to_owned()
+        } else {
+            let listed: Vec<String> = matching
+                .iter()
+                .map(|p| {
+                    if p.has_container(&self.target.container) {
+                        format!("{} ({})", p.name, readiness_text(p))
+                    } else {
+                        format!("{} (no container '{}')", p.name, self.target.container)
+                    }
+                })
+                .collect();
+            format!("the matching pods were {}", listed.join(", "))
+        };
+        let seen = match vanished {
+            Some(pod) => format!(
+                "{seen}; pod {pod} was listed Ready, but the API server answered 404 (not found) to its exec"
+            ),
+            None => seen,
+        };
+        self.error(
+            ErrorKind::PodsNotReady,
+            format!(
+                "{}: execution.mode 'onCluster' needs one Ready pod matching {} in namespace '{}' with a \
+                 container '{}', but after {}ms {seen}. Nothing is recorded. Check target.podSelector and \
+                 target.container, or raise waitForPod.timeoutMs.",
+                self.prefix(),
+                selector_text(&self.target.pod_selector),
+                self.target.namespace,
+                self.target.container,
+                self.wait_budget.as_millis()
+            ),
+        )
+    }
+
+    pub(super) fn statement_failed(
+        &self,
+        index: usize,
+        statement: &str,
+        pod: &str,
+        output: &ExecOutput,
+        unknown_attempts: u32,
+    ) -> ClickHouseSchemaError {
+        let raw = if output.stderr.trim().is_empty() {
+            output.stdout.clone()
+        } else if output.stdout.trim().is_empty() {
+            output.stderr.clone()
+        } else {
+            format!("{}\n{}", output.stderr, output.stdout)
+        };
+        let redacted = redact_clickhouse_output(&raw, statement);
+        let what = match (redacted.clickhouse_code, redacted.clickhouse_exception.as_deref()) {
+            (Some(code), Some(class)) => format!(" with ClickHouse code {code} ({class})"),
+            (Some(code), None) => format!(" with ClickHouse code {code}"),
+            _ => String::new(),
+        };
+        let stopped_in_pod =
+            redacted.clickhouse_code.is_none() && command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code);
+        let mut message = if stopped_in_pod {
+            format!(
+                "{}: statement {index} on pod {pod} was stopped in the pod after statementTimeoutMs ({}ms) \
+                 (exit {}, from `timeout`). Its outcome is unknown: ClickHouse may still have completed it. \
+                 Nothing is recorded; the next converge re-runs the list. Raise statementTimeoutMs for \
+                 long-running DDL.",
+                self.prefix(),
+                self.statement_timeout.as_millis(),
+                output.exit_code
+            )
+        } else {
+            format!(
+                "{}: statement {index} failed on pod {pod}{what} (exit {}).",
+                self.prefix(),
+                output.exit_code
+            )
+        };
+        if unknown_attempts > 0 {
+            message.push_str(&format!(
+                " Note: this was attempt {} of statement {index} on pod {pod}; the {unknown_attempts} before it \
+                 timed out or lost the connection without a known outcome, so an earlier attempt may have run \
+                 the statement, and this failure may be its consequence (for example 'already exists').",
+                unknown_attempts + 1
+            ));
+        }
+        if !redacted.text.trim().is_empty() {
+            message.push('\n');
+            message.push_str(redacted.text.trim_end());
+        }
+        self.error(ErrorKind::StatementFailed, message)
+            .with_statement_index(index)
+            .with_pod(pod)
+            .with_exit_code(output.exit_code)
+            .with_clickhouse(redacted.clickhouse_code, redacted.clickhouse_exception)
+    }
+
+    pub(super) fn exec_transport_failed(
+        &self,
+        index: usize,
+        statement: &str,
+        pod: &str,
+        err: &TransportError,
+        attempts: u32,
+    ) -> ClickHouseSchemaError {
+        // The transport's text comes from the API server or the socket layer;
+        // redact it against the statement anyway, so nothing that might echo
+        // the request can carry a literal out.
+        let detail = redact_clickhouse_output(&err.message, statement).text;
+        let message = match err.kind {
+            TransportErrorKind::Refused => format!(
+                "{}: the Kubernetes API refused to run statement {index} on pod {pod} in namespace '{}': \
+                 {detail}. Nothing is recorded. The identity running the converge needs 'list' on pods and \
+                 'create' on pods/exec in that namespace, and target.container must name a container of the pod.",
+                self.prefix(),
+                self.target.namespace
+            ),
+            TransportErrorKind::Timeout => format!(
+                "{}: statement {index} on pod {pod} did not finish within statementTimeoutMs ({}ms), {attempts} \
+                 attempt(s): {detail}. Its outcome is unknown: each attempt may have run the statement \
+                 (ClickHouse's max_execution_time and the pod's `timeout` bound it to statementTimeoutMs). \
+                 Nothing is recorded; the next converge re-runs the list. Raise statementTimeoutMs for \
+                 long-running DDL.",
+                self.prefix(),
+                self.statement_timeout.as_millis()
+            ),
+            TransportErrorKind::InvalidResponse => format!(
+                "{}: the transport gave an unusable result for statement {index} on pod {pod}: {detail}. Its \
+                 outcome is unknown, so it was not retried. Nothing is recorded; the next converge re-runs the \
+                 list.",
+                self.prefix()
+            ),
+            TransportErrorKind::Transient => format!(
+                "{}: statement {index} failed to complete on pod {pod} after {attempts} attempt(s): {detail}. \
+                 Its outcome is unknown: an attempt whose connection dropped after the statement was sent may \
+                 have run it. Nothing is recorded; the next converge re-runs the list. Check the connection \
+                 to the API server, or raise retry.maxAttempts.",
+                self.prefix()
+            ),
+        };
+        let kind = match err.kind {
+            TransportErrorKind::Refused => ErrorKind::KubernetesApi,
+            _ => ErrorKind::Transport,
+        };
+        self.error(kind, message)
+            .with_statement_index(index)
+            .with_pod(pod)
+    }
+
+    pub(super) fn list_failed(&self, err: &TransportError, attempts: u32) -> ClickHouseSchemaError {
+        let hint = match err.kind {
+            TransportErrorKind::Refused => {
+                "The identity running the converge needs 'list' on pods in that namespace.".to_owned()
+            }
+            _ => format!(
+                "Gave up after {attempts} attempt(s); check the API server, or raise retry.maxAttempts."
+            ),
+        };
+        let kind = match err.kind {
+            TransportErrorKind::Refused => ErrorKind::KubernetesApi,
+            _ => ErrorKind::Transport,
+        };
+        self.error(
+            kind,
+            format!(
+                "{}: listing pods matching {} in namespace '{}' failed: {}. Nothing is recorded. {hint}",
+                self.prefix(),
+                selector_text(&self.target.pod_selector),
+                self.target.namespace,
+                err.message
+            ),
+        )
+    }
+}
