@@ -36,6 +36,20 @@ pub fn cluster_id(endpoint: &ClusterEndpoint) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
+/// The identity recorded when an injected executor replaces the Kubernetes
+/// API. Only a `kubeConfig` prop says which cluster the executor stands for;
+/// the ambient kubeconfig says nothing about it, so without the prop there is
+/// none. `resolve` turns the prop into its endpoint (the transport's job).
+pub fn of_injected_executor<E>(
+    kube_config: Option<&crate::config::KubeConfigOptions>,
+    resolve: impl FnOnce(&crate::config::KubeConfigOptions) -> Result<Option<ClusterEndpoint>, E>,
+) -> Result<Option<String>, E> {
+    match kube_config {
+        Some(options) => Ok(resolve(options)?.map(|endpoint| cluster_id(&endpoint))),
+        None => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

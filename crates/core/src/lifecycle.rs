@@ -233,6 +233,13 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
     ))
 }
 
+/// Whether [`destroy`] with `config` reaches the cluster at all. `retain`
+/// never does, so a caller need not even load a kubeconfig for it: a schema
+/// whose cluster is gone can still be removed.
+pub fn destroy_reaches_cluster(config: &ResolvedConfig) -> bool {
+    config.on_delete == OnDelete::Run
+}
+
 /// Deletes the resource per `onDelete`. `retain` never reaches the cluster.
 /// `run` executes `deleteStatements` where the state says the schema landed,
 /// and refuses before any call when nothing was ever applied or the current

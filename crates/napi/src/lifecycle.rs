@@ -3,7 +3,7 @@
 //! maps the outcome. Every decision is the core's.
 
 use clickhouse_schema_core::ClickHouseSchemaError;
-use clickhouse_schema_core::cluster_id::cluster_id;
+use clickhouse_schema_core::cluster_id;
 use clickhouse_schema_core::config::ResolvedConfig;
 use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
 use clickhouse_schema_core::state::SchemaState;
@@ -141,8 +141,7 @@ pub fn destroy<'env>(
     let inputs = inputs(&id, props, state, "state");
     let work = async move {
         let (config, state) = inputs?;
-        if config.on_delete == clickhouse_schema_core::config::OnDelete::Retain {
-            // Not even a kubeconfig is loaded: retain must work with the cluster gone.
+        if !lifecycle::destroy_reaches_cluster(&config) {
             return Ok(());
         }
         let session = Session::open(&config, options).await?;
@@ -201,11 +200,9 @@ impl Session {
     ) -> std::result::Result<Self, ClickHouseSchemaError> {
         let (transport, cluster_id) = match options.executor {
             Some(js) => {
-                // Without a kubeConfig an injected executor names no cluster.
-                let id = match &config.kube_config {
-                    Some(options) => resolve_endpoint(Some(options))?.map(|e| cluster_id(&e)),
-                    None => None,
-                };
+                let id = cluster_id::of_injected_executor(config.kube_config.as_ref(), |options| {
+                    resolve_endpoint(Some(options))
+                })?;
                 (Transport::Js(js), id)
             }
             None => {
