@@ -12,7 +12,7 @@ bash scripts/install-deps.sh
 say "Installing npm packages and building the native addon and the sandbox (the first build takes a few minutes)..."
 npm ci --no-audit --no-fund --loglevel=error
 npm run --silent build
-cargo build --quiet --release --locked -p sandbox
+cargo build --quiet --release --locked -p clickhouse-schema-sandbox
 
 export SANDBOX_DIR=.sandbox-demo
 trap 'say "Stopping the sandbox..."; target/release/sandbox stop --dir "$SANDBOX_DIR" || true' EXIT

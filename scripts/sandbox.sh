@@ -11,7 +11,7 @@ dir="${SANDBOX_DIR:-.sandbox}"
 case "${1:-}" in
   start)
     bash scripts/install-deps.sh
-    cargo build --quiet --release -p sandbox
+    cargo build --quiet --release -p clickhouse-schema-sandbox
     exec target/release/sandbox start --dir "$dir" --pods "${SANDBOX_PODS:-3}"
     ;;
   stop)

@@ -41,7 +41,7 @@ step "TypeScript build (src/ to dist/, examples/ to dist/examples/)"
 npm run --silent build:ts
 
 step "sandbox binary (for the Node tests against real ClickHouse)"
-cargo build --release --locked -p sandbox
+cargo build --release --locked -p clickhouse-schema-sandbox
 # The Node sandbox tests run their sandboxes from fixed directories
 # (.sandbox-test, .sandbox-alchemy for the Alchemy end-to-end tests), so they are
 # stopped here even if the test process dies before its own teardown.

@@ -13,8 +13,8 @@ use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::KubeConfigOptions;
 use clickhouse_schema_core::transport::PodLister;
 use clickhouse_schema_kube::{KubeTransport, connect, resolve_endpoint};
+use clickhouse_schema_sandbox::{Sandbox, SandboxOptions};
 use common::*;
-use sandbox::{Sandbox, SandboxOptions};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clickhouse_schema_core::transport::{Executor, PodLister};
 use clickhouse_schema_kube::{KubeTransport, connect};
+use clickhouse_schema_sandbox::{Sandbox, SandboxOptions};
 use common::*;
-use sandbox::{Sandbox, SandboxOptions};
 
 const INSTANCE: u8 = 60;
 const TIMEOUT: Duration = Duration::from_secs(60);

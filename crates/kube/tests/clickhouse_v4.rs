@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clickhouse_schema_core::transport::Executor;
 use clickhouse_schema_kube::{KubeTransport, connect};
+use clickhouse_schema_sandbox::{ExecProtocol, Sandbox, SandboxOptions};
 use common::*;
-use sandbox::{ExecProtocol, Sandbox, SandboxOptions};
 
 const INSTANCE: u8 = 80;
 const TIMEOUT: Duration = Duration::from_secs(60);

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::transport::{Executor, PodLister, TransportErrorKind};
 use clickhouse_schema_kube::{KubeTransport, connect, resolve_endpoint};
+use clickhouse_schema_sandbox::{AddPod, Container, DropPoint, Fault, PodState, Sandbox, SandboxOptions};
 use common::*;
-use sandbox::{AddPod, Container, DropPoint, Fault, PodState, Sandbox, SandboxOptions};
 
 async fn local() -> Sandbox {
     Sandbox::start(SandboxOptions::local(3))

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use clickhouse_schema_core::transport::{Executor, PodLister, TransportError, TransportErrorKind};
 use clickhouse_schema_kube::{KubeTransport, connect};
+use clickhouse_schema_sandbox::{Sandbox, SandboxOptions};
 use common::*;
-use sandbox::{Sandbox, SandboxOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clickhouse_schema_core::command::render;
 use clickhouse_schema_core::config::{ClientConfig, SettingValue};
-use sandbox_hosts::{Hosts, HostsOptions};
+use clickhouse_schema_sandbox_hosts::{Hosts, HostsOptions};
 
 const INSTANCE: u8 = 190;
 const HOST: &str = "ch-0";

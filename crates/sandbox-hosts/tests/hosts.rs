@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use sandbox_hosts::{Hosts, HostsError, HostsOptions, cleanup_stale};
+use clickhouse_schema_sandbox_hosts::{Hosts, HostsError, HostsOptions, cleanup_stale};
 
 const DEFAULT_PW: &str = "def'ault&<pw>";
 const WRITER_PW: &str = "writer-pw";

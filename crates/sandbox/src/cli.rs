@@ -238,7 +238,7 @@ fn stop(dir: &Path) -> Result<(), String> {
     }
     let run = dir.join("run");
     if run.exists() {
-        sandbox_hosts::cleanup_stale(&run).map_err(|e| format!("cleanup: {e}"))?;
+        clickhouse_schema_sandbox_hosts::cleanup_stale(&run).map_err(|e| format!("cleanup: {e}"))?;
     }
     let _ = std::fs::remove_file(pid_file(dir));
     let _ = std::fs::remove_file(info_file(dir));

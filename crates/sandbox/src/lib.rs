@@ -1,6 +1,6 @@
 //! Test bed only: a Kubernetes API subset (discovery, pods, pods/exec over WebSocket v5/v4,
 //! bearer tokens with RBAC-like rules) whose pods are real ClickHouse servers from
-//! `sandbox-hosts`. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
+//! `clickhouse-schema-sandbox-hosts`. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
 
 pub mod api;
 pub mod api_log;

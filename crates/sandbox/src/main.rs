@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    sandbox::cli::main()
+    clickhouse_schema_sandbox::cli::main()
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use sandbox_hosts::{Hosts, HostsOptions};
+use clickhouse_schema_sandbox_hosts::{Hosts, HostsOptions};
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
@@ -88,7 +88,7 @@ impl PodRuntime for LocalProcess {
     }
 }
 
-/// Real ClickHouse servers, one network namespace per pod (crate `sandbox-hosts`).
+/// Real ClickHouse servers, one network namespace per pod (crate `clickhouse-schema-sandbox-hosts`).
 pub struct HostsRuntime {
     hosts: Mutex<Option<Hosts>>,
 }
@@ -125,7 +125,7 @@ impl HostsRuntime {
 
     fn with<T>(
         &self,
-        f: impl FnOnce(&mut Hosts) -> Result<T, sandbox_hosts::HostsError>,
+        f: impl FnOnce(&mut Hosts) -> Result<T, clickhouse_schema_sandbox_hosts::HostsError>,
     ) -> Result<T, RuntimeError> {
         let mut guard = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
         let hosts = guard

@@ -1,4 +1,4 @@
-//! The sandbox with real ClickHouse servers (crate `sandbox-hosts`), driven by kubectl 1.32 and
+//! The sandbox with real ClickHouse servers (crate `clickhouse-schema-sandbox-hosts`), driven by kubectl 1.32 and
 //! 1.33 and by kube-rs exactly as the product and an operator would. Needs root and the packages
 //! clickhouse-server, clickhouse-client and zookeeper.
 
@@ -6,8 +6,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use clickhouse_schema_sandbox::{AddPod, DropPoint, Fault, Sandbox, SandboxOptions};
 use common::*;
-use sandbox::{AddPod, DropPoint, Fault, Sandbox, SandboxOptions};
 
 /// The product's command: SQL on stdin, never in argv.
 const CLIENT: &str = r#"clickhouse-client --port 9000 --password "${CLICKHOUSE_PASSWORD:-}""#;

@@ -7,12 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clickhouse_schema_sandbox::{
+    AddPod, Container, DropPoint, ExecProtocol, Fault, PodState, Sandbox, SandboxOptions,
+};
 use common::*;
 use futures_util::StreamExt;
 use kube::api::ListParams;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use sandbox::{AddPod, Container, DropPoint, ExecProtocol, Fault, PodState, Sandbox, SandboxOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;

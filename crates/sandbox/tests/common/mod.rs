@@ -6,12 +6,12 @@ use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clickhouse_schema_sandbox::Sandbox;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use sandbox::Sandbox;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const KUBECTL_132: &str = "/usr/bin/kubectl";
