@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 
 /// The Altinity CHI server container.
 pub const DEFAULT_CONTAINER: &str = "clickhouse";
@@ -281,190 +281,148 @@ pub struct KubeUserOptions {
     pub key_file: Option<String>,
 }
 
-/// Builds the resolved form of props that already passed validation.
-///
-/// This is where every default is applied. It still refuses to guess: a value
-/// of an unexpected type is reported as an error message (naming the path)
-/// rather than silently replaced by the default, so a gap between the schema
-/// and this function shows up as a failing test instead of a wrong apply.
-pub(crate) fn resolve(props: &Map<String, Value>) -> Result<ResolvedConfig, String> {
-    let target = object(props, "target")?.ok_or("target: missing")?;
-    let client = object(props, "client")?;
-    let wait = object(props, "waitForPod")?;
-    let retry = object(props, "retry")?;
+/// The props as they arrive, read by serde in the shape of the JSON Schema
+/// (which has already accepted them). Optional props stay optional here;
+/// [`resolve`] applies every default.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Props {
+    target: PropsTarget,
+    #[serde(default)]
+    client: PropsClient,
+    statements: Vec<String>,
+    #[serde(default)]
+    execution: Option<Execution>,
+    #[serde(default)]
+    settings: BTreeMap<String, SettingValue>,
+    #[serde(default)]
+    on_delete: Option<OnDelete>,
+    #[serde(default)]
+    delete_statements: Vec<String>,
+    #[serde(default)]
+    wait_for_pod: PropsWaitForPod,
+    #[serde(default, deserialize_with = "integral")]
+    max_reconcile_passes: Option<u32>,
+    #[serde(default, deserialize_with = "integral")]
+    statement_timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "integral")]
+    max_statement_bytes: Option<u64>,
+    #[serde(default)]
+    retry: PropsRetry,
+    #[serde(default)]
+    kube_config: Option<KubeConfigOptions>,
+    #[serde(default)]
+    ready_barrier: Option<bool>,
+}
 
-    let execution = match object(props, "execution")? {
-        None => Execution::Fanout,
-        Some(exec) => match string(exec, "mode", "execution.mode")? {
-            Some("fanout") => Execution::Fanout,
-            Some("onCluster") => Execution::OnCluster {
-                cluster: string(exec, "cluster", "execution.cluster")?
-                    .ok_or("execution.cluster: missing")?
-                    .to_owned(),
-            },
-            _ => return Err("execution.mode: not 'fanout' or 'onCluster'".to_owned()),
-        },
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PropsTarget {
+    namespace: String,
+    pod_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    container: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PropsClient {
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    database: Option<String>,
+    #[serde(default)]
+    password_env: Option<String>,
+    #[serde(default, deserialize_with = "integral")]
+    port: Option<u16>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PropsWaitForPod {
+    #[serde(default, deserialize_with = "integral")]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PropsRetry {
+    #[serde(default, deserialize_with = "integral")]
+    max_attempts: Option<u32>,
+    #[serde(default, deserialize_with = "integral")]
+    backoff_ms: Option<u64>,
+}
+
+/// A non-negative integer. JSON Schema counts `3.0` as an integer, and a
+/// JavaScript caller may deliver one as a float, so integral floats are
+/// accepted; anything out of the target type's range is an error.
+fn integral<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    use serde::de::Error;
+    let Some(n) = Option::<Number>::deserialize(deserializer)? else {
+        return Ok(None);
     };
-
-    let on_delete = match string(props, "onDelete", "onDelete")? {
-        None | Some("retain") => OnDelete::Retain,
-        Some("run") => OnDelete::Run,
-        Some(_) => return Err("onDelete: not 'retain' or 'run'".to_owned()),
+    let whole = match (n.as_u64(), n.as_f64()) {
+        (Some(u), _) => u,
+        // The bound keeps the cast exact; validation caps every field far below it.
+        (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0 => f as u64,
+        _ => return Err(D::Error::custom(format!("{n} is not a non-negative integer"))),
     };
+    T::try_from(whole)
+        .map(Some)
+        .map_err(|_| D::Error::custom(format!("{whole} is out of range")))
+}
 
-    let mut settings = BTreeMap::new();
-    if let Some(map) = object(props, "settings")? {
-        for (name, value) in map {
-            let value = match value {
-                Value::String(s) => SettingValue::String(s.clone()),
-                Value::Number(n) => SettingValue::Number(n.clone()),
-                _ => return Err(format!("settings.{name}: not a string or number")),
-            };
-            settings.insert(name.clone(), value);
-        }
-    }
-
-    let mut pod_selector = BTreeMap::new();
-    for (key, value) in object(target, "podSelector")?.ok_or("target.podSelector: missing")? {
-        let value = value
-            .as_str()
-            .ok_or_else(|| format!("target.podSelector[{key:?}]: not a string"))?;
-        pod_selector.insert(key.clone(), value.to_owned());
-    }
-
-    let kube_config = match props.get("kubeConfig") {
-        None => None,
-        Some(value) => Some(KubeConfigOptions::deserialize(value).map_err(|e| format!("kubeConfig: {e}"))?),
-    };
-
-    let ready_barrier = match props.get("readyBarrier") {
-        None => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(_) => return Err("readyBarrier: not a boolean".to_owned()),
-    };
-
+/// Builds the resolved form of props that already passed validation: the
+/// one place where every default is applied. Serde still refuses to guess: a
+/// value of an unexpected shape is an error naming it, not a default, so a
+/// gap between the schema and these types shows up as a failing test instead
+/// of a wrong apply.
+pub(crate) fn resolve(props: &Value) -> Result<ResolvedConfig, String> {
+    let props = Props::deserialize(props).map_err(|e| e.to_string())?;
     Ok(ResolvedConfig {
         target: Target {
-            namespace: string(target, "namespace", "target.namespace")?
-                .ok_or("target.namespace: missing")?
-                .to_owned(),
-            pod_selector,
-            container: string(target, "container", "target.container")?
-                .unwrap_or(DEFAULT_CONTAINER)
-                .to_owned(),
+            namespace: props.target.namespace,
+            pod_selector: props.target.pod_selector,
+            container: props
+                .target
+                .container
+                .unwrap_or_else(|| DEFAULT_CONTAINER.to_owned()),
         },
         client: ClientConfig {
-            user: opt_string(client, "user", "client.user")?
-                .unwrap_or(DEFAULT_USER)
-                .to_owned(),
-            database: opt_string(client, "database", "client.database")?
-                .unwrap_or(DEFAULT_DATABASE)
-                .to_owned(),
-            password_env: opt_string(client, "passwordEnv", "client.passwordEnv")?
-                .unwrap_or(DEFAULT_PASSWORD_ENV)
-                .to_owned(),
-            port: opt_int(client, "port", "client.port")?
-                .unwrap_or(u64::from(DEFAULT_PORT))
-                .try_into()
-                .map_err(|_| "client.port: out of range".to_owned())?,
+            user: props.client.user.unwrap_or_else(|| DEFAULT_USER.to_owned()),
+            database: props
+                .client
+                .database
+                .unwrap_or_else(|| DEFAULT_DATABASE.to_owned()),
+            password_env: props
+                .client
+                .password_env
+                .unwrap_or_else(|| DEFAULT_PASSWORD_ENV.to_owned()),
+            port: props.client.port.unwrap_or(DEFAULT_PORT),
         },
-        statements: strings(props, "statements")?.ok_or("statements: missing")?,
-        execution,
-        settings,
-        on_delete,
-        delete_statements: strings(props, "deleteStatements")?.unwrap_or_default(),
+        statements: props.statements,
+        execution: props.execution.unwrap_or(Execution::Fanout),
+        settings: props.settings,
+        on_delete: props.on_delete.unwrap_or(OnDelete::Retain),
+        delete_statements: props.delete_statements,
         wait_for_pod: WaitForPod {
-            timeout_ms: opt_int(wait, "timeoutMs", "waitForPod.timeoutMs")?
+            timeout_ms: props
+                .wait_for_pod
+                .timeout_ms
                 .unwrap_or(DEFAULT_WAIT_FOR_POD_TIMEOUT_MS),
         },
-        max_reconcile_passes: small_int(
-            int(props, "maxReconcilePasses", "maxReconcilePasses")?,
-            DEFAULT_MAX_RECONCILE_PASSES,
-            "maxReconcilePasses",
-        )?,
-        statement_timeout_ms: int(props, "statementTimeoutMs", "statementTimeoutMs")?
-            .unwrap_or(DEFAULT_STATEMENT_TIMEOUT_MS),
-        max_statement_bytes: int(props, "maxStatementBytes", "maxStatementBytes")?
-            .unwrap_or(DEFAULT_MAX_STATEMENT_BYTES),
+        max_reconcile_passes: props.max_reconcile_passes.unwrap_or(DEFAULT_MAX_RECONCILE_PASSES),
+        statement_timeout_ms: props.statement_timeout_ms.unwrap_or(DEFAULT_STATEMENT_TIMEOUT_MS),
+        max_statement_bytes: props.max_statement_bytes.unwrap_or(DEFAULT_MAX_STATEMENT_BYTES),
         retry: Retry {
-            max_attempts: small_int(
-                opt_int(retry, "maxAttempts", "retry.maxAttempts")?,
-                DEFAULT_RETRY_MAX_ATTEMPTS,
-                "retry.maxAttempts",
-            )?,
-            backoff_ms: opt_int(retry, "backoffMs", "retry.backoffMs")?.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),
+            max_attempts: props.retry.max_attempts.unwrap_or(DEFAULT_RETRY_MAX_ATTEMPTS),
+            backoff_ms: props.retry.backoff_ms.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),
         },
-        kube_config,
-        ready_barrier,
-    })
-}
-
-fn object<'a>(map: &'a Map<String, Value>, key: &str) -> Result<Option<&'a Map<String, Value>>, String> {
-    match map.get(key) {
-        None => Ok(None),
-        Some(Value::Object(o)) => Ok(Some(o)),
-        Some(_) => Err(format!("{key}: not an object")),
-    }
-}
-
-fn string<'a>(map: &'a Map<String, Value>, key: &str, path: &str) -> Result<Option<&'a str>, String> {
-    match map.get(key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("{path}: not a string")),
-    }
-}
-
-fn opt_string<'a>(
-    map: Option<&'a Map<String, Value>>,
-    key: &str,
-    path: &str,
-) -> Result<Option<&'a str>, String> {
-    map.map_or(Ok(None), |m| string(m, key, path))
-}
-
-fn strings(map: &Map<String, Value>, key: &str) -> Result<Option<Vec<String>>, String> {
-    match map.get(key) {
-        None => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("{key}[{i}]: not a string"))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(_) => Err(format!("{key}: not an array")),
-    }
-}
-
-/// A non-negative integer. JSON Schema counts `3.0` as an integer, and the
-/// napi bridge may deliver JS numbers as floats, so integral floats are accepted.
-fn int(map: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u64>, String> {
-    match map.get(key) {
-        None => Ok(None),
-        Some(Value::Number(n)) => {
-            if let Some(u) = n.as_u64() {
-                return Ok(Some(u));
-            }
-            match n.as_f64() {
-                // The bound keeps the cast exact; validation caps every field far below it.
-                Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0 => Ok(Some(f as u64)),
-                _ => Err(format!("{path}: not a non-negative integer")),
-            }
-        }
-        Some(_) => Err(format!("{path}: not a number")),
-    }
-}
-
-fn opt_int(map: Option<&Map<String, Value>>, key: &str, path: &str) -> Result<Option<u64>, String> {
-    map.map_or(Ok(None), |m| int(m, key, path))
-}
-
-fn small_int(value: Option<u64>, default: u32, path: &str) -> Result<u32, String> {
-    value.map_or(Ok(default), |v| {
-        u32::try_from(v).map_err(|_| format!("{path}: out of range"))
+        kube_config: props.kube_config,
+        ready_barrier: props.ready_barrier,
     })
 }

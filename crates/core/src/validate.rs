@@ -103,7 +103,7 @@ pub fn validate(resource_id: &str, props: &Value) -> Result<ResolvedConfig, Clic
         issues.sort_by_key(|i| prop_rank(&i.path));
         return Err(ClickHouseSchemaError::invalid_config(resource_id, issues));
     }
-    resolve(object).map_err(|e| {
+    resolve(props).map_err(|e| {
         internal(
             resource_id,
             &format!("props passed the schema but could not be resolved ({e})"),
