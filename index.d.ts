@@ -192,13 +192,15 @@ export interface RedactedOutput {
  * Declared for `index.d.ts` only: values cross the boundary as JSON.
  */
 export interface SchemaState {
+  /** The shape's version, checked when a state is read back (1 today). */
+  stateVersion: number
   fingerprint: string
   appliedAt: string
   statementCount: number
   database: string
-  target: { namespace: string; podSelector: Record<string, string>; container?: string }
+  target: { namespace: string; podSelector: Record<string, string>; container: string }
   podNames: Array<string>
-  pods?: Array<{ name: string; uid?: string }>
+  pods: Array<{ name: string; uid?: string }>
   clusterId?: string
 }
 

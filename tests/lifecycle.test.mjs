@@ -68,6 +68,7 @@ test('apply runs every statement on every pod and returns the state to record', 
   }
   const { state } = result;
   assert.match(state.fingerprint, /^[0-9a-f]{64}$/);
+  assert.equal(state.stateVersion, 1);
   assert.equal(state.statementCount, 2);
   assert.equal(state.database, 'default');
   assert.deepEqual(state.podNames, ['chi-0', 'chi-1', 'chi-2']);
@@ -310,4 +311,14 @@ test('options without a signal or executor, and onEvent, are accepted', async ()
   const { executor } = fakeCluster(['chi-0']);
   const result = await apply('orders-schema', props(), undefined, { executor, onEvent: () => {} });
   assert.equal(result.changed, true);
+});
+
+test('a state written by another release (another stateVersion) is refused before any call', async () => {
+  const first = fakeCluster(['chi-0']);
+  const { state } = await apply('orders-schema', props(), undefined, { executor: first.executor });
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(apply('orders-schema', props(), { ...state, stateVersion: 2 }, { executor }));
+  assert.equal(err.code, 'E_INVALID_STATE');
+  assert.match(err.message, /previousState: has stateVersion 2, and this release reads version 1/);
+  assert.equal(calls.lists.length + calls.execs.length, 0);
 });

@@ -9,7 +9,7 @@ use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::fingerprint::fingerprint;
 use crate::reconcile::{FanoutStart, Run};
-use crate::state::{PodRef, RecordedTarget, SchemaState};
+use crate::state::{PodRef, RecordedTarget, STATE_VERSION, SchemaState};
 use crate::transport::{Cancel, Clock, Executor, PodInfo, PodLister};
 
 /// What `apply` did, for logs and tests; the state is what gets recorded.
@@ -53,8 +53,7 @@ enum Decision {
 /// The no-op rules, in one place for `apply` and `plan`: with the same
 /// fingerprint, target and cluster identity, an onCluster resource is
 /// unchanged without any call, and a fanout resource lists pods once and is
-/// unchanged when the live set equals the recorded one (by uid; by name for
-/// state without uids).
+/// unchanged when the live set equals the recorded one (by name and uid).
 async fn decide<T: PodLister + Executor, C: Clock>(
     run: &Run<'_, T, C>,
     config: &ResolvedConfig,
@@ -100,24 +99,14 @@ async fn decide<T: PodLister + Executor, C: Clock>(
 
 /// `pods added: a; replaced: b; removed: c`, for plans and logs.
 fn pod_set_change(prev: &SchemaState, live: &[PodRef]) -> String {
-    let recorded: Vec<PodRef> = match &prev.pods {
-        Some(pods) => pods.clone(),
-        None => prev
-            .pod_names
-            .iter()
-            .map(|name| PodRef {
-                name: name.clone(),
-                uid: None,
-            })
-            .collect(),
-    };
+    let recorded = &prev.pods;
     let by_name = |pods: &[PodRef], name: &str| pods.iter().find(|p| p.name == name).cloned();
     let mut added = Vec::new();
     let mut replaced = Vec::new();
     for pod in live {
-        match by_name(&recorded, &pod.name) {
+        match by_name(recorded, &pod.name) {
             None => added.push(pod.name.as_str()),
-            Some(old) if prev.pods.is_some() && old.uid != pod.uid => replaced.push(pod.name.as_str()),
+            Some(old) if old.uid != pod.uid => replaced.push(pod.name.as_str()),
             Some(_) => {}
         }
     }
@@ -306,13 +295,14 @@ fn record<T, C: Clock>(
 ) -> SchemaState {
     pods.sort();
     SchemaState {
+        state_version: STATE_VERSION,
         fingerprint,
         applied_at: cluster.clock.now_iso8601(),
         statement_count: u32::try_from(config.statements.len()).unwrap_or(u32::MAX),
         database: config.client.database.clone(),
         target: RecordedTarget::from_target(&config.target),
         pod_names: pods.iter().map(|p| p.name.clone()).collect(),
-        pods: Some(pods),
+        pods,
         cluster_id: cluster.cluster_id.clone(),
     }
 }

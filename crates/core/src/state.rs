@@ -4,18 +4,28 @@
 //! landed (target, cluster identity) and which pod objects were covered (name
 //! and uid). It never holds a statement, a setting value, a kubeconfig or a
 //! credential: state is stored by Alchemy and shown in plans.
+//!
+//! The shape is versioned (`stateVersion`, [`STATE_VERSION`]) and checked on
+//! every read ([`SchemaState::from_json`]), so a future change of shape has
+//! exactly one place to migrate from, and a state from a newer release is
+//! refused instead of misread.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{DEFAULT_CONTAINER, Target};
+use crate::config::Target;
 use crate::error::ConfigIssue;
 use crate::transport::PodInfo;
 
+/// The shape of [`SchemaState`] this release writes and reads.
+pub const STATE_VERSION: u32 = 1;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SchemaState {
+    /// [`STATE_VERSION`] when written by this release.
+    pub state_version: u32,
     pub fingerprint: String,
     /// ISO-8601 UTC time of the apply that wrote this state.
     pub applied_at: String,
@@ -23,22 +33,20 @@ pub struct SchemaState {
     /// `client.database` the statements ran in.
     pub database: String,
     pub target: RecordedTarget,
-    /// Sorted pod names; the same pods as `pods`, kept for readers of older state.
+    /// Sorted pod names: the same pods as `pods`, as a plain list for outputs.
     pub pod_names: Vec<String>,
-    /// Sorted by name. Absent in state written before uids were recorded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pods: Option<Vec<PodRef>>,
+    /// The pod objects covered, sorted by name.
+    pub pods: Vec<PodRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecordedTarget {
     pub namespace: String,
     pub pod_selector: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
+    pub container: String,
 }
 
 impl RecordedTarget {
@@ -46,16 +54,15 @@ impl RecordedTarget {
         Self {
             namespace: target.namespace.clone(),
             pod_selector: target.pod_selector.clone(),
-            container: Some(target.container.clone()),
+            container: target.container.clone(),
         }
     }
 
-    /// Same place as `target`? A recorded target without a container was
-    /// written with the default one.
+    /// Same place as `target`?
     pub fn matches(&self, target: &Target) -> bool {
         self.namespace == target.namespace
             && self.pod_selector == target.pod_selector
-            && self.container.as_deref().unwrap_or(DEFAULT_CONTAINER) == target.container
+            && self.container == target.container
     }
 
     /// The resolved target this state says the statements were applied to.
@@ -63,10 +70,7 @@ impl RecordedTarget {
         Target {
             namespace: self.namespace.clone(),
             pod_selector: self.pod_selector.clone(),
-            container: self
-                .container
-                .clone()
-                .unwrap_or_else(|| DEFAULT_CONTAINER.to_owned()),
+            container: self.container.clone(),
         }
     }
 }
@@ -89,6 +93,32 @@ impl PodRef {
 }
 
 impl SchemaState {
+    /// Reads a recorded state: its `stateVersion` first (a state of another
+    /// version is refused with what to do), then its shape. `Err` is the
+    /// reason, for an issue at the argument's path.
+    pub fn from_json(value: serde_json::Value) -> Result<Self, String> {
+        match value.get("stateVersion").and_then(serde_json::Value::as_u64) {
+            Some(v) if v == u64::from(STATE_VERSION) => {}
+            Some(v) => {
+                return Err(format!(
+                    "has stateVersion {v}, and this release reads version {STATE_VERSION}: it was written by \
+                     another release of alchemy-clickhouse-schema; deploy with that release, or restore the \
+                     state the last deploy of this release wrote"
+                ));
+            }
+            None => {
+                return Err(
+                    "is not a ClickHouseSchema state (it has no stateVersion): it was not written by this \
+                     resource, or was edited by hand"
+                        .to_owned(),
+                );
+            }
+        }
+        serde_json::from_value(value).map_err(|e| {
+            format!("is not a ClickHouseSchema state ({e}): it was not written by this resource, or was edited by hand")
+        })
+    }
+
     /// Problems with the recorded target, checked by the same rules as the
     /// props' `target` (paths under `state.target`), and any way it differs
     /// from `target`, the props' one. Empty when the state may be acted on.
@@ -97,7 +127,7 @@ impl SchemaState {
             "target": {
                 "namespace": self.target.namespace,
                 "podSelector": self.target.pod_selector,
-                "container": self.target.container.as_deref().unwrap_or(DEFAULT_CONTAINER),
+                "container": self.target.container,
             },
             "statements": ["SELECT 1"],
         });
@@ -147,32 +177,18 @@ impl SchemaState {
     }
 
     /// Does the live set of matching pods equal the recorded one? Compared by
-    /// name and uid, so a replaced pod (same name, new uid) is a change; state
-    /// without `pods` can only be compared by name.
+    /// name and uid, so a replaced pod (same name, new uid) is a change.
     pub fn pod_set_matches(&self, live: &[PodRef]) -> bool {
-        match &self.pods {
-            Some(recorded) => {
-                let recorded: BTreeSet<&PodRef> = recorded.iter().collect();
-                let live: BTreeSet<&PodRef> = live.iter().collect();
-                recorded == live
-            }
-            None => {
-                let recorded: BTreeSet<&str> = self.pod_names.iter().map(String::as_str).collect();
-                let live: BTreeSet<&str> = live.iter().map(|p| p.name.as_str()).collect();
-                recorded == live
-            }
-        }
+        let recorded: BTreeSet<&PodRef> = self.pods.iter().collect();
+        let live: BTreeSet<&PodRef> = live.iter().collect();
+        recorded == live
     }
 
-    /// Pods this state proves were applied to, by name and uid. State without
-    /// uids proves nothing about the pod objects alive now.
+    /// Pods this state proves were applied to, by name and uid. A pod
+    /// recorded without a uid (an executor that could not tell) proves
+    /// nothing about the pod object alive now.
     pub fn covered_pods(&self) -> Vec<PodRef> {
-        self.pods
-            .iter()
-            .flatten()
-            .filter(|p| p.uid.is_some())
-            .cloned()
-            .collect()
+        self.pods.iter().filter(|p| p.uid.is_some()).cloned().collect()
     }
 }
 
@@ -187,8 +203,9 @@ mod tests {
         }
     }
 
-    fn state(pods: Option<Vec<PodRef>>, names: &[&str]) -> SchemaState {
+    fn state(pods: Vec<PodRef>) -> SchemaState {
         SchemaState {
+            state_version: STATE_VERSION,
             fingerprint: "f".into(),
             applied_at: "2026-01-01T00:00:00.000Z".into(),
             statement_count: 1,
@@ -196,9 +213,9 @@ mod tests {
             target: RecordedTarget {
                 namespace: "ns".into(),
                 pod_selector: BTreeMap::new(),
-                container: None,
+                container: "clickhouse".into(),
             },
-            pod_names: names.iter().map(|s| s.to_string()).collect(),
+            pod_names: pods.iter().map(|p| p.name.clone()).collect(),
             pods,
             cluster_id: None,
         }
@@ -206,7 +223,7 @@ mod tests {
 
     #[test]
     fn uid_is_the_identity() {
-        let s = state(Some(vec![pod("a", "1"), pod("b", "2")]), &["a", "b"]);
+        let s = state(vec![pod("a", "1"), pod("b", "2")]);
         assert!(s.pod_set_matches(&[pod("b", "2"), pod("a", "1")]));
         assert!(!s.pod_set_matches(&[pod("a", "1"), pod("b", "3")]), "replacement");
         assert!(!s.pod_set_matches(&[pod("a", "1")]), "removal");
@@ -217,50 +234,36 @@ mod tests {
     }
 
     #[test]
-    fn state_without_uids_falls_back_to_names() {
-        let s = state(None, &["a", "b"]);
-        assert!(s.pod_set_matches(&[pod("a", "9"), pod("b", "8")]));
-        assert!(!s.pod_set_matches(&[pod("a", "9")]));
-        assert!(s.covered_pods().is_empty());
-    }
-
-    #[test]
-    fn serializes_as_the_documented_outputs() {
-        let s = state(Some(vec![pod("a", "1")]), &["a"]);
+    fn serializes_as_the_documented_outputs_and_reads_back() {
+        let s = state(vec![pod("a", "1")]);
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(
             json,
             serde_json::json!({
+                "stateVersion": 1,
                 "fingerprint": "f",
                 "appliedAt": "2026-01-01T00:00:00.000Z",
                 "statementCount": 1,
                 "database": "default",
-                "target": { "namespace": "ns", "podSelector": {} },
+                "target": { "namespace": "ns", "podSelector": {}, "container": "clickhouse" },
                 "podNames": ["a"],
                 "pods": [{ "name": "a", "uid": "1" }]
             })
         );
-        let back: SchemaState = serde_json::from_value(json).unwrap();
-        assert_eq!(back, s);
+        assert_eq!(SchemaState::from_json(json).unwrap(), s);
     }
 
     #[test]
-    fn recorded_target_without_container_means_the_default() {
-        let t = Target {
-            namespace: "ns".into(),
-            pod_selector: BTreeMap::new(),
-            container: "clickhouse".into(),
-        };
-        let r = RecordedTarget {
-            namespace: "ns".into(),
-            pod_selector: BTreeMap::new(),
-            container: None,
-        };
-        assert!(r.matches(&t));
-        let other = Target {
-            container: "server".into(),
-            ..t
-        };
-        assert!(!r.matches(&other));
+    fn another_state_version_or_none_is_refused_by_name() {
+        let mut json = serde_json::to_value(state(vec![])).unwrap();
+        json["stateVersion"] = serde_json::json!(2);
+        let err = SchemaState::from_json(json.clone()).unwrap_err();
+        assert!(
+            err.contains("has stateVersion 2, and this release reads version 1"),
+            "{err}"
+        );
+        json.as_object_mut().unwrap().remove("stateVersion");
+        let err = SchemaState::from_json(json).unwrap_err();
+        assert!(err.contains("no stateVersion"), "{err}");
     }
 }

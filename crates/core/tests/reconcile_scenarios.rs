@@ -66,7 +66,6 @@ fn refs(state: &SchemaState) -> Vec<(String, String)> {
     state
         .pods
         .iter()
-        .flatten()
         .map(|p| (p.name.clone(), p.uid.clone().unwrap_or_default()))
         .collect()
 }
@@ -258,24 +257,31 @@ fn a_changed_target_or_cluster_re_runs_everything() {
 }
 
 #[test]
-fn state_without_uids_is_compared_by_name() {
-    let mut legacy = ok_state(three_pods());
-    legacy.pods = None;
-    let cluster = FakeCluster::new(three_pods());
-    let (same, outcome) = run_apply(fanout_props(), Some(&legacy), &cluster, &FakeClock::default()).unwrap();
+fn pods_recorded_without_uids_are_compared_by_name_and_prove_no_coverage() {
+    // An executor that cannot tell uids reports none.
+    let no_uids = || {
+        let mut pods = three_pods();
+        for p in &mut pods {
+            p.uid = None;
+        }
+        pods
+    };
+    let recorded = ok_state(no_uids());
+    let cluster = FakeCluster::new(no_uids());
+    let (same, outcome) =
+        run_apply(fanout_props(), Some(&recorded), &cluster, &FakeClock::default()).unwrap();
     assert_eq!(outcome, ApplyOutcome::Unchanged);
-    assert_eq!(same, legacy);
+    assert_eq!(same, recorded);
 
-    let mut four = three_pods();
+    let mut four = no_uids();
     four.push(pod("chi-orders-0-3-0", "u3"));
     let cluster = FakeCluster::new(four);
-    let (next, _) = run_apply(fanout_props(), Some(&legacy), &cluster, &FakeClock::default()).unwrap();
+    run_apply(fanout_props(), Some(&recorded), &cluster, &FakeClock::default()).unwrap();
     assert_eq!(
         cluster.execs().len(),
         8,
         "without uids nothing is proven covered: all four pods re-run"
     );
-    assert!(next.pods.is_some(), "rewritten in the new shape");
 }
 
 #[test]
@@ -765,7 +771,7 @@ fn recorded_pods_are_sorted_by_name() {
     let cluster = FakeCluster::new(vec![pod("b", "2"), pod("c", "3"), pod("a", "1")]);
     let (state, _) = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
     assert_eq!(state.pod_names, vec!["a", "b", "c"]);
-    let pods: Vec<PodRef> = state.pods.unwrap();
+    let pods: Vec<PodRef> = state.pods;
     assert_eq!(
         pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
         vec!["a", "b", "c"]

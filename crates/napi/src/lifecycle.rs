@@ -35,15 +35,17 @@ pub struct ApplyResult {
 #[allow(dead_code)]
 #[napi(object, object_to_js = false, js_name = "SchemaState")]
 pub struct SchemaStateShape {
+    /// The shape's version, checked when a state is read back (1 today).
+    pub state_version: u32,
     pub fingerprint: String,
     pub applied_at: String,
     pub statement_count: u32,
     pub database: String,
-    #[napi(ts_type = "{ namespace: string; podSelector: Record<string, string>; container?: string }")]
+    #[napi(ts_type = "{ namespace: string; podSelector: Record<string, string>; container: string }")]
     pub target: serde_json::Value,
     pub pod_names: Vec<String>,
     #[napi(ts_type = "Array<{ name: string; uid?: string }>")]
-    pub pods: Option<serde_json::Value>,
+    pub pods: serde_json::Value,
     pub cluster_id: Option<String>,
 }
 
@@ -271,15 +273,12 @@ fn parse_state(
     what: &str,
     value: serde_json::Value,
 ) -> std::result::Result<SchemaState, ClickHouseSchemaError> {
-    serde_json::from_value(value).map_err(|e| {
+    SchemaState::from_json(value).map_err(|reason| {
         ClickHouseSchemaError::invalid_state(
             id,
             vec![clickhouse_schema_core::ConfigIssue {
                 path: what.to_owned(),
-                reason: format!(
-                    "is not a ClickHouseSchema state ({e}): it was not written by this resource, or was edited \
-                     by hand"
-                ),
+                reason,
             }],
         )
     })
