@@ -53,13 +53,13 @@ use std::time::Duration;
 use crate::config::{ClientConfig, SettingValue};
 
 /// Seconds the pod's `timeout` waits past the server's bound before TERM.
-pub const POD_GRACE_SECS: u64 = 1;
+pub(crate) const POD_GRACE_SECS: u64 = 1;
 
 /// Seconds between `timeout`'s TERM and its KILL in the pod.
-pub const POD_KILL_AFTER_SECS: u64 = 2;
+pub(crate) const POD_KILL_AFTER_SECS: u64 = 2;
 
 /// The ClickHouse setting that bounds a statement on the server.
-pub const SERVER_TIME_LIMIT_SETTING: &str = "max_execution_time";
+pub(crate) const SERVER_TIME_LIMIT_SETTING: &str = "max_execution_time";
 
 /// Exit status of `timeout` when it stopped the command (TERM), and of a
 /// command killed by KILL (128 + 9).
@@ -67,18 +67,18 @@ pub const POD_TIMEOUT_EXIT_CODES: [i32; 2] = [124, 137];
 
 /// The statement's bound in whole seconds, rounded up (at least 1): what
 /// `max_execution_time` receives, and where the pod's grace starts.
-pub fn bound_secs(statement_timeout: Duration) -> u64 {
+pub(crate) fn bound_secs(statement_timeout: Duration) -> u64 {
     statement_timeout.as_millis().div_ceil(1000).max(1) as u64
 }
 
 /// Seconds after which `timeout` in the pod sends TERM.
-pub fn pod_timeout_secs(statement_timeout: Duration) -> u64 {
+pub(crate) fn pod_timeout_secs(statement_timeout: Duration) -> u64 {
     bound_secs(statement_timeout) + POD_GRACE_SECS
 }
 
 /// How long the caller waits for an exec before abandoning it: the pod-side
 /// bound, its KILL grace, and one more second for the exit status to arrive.
-pub fn exec_timeout(statement_timeout: Duration) -> Duration {
+pub(crate) fn exec_timeout(statement_timeout: Duration) -> Duration {
     Duration::from_secs(pod_timeout_secs(statement_timeout) + POD_KILL_AFTER_SECS + 1)
 }
 
@@ -120,7 +120,7 @@ pub fn render(
 
 /// Quotes `value` as one POSIX `sh` word: single quotes, with each embedded
 /// single quote written as `'\''`.
-pub fn shell_quote(value: &str) -> String {
+pub(crate) fn shell_quote(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     out.push('\'');
     for ch in value.chars() {

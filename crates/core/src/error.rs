@@ -169,27 +169,27 @@ impl ClickHouseSchemaError {
         self.kind.code()
     }
 
-    pub fn with_resource_id(mut self, id: impl Into<String>) -> Self {
+    pub(crate) fn with_resource_id(mut self, id: impl Into<String>) -> Self {
         self.resource_id = Some(id.into());
         self
     }
 
-    pub fn with_statement_index(mut self, index: usize) -> Self {
+    pub(crate) fn with_statement_index(mut self, index: usize) -> Self {
         self.statement_index = Some(index);
         self
     }
 
-    pub fn with_pod(mut self, pod: impl Into<String>) -> Self {
+    pub(crate) fn with_pod(mut self, pod: impl Into<String>) -> Self {
         self.pod = Some(pod.into());
         self
     }
 
-    pub fn with_exit_code(mut self, exit_code: i32) -> Self {
+    pub(crate) fn with_exit_code(mut self, exit_code: i32) -> Self {
         self.exit_code = Some(exit_code);
         self
     }
 
-    pub fn with_clickhouse(mut self, code: Option<u32>, exception: Option<String>) -> Self {
+    pub(crate) fn with_clickhouse(mut self, code: Option<u32>, exception: Option<String>) -> Self {
         self.clickhouse_code = code;
         self.clickhouse_exception = exception;
         self

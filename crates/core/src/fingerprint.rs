@@ -60,7 +60,7 @@ use sha2::{Digest, Sha256};
 use crate::config::{Execution, ResolvedConfig, SettingValue, canonical_number};
 
 /// Domain separator and encoding version; bump the version on any encoding change.
-pub const FINGERPRINT_MAGIC: &[u8] = b"clickhouse-schema/fingerprint/v1\n";
+pub(crate) const FINGERPRINT_MAGIC: &[u8] = b"clickhouse-schema/fingerprint/v1\n";
 
 /// Lowercase hex SHA-256 over the canonical encoding documented on this module.
 pub fn fingerprint(config: &ResolvedConfig) -> String {

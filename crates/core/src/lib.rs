@@ -3,22 +3,41 @@
 //! No I/O lives here: no network, no filesystem, no clock. Everything that
 //! touches Kubernetes or ClickHouse is reached through traits implemented by
 //! other crates, so every rule in this crate is unit-testable on plain values.
+//!
+//! What to import from here: the crate root re-exports what a binding needs
+//! to drive a resource: [`validate()`] turns props into a [`ResolvedConfig`];
+//! [`plan`], [`apply`] and [`destroy`] run the lifecycle against a
+//! [`Cluster`] built from the transport traits ([`PodLister`], [`Executor`],
+//! [`Clock`], [`Cancel`]); [`SchemaState`] is what apply returns and the next
+//! call reads back; every failure is a [`ClickHouseSchemaError`]. The modules
+//! stay public for the narrower pieces (command rendering, redaction, the
+//! lexer, cluster identity), which hosts and tests reach by module path.
 
 pub(crate) mod client_options;
 pub mod cluster_id;
 pub mod command;
 pub mod config;
 pub mod credential_literals;
-pub mod error;
+pub(crate) mod error;
 pub mod fingerprint;
 pub mod lexer;
 pub mod lifecycle;
 pub mod on_cluster;
-pub mod reconcile;
+pub(crate) mod reconcile;
 pub mod redact;
 pub mod redact_kubernetes;
 pub mod state;
 pub mod transport;
 pub mod validate;
 
+pub use cluster_id::{ClusterEndpoint, cluster_id};
+pub use config::ResolvedConfig;
 pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
+pub use fingerprint::fingerprint;
+pub use lifecycle::{ApplyOutcome, Cluster, apply, destroy, destroy_reaches_cluster, plan};
+pub use state::{PodRef, SchemaState};
+pub use transport::{
+    Cancel, Clock, ExecOutput, ExecRequest, Executor, NeverCancelled, PodInfo, PodLister, TransportError,
+    TransportErrorKind,
+};
+pub use validate::validate;

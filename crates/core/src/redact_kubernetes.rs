@@ -29,7 +29,7 @@
 //! Pure: no I/O, no allocation beyond the result.
 
 /// What a scrubbed credential is replaced with.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// `text` with everything credential-shaped replaced by [`REDACTED`] (see the module docs).
 pub fn redact(text: &str) -> String {

@@ -19,7 +19,7 @@ use crate::error::ConfigIssue;
 use crate::transport::PodInfo;
 
 /// The shape of [`SchemaState`] this release writes and reads.
-pub const STATE_VERSION: u32 = 1;
+pub(crate) const STATE_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -50,7 +50,7 @@ pub struct RecordedTarget {
 }
 
 impl RecordedTarget {
-    pub fn from_target(target: &Target) -> Self {
+    pub(crate) fn from_target(target: &Target) -> Self {
         Self {
             namespace: target.namespace.clone(),
             pod_selector: target.pod_selector.clone(),
@@ -59,14 +59,14 @@ impl RecordedTarget {
     }
 
     /// Same place as `target`?
-    pub fn matches(&self, target: &Target) -> bool {
+    pub(crate) fn matches(&self, target: &Target) -> bool {
         self.namespace == target.namespace
             && self.pod_selector == target.pod_selector
             && self.container == target.container
     }
 
     /// The resolved target this state says the statements were applied to.
-    pub fn to_target(&self) -> Target {
+    pub(crate) fn to_target(&self) -> Target {
         Target {
             namespace: self.namespace.clone(),
             pod_selector: self.pod_selector.clone(),
@@ -84,7 +84,7 @@ pub struct PodRef {
 }
 
 impl PodRef {
-    pub fn of(pod: &PodInfo) -> Self {
+    pub(crate) fn of(pod: &PodInfo) -> Self {
         Self {
             name: pod.name.clone(),
             uid: pod.uid.clone(),
@@ -122,7 +122,7 @@ impl SchemaState {
     /// Problems with the recorded target, checked by the same rules as the
     /// props' `target` (paths under `state.target`), and any way it differs
     /// from `target`, the props' one. Empty when the state may be acted on.
-    pub fn target_issues(&self, resource_id: &str, target: &Target) -> Vec<ConfigIssue> {
+    pub(crate) fn target_issues(&self, resource_id: &str, target: &Target) -> Vec<ConfigIssue> {
         let as_props = serde_json::json!({
             "target": {
                 "namespace": self.target.namespace,
@@ -178,7 +178,7 @@ impl SchemaState {
 
     /// Does the live set of matching pods equal the recorded one? Compared by
     /// name and uid, so a replaced pod (same name, new uid) is a change.
-    pub fn pod_set_matches(&self, live: &[PodRef]) -> bool {
+    pub(crate) fn pod_set_matches(&self, live: &[PodRef]) -> bool {
         let recorded: BTreeSet<&PodRef> = self.pods.iter().collect();
         let live: BTreeSet<&PodRef> = live.iter().collect();
         recorded == live

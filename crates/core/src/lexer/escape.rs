@@ -12,7 +12,7 @@
 ///
 /// The order matters for re-escaping only where two letters decode to the same
 /// byte; there are none, so every decodable byte has exactly one letter.
-pub const ESCAPES: [(u8, u8); 15] = [
+pub(crate) const ESCAPES: [(u8, u8); 15] = [
     (b'a', 0x07),
     (b'b', 0x08),
     (b'e', 0x1b),
@@ -31,10 +31,10 @@ pub const ESCAPES: [(u8, u8); 15] = [
 ];
 
 /// `\N` is ClickHouse's NULL marker; inside a literal it stands for nothing.
-pub const NOTHING_LETTER: u8 = b'N';
+pub(crate) const NOTHING_LETTER: u8 = b'N';
 
 /// `\xHH` introduces one byte given as two hex digits.
-pub const HEX_LETTER: u8 = b'x';
+pub(crate) const HEX_LETTER: u8 = b'x';
 
 const NO_ENTRY: u16 = u16::MAX;
 
@@ -62,13 +62,13 @@ static DECODE: [u16; 256] = build_decode();
 static ENCODE: [u16; 256] = build_encode();
 
 /// The byte `\letter` decodes to, when the table has a row for it.
-pub fn decoded_byte(letter: u8) -> Option<u8> {
+pub(crate) fn decoded_byte(letter: u8) -> Option<u8> {
     let entry = DECODE[letter as usize];
     (entry != NO_ENTRY).then_some(entry as u8)
 }
 
 /// The letter that spells `byte` after a backslash, when the table has one.
-pub fn escape_letter(byte: u8) -> Option<u8> {
+pub(crate) fn escape_letter(byte: u8) -> Option<u8> {
     let entry = ENCODE[byte as usize];
     (entry != NO_ENTRY).then_some(entry as u8)
 }
@@ -144,7 +144,7 @@ pub fn decode(raw: &[u8], quote: u8) -> Vec<u8> {
 
 /// How a re-escape writes the delimiting quote character.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuoteStyle {
+pub(crate) enum QuoteStyle {
     /// `\'` — what ClickHouse itself writes when it quotes a value.
     Backslash,
     /// `''` — the SQL-standard spelling people type.
@@ -156,7 +156,7 @@ pub enum QuoteStyle {
 /// Backslashes and control bytes are escaped in both styles (a bare backslash
 /// would start an escape); only the quote differs. Control bytes without a
 /// letter use `\xHH`. Other bytes, including non-UTF-8 ones, are copied.
-pub fn escape(value: &[u8], quote: u8, style: QuoteStyle) -> Vec<u8> {
+pub(crate) fn escape(value: &[u8], quote: u8, style: QuoteStyle) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len() + value.len() / 8 + 2);
     for &byte in value {
         if byte == quote {

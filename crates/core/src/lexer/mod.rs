@@ -67,12 +67,12 @@ pub struct Token {
 
 impl Token {
     /// The token's source text.
-    pub fn text<'a>(&self, src: &'a str) -> &'a str {
+    pub(crate) fn text<'a>(&self, src: &'a str) -> &'a str {
         src.get(self.start..self.end).unwrap_or("")
     }
 
     /// Whitespace and comments: what a parser skips.
-    pub fn is_trivia(&self) -> bool {
+    pub(crate) fn is_trivia(&self) -> bool {
         matches!(
             self.kind,
             TokenKind::Whitespace | TokenKind::LineComment | TokenKind::BlockComment
@@ -80,12 +80,12 @@ impl Token {
     }
 
     /// A bare word equal to `keyword`, ignoring ASCII case.
-    pub fn is_keyword(&self, src: &str, keyword: &str) -> bool {
+    pub(crate) fn is_keyword(&self, src: &str, keyword: &str) -> bool {
         self.kind == TokenKind::Word && self.text(src).eq_ignore_ascii_case(keyword)
     }
 
     /// Punctuation spelled exactly `punct`.
-    pub fn is_punct(&self, src: &str, punct: &str) -> bool {
+    pub(crate) fn is_punct(&self, src: &str, punct: &str) -> bool {
         self.kind == TokenKind::Punct && self.text(src) == punct
     }
 
@@ -154,7 +154,7 @@ pub fn significant(src: &str) -> impl Iterator<Item = Token> + '_ {
 
 /// A streaming lexer: an iterator over the tokens of one source string.
 #[derive(Debug, Clone)]
-pub struct Lexer<'a> {
+pub(crate) struct Lexer<'a> {
     src: &'a str,
     pos: usize,
     /// Kind and first byte of the last significant token. ClickHouse uses it to
@@ -171,7 +171,7 @@ fn is_ascii_space(byte: u8) -> bool {
 }
 
 impl<'a> Lexer<'a> {
-    pub fn new(src: &'a str) -> Self {
+    pub(crate) fn new(src: &'a str) -> Self {
         Self {
             src,
             pos: 0,
