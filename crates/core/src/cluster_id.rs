@@ -17,13 +17,20 @@ use sha2::{Digest, Sha256};
 /// The endpoint facts of the selected cluster, as read from a kubeconfig.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterEndpoint {
+    /// Name of the selected cluster entry (the current context's, or the inline one).
     pub cluster_name: String,
+    /// API server URL, after any `server` override.
     pub server: String,
+    /// CA bundle exactly as written in the kubeconfig (base64); absent when none is inlined.
     pub ca_data: Option<String>,
+    /// Path of the CA bundle file; absent when the kubeconfig names none.
     pub ca_file: Option<String>,
+    /// Whether TLS verification of the API server is disabled.
     pub skip_tls_verify: bool,
 }
 
+/// The identity of `endpoint`: 64 lowercase hex characters, encoded as the
+/// module header describes.
 pub fn cluster_id(endpoint: &ClusterEndpoint) -> String {
     let text = format!(
         "{}|{}|{}|{}|{}",

@@ -15,39 +15,55 @@ use serde_json::{Number, Value};
 
 /// The Altinity CHI server container.
 pub const DEFAULT_CONTAINER: &str = "clickhouse";
+/// ClickHouse's built-in user.
 pub const DEFAULT_USER: &str = "default";
+/// ClickHouse's built-in database.
 pub const DEFAULT_DATABASE: &str = "default";
 /// What every ClickHouse workload in TypeKro already sets.
 pub const DEFAULT_PASSWORD_ENV: &str = "CLICKHOUSE_PASSWORD";
+/// ClickHouse's native protocol port.
 pub const DEFAULT_PORT: u16 = 9000;
+/// Two minutes for the pods to become Ready.
 pub const DEFAULT_WAIT_FOR_POD_TIMEOUT_MS: u64 = 120_000;
+/// Five minutes per statement.
 pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 300_000;
 /// 16 MiB: far above any DDL, low enough that a runaway generated statement
 /// fails validation instead of costing memory on every path that handles it.
 pub const DEFAULT_MAX_STATEMENT_BYTES: u64 = 16 << 20;
+/// Fanout passes allowed to chase pods that appear mid-apply.
 pub const DEFAULT_MAX_RECONCILE_PASSES: u32 = 3;
+/// One attempt and two retries.
 pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 3;
+/// One second before the first retry, doubling after each.
 pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 1_000;
 
+/// The validated props with every default applied; see the module header.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedConfig {
+    /// Where the server pods are.
     pub target: Target,
+    /// How clickhouse-client connects inside the server container.
     pub client: ClientConfig,
     /// Non-empty, none blank, in execution order.
     pub statements: Vec<String>,
+    /// How the statements reach every server.
     pub execution: Execution,
     /// Sorted by name, which is also the order they are rendered and fingerprinted in.
     pub settings: BTreeMap<String, SettingValue>,
+    /// What destroying the resource does.
     pub on_delete: OnDelete,
     /// Non-empty exactly when `on_delete` is [`OnDelete::Run`]; empty otherwise.
     pub delete_statements: Vec<String>,
+    /// How long the pods may take to become Ready.
     pub wait_for_pod: WaitForPod,
     /// Only meaningful under fanout.
     pub max_reconcile_passes: u32,
+    /// Per-statement exec timeout, in milliseconds.
     pub statement_timeout_ms: u64,
     /// Largest statement (UTF-8 bytes) validation accepts; outside the fingerprint.
     pub max_statement_bytes: u64,
+    /// Retries of transport failures (never of a statement ClickHouse rejected).
     pub retry: Retry,
     /// Connection options. Carries file paths and cluster endpoints, so callers
     /// must leave it out of persisted state; it is also outside the fingerprint.
@@ -56,29 +72,44 @@ pub struct ResolvedConfig {
     pub ready_barrier: Option<bool>,
 }
 
+/// Where the ClickHouse server pods are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Target {
+    /// Namespace holding the server pods.
     pub namespace: String,
+    /// Label selector (matchLabels semantics) for the server pods.
     pub pod_selector: BTreeMap<String, String>,
+    /// Name of the ClickHouse server container inside each pod.
     pub container: String,
 }
 
+/// How clickhouse-client connects inside the server container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientConfig {
+    /// ClickHouse user the statements run as.
     pub user: String,
+    /// Database selected for the session (`--database`).
     pub database: String,
     /// Name (never value) of the env var inside the container holding the password.
     pub password_env: String,
+    /// Native protocol port inside the pod.
     pub port: u16,
 }
 
+/// How the statements reach every server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "camelCase")]
 pub enum Execution {
+    /// Run the statements on every pod matching the selector, one pod after another.
     Fanout,
-    OnCluster { cluster: String },
+    /// Run the statements once, on one Ready pod; each carries `ON CLUSTER` and
+    /// Keeper distributes it.
+    OnCluster {
+        /// Cluster name as configured in the server's `remote_servers` section.
+        cluster: String,
+    },
 }
 
 impl Execution {
@@ -90,6 +121,7 @@ impl Execution {
         }
     }
 
+    /// The `ON CLUSTER` cluster name; absent under fanout.
     pub fn cluster(&self) -> Option<&str> {
         match self {
             Execution::Fanout => None,
@@ -104,7 +136,9 @@ impl Execution {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum SettingValue {
+    /// A JSON string, passed as written.
     String(String),
+    /// A finite JSON number, rendered by [`canonical_number`].
     Number(Number),
 }
 
@@ -148,14 +182,18 @@ pub fn canonical_number(n: &Number) -> String {
     }
 }
 
+/// What destroying the resource does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum OnDelete {
+    /// Leave every database, table and row in place.
     Retain,
+    /// Run the delete statements.
     Run,
 }
 
 impl OnDelete {
+    /// The value as users write it in props.
     pub fn as_str(self) -> &'static str {
         match self {
             OnDelete::Retain => "retain",
@@ -164,17 +202,22 @@ impl OnDelete {
     }
 }
 
+/// The readiness budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitForPod {
+    /// Milliseconds the pods the execution model needs may take to become
+    /// Ready; under fanout it also bounds the whole reconcile loop.
     pub timeout_ms: u64,
 }
 
+/// Retries of transport failures (WebSocket errors, resets, exec timeouts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Retry {
     /// Total attempts, the first included; 1 means no retry.
     pub max_attempts: u32,
+    /// Milliseconds before the first retry; the wait doubles after each further failure.
     pub backoff_ms: u64,
 }
 
@@ -199,10 +242,13 @@ pub struct KubeConfigOptions {
     /// API server URL overriding the selected cluster's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// Disable TLS verification of the API server (development clusters only).
     #[serde(default, rename = "skipTLSVerify", skip_serializing_if = "Option::is_none")]
     pub skip_tls_verify: Option<bool>,
+    /// A complete cluster entry, used instead of the kubeconfig's; needs `user`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<KubeClusterOptions>,
+    /// A user entry whose credentials are files; needs `cluster`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<KubeUserOptions>,
 }
@@ -257,26 +303,35 @@ impl KubeConfigOptions {
     }
 }
 
+/// An inline kubeconfig cluster entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeClusterOptions {
+    /// Name of the cluster entry.
     pub name: String,
+    /// API server URL.
     pub server: String,
+    /// Disable TLS verification of this server (development clusters only).
     #[serde(default, rename = "skipTLSVerify", skip_serializing_if = "Option::is_none")]
     pub skip_tls_verify: Option<bool>,
     /// Base64-encoded PEM CA bundle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_data: Option<String>,
+    /// Path to a PEM CA bundle on the machine running the converge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
 }
 
+/// An inline kubeconfig user entry. Its credentials are files, never inline data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeUserOptions {
+    /// Name of the user entry.
     pub name: String,
+    /// Path to a PEM client certificate; absent when the user has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_file: Option<String>,
+    /// Path to the PEM private key of `cert_file`; absent when the user has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_file: Option<String>,
 }

@@ -89,18 +89,27 @@ pub struct ConfigIssue {
     pub reason: String,
 }
 
+/// Every failure a caller can see; see the module header. The optional fields
+/// are context, set only where they apply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(rename_all = "camelCase")]
 #[error("{message}")]
 pub struct ClickHouseSchemaError {
+    /// What went wrong; its [`ErrorKind::code`] is the stable `E_*` code.
     pub kind: ErrorKind,
     /// Complete, redacted, human-readable message.
     pub message: String,
+    /// Id of the resource the failing call was for, when known.
     pub resource_id: Option<String>,
+    /// Zero-based position of the failing statement in the list being run.
     pub statement_index: Option<usize>,
+    /// Name of the pod the failure happened on.
     pub pod: Option<String>,
+    /// ClickHouse's numeric error code (`Code: 57.`), when the server printed one.
     pub clickhouse_code: Option<u32>,
+    /// ClickHouse's exception name (or class), when the server printed one.
     pub clickhouse_exception: Option<String>,
+    /// Exit code of the clickhouse-client exec, when it ran to completion.
     pub exit_code: Option<i32>,
     /// Non-empty only for `InvalidConfig`.
     pub issues: Vec<ConfigIssue>,
@@ -165,6 +174,7 @@ impl ClickHouseSchemaError {
         }
     }
 
+    /// The stable `E_*` code of [`Self::kind`].
     pub fn code(&self) -> &'static str {
         self.kind.code()
     }

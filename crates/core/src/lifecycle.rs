@@ -18,13 +18,18 @@ pub enum ApplyOutcome {
     /// Nothing changed: the previous state is returned as it was.
     Unchanged,
     /// Statements ran; `pods` are the pods they ran on in this apply.
-    Applied { pods: Vec<String> },
+    Applied {
+        /// Names of those pods.
+        pods: Vec<String>,
+    },
 }
 
 /// The cluster-facing side of an apply: where pods are listed and statements
 /// run, the clock, and the identity of the cluster they belong to.
 pub struct Cluster<'a, T, C> {
+    /// Lists the pods and runs the statements.
     pub transport: &'a T,
+    /// Times the readiness budget, the backoff and `appliedAt`.
     pub clock: &'a C,
     /// Credential-free identity of the cluster (see `cluster_id`); `None`
     /// when it cannot be known (no current cluster, injected executor).

@@ -85,6 +85,8 @@ const LINE_KEYWORDS: [&str; 6] = [
     "token",
 ];
 
+/// What [`redact_clickhouse_output`] keeps of server output: the text with
+/// every statement value removed, and the error facts parsed from it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Redacted {
     /// Server output with every statement value removed, at most

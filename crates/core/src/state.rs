@@ -21,31 +21,42 @@ use crate::transport::PodInfo;
 /// The shape of [`SchemaState`] this release writes and reads.
 pub(crate) const STATE_VERSION: u32 = 1;
 
+/// What an apply records, and the next call reads back to decide whether to
+/// run again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SchemaState {
     /// [`STATE_VERSION`] when written by this release.
     pub state_version: u32,
+    /// [`fingerprint`](crate::fingerprint::fingerprint) of the config that was applied.
     pub fingerprint: String,
     /// ISO-8601 UTC time of the apply that wrote this state.
     pub applied_at: String,
+    /// Number of statements applied.
     pub statement_count: u32,
     /// `client.database` the statements ran in.
     pub database: String,
+    /// Where the statements ran.
     pub target: RecordedTarget,
     /// Sorted pod names: the same pods as `pods`, as a plain list for outputs.
     pub pod_names: Vec<String>,
     /// The pod objects covered, sorted by name.
     pub pods: Vec<PodRef>,
+    /// [`cluster_id`](crate::cluster_id::cluster_id) of the cluster the
+    /// statements reached; absent when it could not be known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
 }
 
+/// The [`Target`] as recorded in state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecordedTarget {
+    /// Namespace the pods were in.
     pub namespace: String,
+    /// Label selector the pods were matched with.
     pub pod_selector: BTreeMap<String, String>,
+    /// Server container the statements ran in.
     pub container: String,
 }
 
@@ -78,7 +89,9 @@ impl RecordedTarget {
 /// One covered pod object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PodRef {
+    /// Pod name.
     pub name: String,
+    /// `metadata.uid`; absent when the executor could not tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 /// What the reconcile logic needs to know about one pod, independent of kube types.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {
+    /// `metadata.name`.
     pub name: String,
     /// `metadata.uid`; the identity of the pod object. Absent only for
     /// executors that cannot tell (the comparison then falls back to names).
@@ -35,6 +36,7 @@ impl PodInfo {
         self.terminating || matches!(self.phase.as_deref(), Some("Succeeded") | Some("Failed"))
     }
 
+    /// Whether the pod has a container named `container`.
     pub fn has_container(&self, container: &str) -> bool {
         self.containers.iter().any(|c| c == container)
     }
@@ -43,11 +45,15 @@ impl PodInfo {
 /// One command to run in one container, with its stdin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecRequest {
+    /// Namespace of the pod.
     pub namespace: String,
+    /// Name of the pod.
     pub pod: String,
+    /// Container to run the command in.
     pub container: String,
     /// argv; never contains a statement (statements travel on stdin).
     pub command: Vec<String>,
+    /// Fed to the command's stdin; this is how the statement travels.
     pub stdin: String,
     /// The executor abandons the exec after this long and reports
     /// [`TransportErrorKind::Timeout`].
@@ -57,11 +63,15 @@ pub struct ExecRequest {
 /// The result of an exec that ran to completion (whatever its exit code).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecOutput {
+    /// Everything the command wrote to stdout.
     pub stdout: String,
+    /// Everything the command wrote to stderr.
     pub stderr: String,
+    /// The command's exit code (0..=255).
     pub exit_code: i32,
 }
 
+/// Why a transport call failed, which decides whether it is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportErrorKind {
     /// The connection failed or dropped (WebSocket error, reset, 5xx, 429):
@@ -82,6 +92,7 @@ pub enum TransportErrorKind {
 /// exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportError {
+    /// Why it failed.
     pub kind: TransportErrorKind,
     /// Describes the failure; must not contain request bodies (statements).
     pub message: String,
@@ -90,6 +101,7 @@ pub struct TransportError {
 }
 
 impl TransportError {
+    /// An error of `kind` with no HTTP status.
     pub fn new(kind: TransportErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
@@ -98,11 +110,13 @@ impl TransportError {
         }
     }
 
+    /// Records the HTTP status the API server answered with.
     pub fn with_http_status(mut self, status: u16) -> Self {
         self.http_status = Some(status);
         self
     }
 
+    /// Whether another attempt can help: transient failures and timeouts.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
@@ -121,6 +135,7 @@ impl std::error::Error for TransportError {}
 
 /// Lists the pods of a namespace that match an equality label selector.
 pub trait PodLister: Send + Sync {
+    /// The pods of `namespace` whose labels include every pair of `selector`.
     fn list_pods(
         &self,
         namespace: &str,
@@ -130,6 +145,7 @@ pub trait PodLister: Send + Sync {
 
 /// Runs one command in one container (`pods/exec`).
 pub trait Executor: Send + Sync {
+    /// Runs `request`; an `Ok` carries the exit code, whatever it is.
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send;
 }
 
@@ -163,5 +179,6 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> Duration;
     /// Wall-clock time as RFC 3339 / ISO-8601 UTC, for `appliedAt`.
     fn now_iso8601(&self) -> String;
+    /// Resolves once `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send;
 }

@@ -56,6 +56,7 @@ pub enum TokenKind {
 /// One token: its kind and where it is, as a byte range into the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Token {
+    /// What the token is.
     pub kind: TokenKind,
     /// Byte offset of the first byte (always on a char boundary).
     pub start: usize,
