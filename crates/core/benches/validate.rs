@@ -1,6 +1,9 @@
 //! Validation cost of realistic props. Target: under 50 µs per call, so
 //! validating on every converge (and on every `alchemy plan`) is free.
 
+// `criterion_group!` generates a public, undocumented `benches` function.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 
 use clickhouse_schema_core::fingerprint::fingerprint;

@@ -43,7 +43,7 @@ fn three_pods() -> Vec<reconcile_support_pod::PodInfo> {
 }
 
 mod reconcile_support_pod {
-    pub use clickhouse_schema_core::transport::PodInfo;
+    pub(crate) use clickhouse_schema_core::transport::PodInfo;
 }
 
 fn run_apply(

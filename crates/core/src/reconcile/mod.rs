@@ -29,12 +29,12 @@ use crate::transport::{
 /// How long to wait between observations while pods are not Ready or the set
 /// is moving. Short enough to notice a rollout finishing, long enough not to
 /// hammer the API server.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Everything a run needs besides the statements: who to talk to and how the
 /// run is driven. Borrowed from the resolved config so a run cannot diverge
 /// from what was validated.
-pub struct Run<'a, T, C> {
+pub(crate) struct Run<'a, T, C> {
     pub resource_id: &'a str,
     pub transport: &'a T,
     pub clock: &'a C,
@@ -50,7 +50,7 @@ pub struct Run<'a, T, C> {
 
 impl<'a, T, C> Run<'a, T, C> {
     /// A run against `target` with everything else from `config`.
-    pub fn new(
+    pub(crate) fn new(
         resource_id: &'a str,
         config: &'a ResolvedConfig,
         target: &'a Target,
@@ -73,7 +73,7 @@ impl<'a, T, C> Run<'a, T, C> {
     }
 
     /// The same run, stoppable through `cancel`.
-    pub fn with_cancel(mut self, cancel: &'a dyn Cancel) -> Self {
+    pub(crate) fn with_cancel(mut self, cancel: &'a dyn Cancel) -> Self {
         self.cancel = cancel;
         self
     }
@@ -83,7 +83,7 @@ impl<'a, T, C> Run<'a, T, C> {
 /// state, by name and uid) and an observation already made (the no-op check's
 /// list), so an apply after a topology change does not list twice.
 #[derive(Debug, Default, Clone)]
-pub struct FanoutStart {
+pub(crate) struct FanoutStart {
     pub covered: Vec<PodRef>,
     pub first_observation: Option<Vec<PodInfo>>,
 }
@@ -91,7 +91,7 @@ pub struct FanoutStart {
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Applies `statements` to every matching pod until the exit predicate
     /// holds, and returns the covered set, sorted by name.
-    pub async fn fanout(
+    pub(crate) async fn fanout(
         &self,
         statements: &[String],
         start: FanoutStart,
@@ -185,7 +185,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
     /// Runs `statements` once, on the first Ready pod (by name) that has the
     /// container, and returns that pod.
-    pub async fn on_cluster(&self, statements: &[String]) -> Result<PodRef, ClickHouseSchemaError> {
+    pub(crate) async fn on_cluster(&self, statements: &[String]) -> Result<PodRef, ClickHouseSchemaError> {
         let deadline = self.clock.now() + self.wait_budget;
         // The last pod listed Ready whose exec answered 404, for the error.
         let mut vanished: Option<String> = None;
@@ -281,7 +281,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     /// One observation of the pods that belong to the set (see [`matching_pods`]).
-    pub async fn list_matching(&self) -> Result<Vec<PodInfo>, ClickHouseSchemaError> {
+    pub(crate) async fn list_matching(&self) -> Result<Vec<PodInfo>, ClickHouseSchemaError> {
         Ok(matching_pods(self.list().await?))
     }
 
@@ -370,7 +370,7 @@ fn matching_pods(mut pods: Vec<PodInfo>) -> Vec<PodInfo> {
 }
 
 /// `k1=v1,k2=v2`, the selector as kubectl users write it.
-pub fn selector_text(selector: &BTreeMap<String, String>) -> String {
+pub(crate) fn selector_text(selector: &BTreeMap<String, String>) -> String {
     selector
         .iter()
         .map(|(k, v)| format!("{k}={v}"))

@@ -20,7 +20,7 @@ use clickhouse_schema_core::transport::{
 use clickhouse_schema_core::validate::validate;
 
 /// Drives a future whose I/O is all fake and therefore never pending.
-pub fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
     let mut cx = Context::from_waker(Waker::noop());
     for _ in 0..1_000_000 {
@@ -31,11 +31,11 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     panic!("the future stayed pending although every fake completes at once");
 }
 
-pub fn config(props: serde_json::Value) -> ResolvedConfig {
+pub(crate) fn config(props: serde_json::Value) -> ResolvedConfig {
     validate("orders-schema", &props).expect("test props are valid")
 }
 
-pub fn pod(name: &str, uid: &str) -> PodInfo {
+pub(crate) fn pod(name: &str, uid: &str) -> PodInfo {
     PodInfo {
         name: name.into(),
         uid: Some(uid.into()),
@@ -46,7 +46,7 @@ pub fn pod(name: &str, uid: &str) -> PodInfo {
     }
 }
 
-pub fn pending(name: &str, uid: &str) -> PodInfo {
+pub(crate) fn pending(name: &str, uid: &str) -> PodInfo {
     PodInfo {
         ready: false,
         phase: Some("Pending".into()),
@@ -56,13 +56,13 @@ pub fn pending(name: &str, uid: &str) -> PodInfo {
 
 /// Monotonic time that only moves when the code under test sleeps.
 #[derive(Default)]
-pub struct FakeClock {
+pub(crate) struct FakeClock {
     now: Mutex<Duration>,
     pub sleeps: Mutex<Vec<Duration>>,
 }
 
 impl FakeClock {
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         *self.now.lock().unwrap()
     }
 }
@@ -84,7 +84,7 @@ impl Clock for FakeClock {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecCall {
+pub(crate) struct ExecCall {
     pub pod: String,
     /// uid of the pod object that was live under that name when it ran.
     pub uid: Option<String>,
@@ -96,7 +96,7 @@ type ListScript = Box<dyn FnMut(usize, &mut Vec<PodInfo>) + Send>;
 type ExecScript =
     Box<dyn FnMut(&ExecRequest, &mut Vec<PodInfo>) -> Option<Result<ExecOutput, TransportError>> + Send>;
 
-pub struct World {
+pub(crate) struct World {
     pub pods: Vec<PodInfo>,
     pub lists: usize,
     pub execs: Vec<ExecCall>,
@@ -107,12 +107,12 @@ pub struct World {
     list_failures: Vec<TransportError>,
 }
 
-pub struct FakeCluster {
+pub(crate) struct FakeCluster {
     pub world: Mutex<World>,
 }
 
 impl FakeCluster {
-    pub fn new(pods: Vec<PodInfo>) -> Self {
+    pub(crate) fn new(pods: Vec<PodInfo>) -> Self {
         Self {
             world: Mutex::new(World {
                 pods,
@@ -127,14 +127,14 @@ impl FakeCluster {
     }
 
     /// Runs before every list call with the 0-based call number.
-    pub fn on_list(self, script: impl FnMut(usize, &mut Vec<PodInfo>) + Send + 'static) -> Self {
+    pub(crate) fn on_list(self, script: impl FnMut(usize, &mut Vec<PodInfo>) + Send + 'static) -> Self {
         self.world.lock().unwrap().list_script = Some(Box::new(script));
         self
     }
 
     /// Runs before every exec attempt; returning `Some` replaces the default
     /// outcome (success with empty output).
-    pub fn on_exec(
+    pub(crate) fn on_exec(
         self,
         script: impl FnMut(&ExecRequest, &mut Vec<PodInfo>) -> Option<Result<ExecOutput, TransportError>>
         + Send
@@ -145,29 +145,29 @@ impl FakeCluster {
     }
 
     /// The next list calls fail with these errors, in order.
-    pub fn fail_lists(self, errors: Vec<TransportError>) -> Self {
+    pub(crate) fn fail_lists(self, errors: Vec<TransportError>) -> Self {
         self.world.lock().unwrap().list_failures = errors;
         self
     }
 
-    pub fn lists(&self) -> usize {
+    pub(crate) fn lists(&self) -> usize {
         self.world.lock().unwrap().lists
     }
 
-    pub fn execs(&self) -> Vec<ExecCall> {
+    pub(crate) fn execs(&self) -> Vec<ExecCall> {
         self.world.lock().unwrap().execs.clone()
     }
 
-    pub fn exec_attempts(&self) -> usize {
+    pub(crate) fn exec_attempts(&self) -> usize {
         self.world.lock().unwrap().exec_attempts
     }
 
-    pub fn set_pods(&self, pods: Vec<PodInfo>) {
+    pub(crate) fn set_pods(&self, pods: Vec<PodInfo>) {
         self.world.lock().unwrap().pods = pods;
     }
 
     /// Statements that ran on the pod object `name`/`uid`, in order.
-    pub fn statements_on(&self, name: &str, uid: &str) -> Vec<String> {
+    pub(crate) fn statements_on(&self, name: &str, uid: &str) -> Vec<String> {
         self.execs()
             .into_iter()
             .filter(|c| c.pod == name && c.uid.as_deref() == Some(uid))
