@@ -35,9 +35,9 @@
 //!   timeout (closing an exec connection does not always end the remote
 //!   process): by `max_execution_time` on the server (unless the settings set
 //!   it), and by `timeout` in the pod where the image has it (TERM
-//!   [`POD_GRACE_SECS`] after `S` seconds, so ClickHouse's own, clearer
-//!   error normally comes first; KILL [`POD_KILL_AFTER_SECS`] later). The
-//!   caller waits [`exec_timeout`], longer still, so the pod's bound fires
+//!   `POD_GRACE_SECS` after `S` seconds, so ClickHouse's own, clearer
+//!   error normally comes first; KILL `POD_KILL_AFTER_SECS` later). The
+//!   caller waits `exec_timeout`, longer still, so the pod's bound fires
 //!   before the caller gives up and a retry never overlaps a statement that
 //!   is still running.
 //! - `exec` makes clickhouse-client's (or `timeout`'s) exit status the exec's.

@@ -11,7 +11,7 @@
 //!
 //! Unlike [`crate::redact`], there is no statement to learn the secret values
 //! from, so the rules are by shape. Everything that looks like a credential
-//! becomes [`REDACTED`]:
+//! becomes `REDACTED`:
 //!
 //! 1. PEM blocks (`-----BEGIN ...-----` to the matching `-----END ...-----`).
 //! 2. URL userinfo: `scheme://user:password@host` and a bare `user:password@host`.
@@ -31,7 +31,7 @@
 /// What a scrubbed credential is replaced with.
 pub(crate) const REDACTED: &str = "[redacted]";
 
-/// `text` with everything credential-shaped replaced by [`REDACTED`] (see the module docs).
+/// `text` with everything credential-shaped replaced by `REDACTED` (see the module docs).
 pub fn redact(text: &str) -> String {
     let text = pem_blocks(text);
     let text = url_userinfo(&text);

@@ -5,7 +5,7 @@
 //! and uid). It never holds a statement, a setting value, a kubeconfig or a
 //! credential: state is stored by Alchemy and shown in plans.
 //!
-//! The shape is versioned (`stateVersion`, [`STATE_VERSION`]) and checked on
+//! The shape is versioned (`stateVersion`, `STATE_VERSION`) and checked on
 //! every read ([`SchemaState::from_json`]), so a future change of shape has
 //! exactly one place to migrate from, and a state from a newer release is
 //! refused instead of misread.
@@ -26,7 +26,7 @@ pub(crate) const STATE_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SchemaState {
-    /// [`STATE_VERSION`] when written by this release.
+    /// `STATE_VERSION` when written by this release.
     pub state_version: u32,
     /// [`fingerprint`](crate::fingerprint::fingerprint) of the config that was applied.
     pub fingerprint: String,

@@ -1,6 +1,6 @@
 //! ClickHouse's quoted-text escapes, as one table read in both directions.
 //!
-//! Decoding a literal and re-escaping its value both go through [`ESCAPES`], so
+//! Decoding a literal and re-escaping its value both go through `ESCAPES`, so
 //! the spellings redaction searches for are views of one value rather than
 //! separate guesses that could drift apart.
 //!
@@ -186,12 +186,12 @@ pub(crate) fn escape(value: &[u8], quote: u8, style: QuoteStyle) -> Vec<u8> {
     out
 }
 
-/// [`escape`] with `\'` for the quote.
+/// `escape` with `\'` for the quote.
 pub fn escape_c_style(value: &[u8], quote: u8) -> Vec<u8> {
     escape(value, quote, QuoteStyle::Backslash)
 }
 
-/// [`escape`] with `''` for the quote.
+/// `escape` with `''` for the quote.
 pub fn escape_doubled(value: &[u8], quote: u8) -> Vec<u8> {
     escape(value, quote, QuoteStyle::Doubled)
 }

@@ -28,7 +28,7 @@ pub mod escape;
 use memchr::{memchr, memchr2, memmem};
 
 /// What a token is. Keywords and identifiers share [`TokenKind::Word`]; use
-/// [`Token::is_keyword`] to match one case-insensitively.
+/// `Token::is_keyword` to match one case-insensitively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TokenKind {
     /// ASCII and Unicode whitespace.
