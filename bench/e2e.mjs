@@ -2,7 +2,7 @@
 // test Kubernetes API): what an unchanged converge costs, how long 20
 // statements take on 3 pods, and the addon's per-exec overhead next to
 // `kubectl exec` of the byte-identical command on the same sandbox.
-// Run: node bench/e2e.mjs   (after `npm run build` and `cargo build --release -p sandbox`)
+// Run: node bench/e2e.mjs   (after `npm run build` and `cargo build --release -p clickhouse-schema-sandbox`)
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
