@@ -237,18 +237,7 @@ mod tests {
     #[test]
     fn codes_are_distinct() {
         use std::collections::HashSet;
-        let kinds = [
-            ErrorKind::InvalidConfig,
-            ErrorKind::StatementFailed,
-            ErrorKind::Transport,
-            ErrorKind::KubernetesApi,
-            ErrorKind::PodsNotReady,
-            ErrorKind::ContainerMissing,
-            ErrorKind::PodSetUnstable,
-            ErrorKind::ClusterMismatch,
-            ErrorKind::NothingApplied,
-            ErrorKind::Internal,
-        ];
+        let kinds = ErrorKind::ALL;
         let codes: HashSet<_> = kinds.iter().map(|k| k.code()).collect();
         assert_eq!(codes.len(), kinds.len());
     }

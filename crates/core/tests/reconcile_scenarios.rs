@@ -62,6 +62,16 @@ fn run_apply(
     block_on(apply("orders-schema", &cfg, previous, &c))
 }
 
+/// The scripted cluster as "cluster-a", the identity `run_apply` records.
+fn cluster_a<'a>(cluster: &'a FakeCluster, clock: &'a FakeClock) -> Cluster<'a, FakeCluster, FakeClock> {
+    Cluster {
+        transport: cluster,
+        clock,
+        cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
+    }
+}
+
 fn refs(state: &SchemaState) -> Vec<(String, String)> {
     state
         .pods
@@ -691,12 +701,7 @@ fn delete_with_retain_never_reaches_the_cluster() {
     let cluster = FakeCluster::new(three_pods());
     let clock = FakeClock::default();
     let cfg = config(fanout_props());
-    let c = Cluster {
-        transport: &cluster,
-        clock: &clock,
-        cluster_id: Some("cluster-a".into()),
-        cancel: &NeverCancelled,
-    };
+    let c = cluster_a(&cluster, &clock);
     block_on(destroy("orders-schema", &cfg, Some(&state), &c)).unwrap();
     assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
 }
@@ -717,12 +722,7 @@ fn delete_with_run_executes_the_delete_statements_on_every_pod() {
     let cluster = FakeCluster::new(three_pods());
     let clock = FakeClock::default();
     let cfg = config(run_props());
-    let c = Cluster {
-        transport: &cluster,
-        clock: &clock,
-        cluster_id: Some("cluster-a".into()),
-        cancel: &NeverCancelled,
-    };
+    let c = cluster_a(&cluster, &clock);
     block_on(destroy("orders-schema", &cfg, Some(&state), &c)).unwrap();
     assert_eq!(cluster.execs().len(), 6);
     assert_eq!(
@@ -755,12 +755,7 @@ fn delete_with_run_refuses_another_cluster_or_nothing_applied_before_any_call() 
         err.message
     );
 
-    let here = Cluster {
-        transport: &cluster,
-        clock: &clock,
-        cluster_id: Some("cluster-a".into()),
-        cancel: &NeverCancelled,
-    };
+    let here = cluster_a(&cluster, &clock);
     let err = block_on(destroy("orders-schema", &cfg, None, &here)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::NothingApplied);
     assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
@@ -1062,12 +1057,7 @@ fn destroy_refuses_a_state_that_is_malformed_or_names_another_target_before_any_
     let cluster = FakeCluster::new(three_pods());
     let clock = FakeClock::default();
     let cfg = config(run_props());
-    let here = Cluster {
-        transport: &cluster,
-        clock: &clock,
-        cluster_id: Some("cluster-a".into()),
-        cancel: &NeverCancelled,
-    };
+    let here = cluster_a(&cluster, &clock);
 
     let mut everything = good.clone();
     everything.target.pod_selector.clear();
