@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use clickhouse_schema_core::transport::{Executor, PodLister};
-use clickhouse_schema_kube::{KubeTransport, connect};
 use clickhouse_schema_sandbox::{Sandbox, SandboxOptions};
 use common::*;
 
@@ -30,11 +29,7 @@ async fn statements_run_on_real_clickhouse_through_stdin() {
 /// Steps run in order against one sandbox; the first failure is returned so
 /// the sandbox is always shut down before the test reports it.
 async fn scenarios(sb: &Sandbox) -> Result<(), String> {
-    // The identity the product's RBAC asks for: list pods + create pods/exec.
-    let conn = connect(Some(&with_path(sb.kubeconfig_path(), Some("sandbox-minimal"))))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = KubeTransport::from(&conn);
+    let t = minimal_transport(sb).await?;
 
     let mut pods = t
         .list_pods(NAMESPACE, &selector())
@@ -84,40 +79,17 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
         format!("select: {out:?}"),
     )?;
 
-    // A syntax error: ClickHouse's code as the exit status, its text on stderr.
-    let out = t
-        .exec(statement_exec(pod, "SELEC 1", TIMEOUT))
-        .await
-        .map_err(|e| format!("SELEC 1: {e}"))?;
-    check(
-        out.exit_code == 62 && out.stderr.contains("Code: 62") && out.stdout.is_empty(),
-        format!("SELEC 1: {out:?}"),
-    )?;
+    expect_syntax_error(&t, pod, TIMEOUT).await?;
 
     // Every statement reached the pod on stdin, byte for byte, and never in argv.
     let log = sb.exec_log();
     check(log.len() == 7, format!("7 execs logged: {log:?}"))?;
     for r in &log {
-        let stdin = r.stdin_text();
         check(
             r.protocol == "v5.channel.k8s.io" && r.outcome == "completed" && r.user == "sandbox-minimal",
             format!("exec record: {r:?}"),
         )?;
-        check(
-            r.argv.len() == 3
-                && r.argv[0] == "sh"
-                && r.argv[2].contains(&format!(
-                    "head -c {} <&3 4<&- | exec $t clickhouse-client",
-                    stdin.len()
-                )),
-            format!("argv frames stdin: {:?}", r.argv),
-        )?;
-        check(
-            !r.argv
-                .iter()
-                .any(|a| a.contains("SELECT") || a.contains("s3cr3t") || a.contains("SELEC")),
-            format!("statement in argv: {:?}", r.argv),
-        )?;
+        check_framed_on_stdin(r, &["SELECT", "s3cr3t", "SELEC"])?;
     }
     let stdins: Vec<String> = log.iter().map(|r| r.stdin_text()).collect();
     check(
@@ -126,8 +98,4 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
     )?;
     check(log[6].exit_code == Some(62), format!("logged exit: {:?}", log[6]))?;
     Ok(())
-}
-
-fn check(ok: bool, what: String) -> Result<(), String> {
-    if ok { Ok(()) } else { Err(what) }
 }

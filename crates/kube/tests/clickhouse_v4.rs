@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use clickhouse_schema_core::transport::Executor;
-use clickhouse_schema_kube::{KubeTransport, connect};
 use clickhouse_schema_sandbox::{ExecProtocol, Sandbox, SandboxOptions};
 use common::*;
 
@@ -31,10 +30,7 @@ async fn statements_run_on_real_clickhouse_over_v4() {
 }
 
 async fn scenarios(sb: &Sandbox) -> Result<(), String> {
-    let conn = connect(Some(&with_path(sb.kubeconfig_path(), Some("sandbox-minimal"))))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = KubeTransport::from(&conn);
+    let t = minimal_transport(sb).await?;
     let pod = &sb.pod_names()[0];
 
     let out = t
@@ -48,14 +44,7 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
 
     // ClickHouse's code as the exit status and its text on stderr: the status
     // frame arrived although stdin stayed open.
-    let out = t
-        .exec(statement_exec(pod, "SELEC 1", TIMEOUT))
-        .await
-        .map_err(|e| format!("SELEC 1: {e}"))?;
-    check(
-        out.exit_code == 62 && out.stderr.contains("Code: 62") && out.stdout.is_empty(),
-        format!("SELEC 1: {out:?}"),
-    )?;
+    expect_syntax_error(&t, pod, TIMEOUT).await?;
 
     let log = sb.exec_log();
     check(log.len() == 2, format!("2 execs logged: {log:?}"))?;
@@ -65,20 +54,8 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
             format!("exec record: {r:?}"),
         )?;
         check(r.stdin_text() == statement, format!("stdin as sent: {r:?}"))?;
-        check(
-            r.argv.len() == 3
-                && r.argv[2].contains(&format!(
-                    "head -c {} <&3 4<&- | exec $t clickhouse-client",
-                    statement.len()
-                ))
-                && !r.argv.iter().any(|a| a.contains("SELEC")),
-            format!("statement only on stdin: {:?}", r.argv),
-        )?;
+        check_framed_on_stdin(r, &["SELEC"])?;
     }
     check(log[1].exit_code == Some(62), format!("logged exit: {:?}", log[1]))?;
     Ok(())
-}
-
-fn check(ok: bool, what: String) -> Result<(), String> {
-    if ok { Ok(()) } else { Err(what) }
 }

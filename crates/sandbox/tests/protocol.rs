@@ -207,17 +207,11 @@ async fn tls_to(sb: &Sandbox) -> tokio_rustls::client::TlsStream<tokio::net::Tcp
 async fn v4_only_client_gets_v4_with_stdout_and_status() {
     let sb = local().await;
     let tls = tls_to(&sb).await;
-    let url = format!(
-        "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-0-0-0/exec?command=sh&command=-c&command=echo+out%3B+exit+5&container=clickhouse&stdout=true&stderr=true",
-        sb.port()
+    let req = exec_request(
+        &sb,
+        "command=sh&command=-c&command=echo+out%3B+exit+5&container=clickhouse&stdout=true&stderr=true",
+        "v4.channel.k8s.io",
     );
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert(
-        "Authorization",
-        format!("Bearer {}", sb.tokens().admin).parse().unwrap(),
-    );
-    req.headers_mut()
-        .insert("Sec-WebSocket-Protocol", "v4.channel.k8s.io".parse().unwrap());
     let (mut ws, resp) = tokio_tungstenite::client_async(req, tls).await.unwrap();
     assert_eq!(resp.headers()["sec-websocket-protocol"], "v4.channel.k8s.io");
     let mut stdout = Vec::new();
@@ -339,17 +333,11 @@ async fn v4_only_server_serves_kube_rs_over_v4_and_refuses_v5_alone() {
 
     // A client offering only v5 meets what an old kubelet's wsstream handshake answers: a bare
     // 403, no Status body, and nothing runs.
-    let url = format!(
-        "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-0-0-0/exec?command=true&container=clickhouse&stdout=true",
-        sb.port()
+    let req = exec_request(
+        &sb,
+        "command=true&container=clickhouse&stdout=true",
+        "v5.channel.k8s.io",
     );
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert(
-        "Authorization",
-        format!("Bearer {}", sb.tokens().admin).parse().unwrap(),
-    );
-    req.headers_mut()
-        .insert("Sec-WebSocket-Protocol", "v5.channel.k8s.io".parse().unwrap());
     match tokio_tungstenite::client_async(req, tls_to(&sb).await).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             assert_eq!(resp.status(), 403);
@@ -726,4 +714,25 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
     .unwrap();
     assert_eq!(sb.pod_names().len(), 3);
     sb.shutdown().await.unwrap();
+}
+
+/// A raw WebSocket exec request to pod chi-sandbox-0-0-0 as the admin token,
+/// offering exactly `protocol`; `query` is the exec query string.
+fn exec_request(
+    sb: &Sandbox,
+    query: &str,
+    protocol: &str,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    let url = format!(
+        "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-0-0-0/exec?{query}",
+        sb.port()
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "Authorization",
+        format!("Bearer {}", sb.tokens().admin).parse().unwrap(),
+    );
+    req.headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocol.parse().unwrap());
+    req
 }

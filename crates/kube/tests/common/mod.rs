@@ -90,3 +90,61 @@ pub fn shell_exec(pod: &str, script: &str, timeout: Duration) -> ExecRequest {
         timeout,
     }
 }
+
+/// The product's transport on `sb` with the identity its RBAC asks for:
+/// list pods + create pods/exec (context `sandbox-minimal`).
+pub async fn minimal_transport(
+    sb: &clickhouse_schema_sandbox::Sandbox,
+) -> Result<clickhouse_schema_kube::KubeTransport, String> {
+    let conn =
+        clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), Some("sandbox-minimal"))))
+            .await
+            .map_err(|e| e.to_string())?;
+    Ok(clickhouse_schema_kube::KubeTransport::from(&conn))
+}
+
+/// A syntax error through the product's exec: ClickHouse's code is the exit
+/// status and its text is on stderr, nothing on stdout.
+pub async fn expect_syntax_error(
+    t: &clickhouse_schema_kube::KubeTransport,
+    pod: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    use clickhouse_schema_core::transport::Executor;
+    let out = t
+        .exec(statement_exec(pod, "SELEC 1", timeout))
+        .await
+        .map_err(|e| format!("SELEC 1: {e}"))?;
+    check(
+        out.exit_code == 62 && out.stderr.contains("Code: 62") && out.stdout.is_empty(),
+        format!("SELEC 1: {out:?}"),
+    )
+}
+
+/// The logged exec ran the product's command, framed for exactly its stdin,
+/// with no statement text in argv (`words` are statement fragments).
+pub fn check_framed_on_stdin(
+    r: &clickhouse_schema_sandbox::ExecRecord,
+    words: &[&str],
+) -> Result<(), String> {
+    let stdin = r.stdin_text();
+    check(
+        r.argv.len() == 3
+            && r.argv[0] == "sh"
+            && r.argv[2].contains(&format!(
+                "head -c {} <&3 4<&- | exec $t clickhouse-client",
+                stdin.len()
+            )),
+        format!("argv frames stdin: {:?}", r.argv),
+    )?;
+    check(
+        !r.argv.iter().any(|a| words.iter().any(|w| a.contains(w))),
+        format!("statement in argv: {:?}", r.argv),
+    )
+}
+
+/// `Ok` when `ok`, else `Err(what)`: scenario steps return their first failure
+/// so the sandbox is always shut down before the test reports it.
+pub fn check(ok: bool, what: String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(what) }
+}
