@@ -115,50 +115,50 @@ export const clickHouseSchemaProvider = Provider.effect(
     const executor = Option.getOrUndefined(yield* Effect.serviceOption(ClickHouseSchemaExecutor));
     const options = executor ? { executor } : undefined;
     return {
-  diff: ({ id, news, output }) => {
-    // First create: nothing recorded, the engine creates.
-    if (output === undefined) return Effect.void;
-    // Unresolved Outputs (readyBarrier fed by an upstream that is itself being
-    // created or updated): skip the probe. Alchemy treats the Output-fed prop as
-    // changed and reconciles, and `apply` makes the full check then.
-    if (!isResolved(news)) return Effect.void;
-    return call(() => plan(id, news, output, options)).pipe(
-      Effect.flatMap((result) =>
-        result.changed
-          ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'})`).pipe(
-              Effect.as({ action: 'update' as const }),
-            )
-          : Effect.succeed(undefined),
-      ),
-      // A failed probe (API unreachable, pods not Ready, ...) cannot prove that
-      // nothing has to run, so it must not turn into a silent no-op. We
-      // reconcile instead of failing the plan: `apply` makes the same check with
-      // its full waitForPod/retry budget and, if the cluster is still failing,
-      // fails this resource (and what depends on it) with the complete
-      // ClickHouseSchemaError, instead of failing the whole plan from here.
-      Effect.catch((error) =>
-        Effect.logWarning(
-          `ClickHouseSchema '${id}': the no-op check failed (${error.message}); reconciling, so apply checks again`,
-        ).pipe(Effect.as({ action: 'update' as const })),
-      ),
-    );
-  },
-  reconcile: ({ id, news, output }) =>
-    call(() => apply(id, news, output, options)).pipe(
-      Effect.tap((result) =>
-        Effect.logInfo(
-          `ClickHouseSchema '${id}': ` +
-            (result.changed ? `applied to ${result.appliedTo.join(', ')}` : 'unchanged, no statement ran'),
+      diff: ({ id, news, output }) => {
+        // First create: nothing recorded, the engine creates.
+        if (output === undefined) return Effect.void;
+        // Unresolved Outputs (readyBarrier fed by an upstream that is itself being
+        // created or updated): skip the probe. Alchemy treats the Output-fed prop as
+        // changed and reconciles, and `apply` makes the full check then.
+        if (!isResolved(news)) return Effect.void;
+        return call(() => plan(id, news, output, options)).pipe(
+          Effect.flatMap((result) =>
+            result.changed
+              ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'})`).pipe(
+                  Effect.as({ action: 'update' as const }),
+                )
+              : Effect.succeed(undefined),
+          ),
+          // A failed probe (API unreachable, pods not Ready, ...) cannot prove that
+          // nothing has to run, so it must not turn into a silent no-op. We
+          // reconcile instead of failing the plan: `apply` makes the same check with
+          // its full waitForPod/retry budget and, if the cluster is still failing,
+          // fails this resource (and what depends on it) with the complete
+          // ClickHouseSchemaError, instead of failing the whole plan from here.
+          Effect.catch((error) =>
+            Effect.logWarning(
+              `ClickHouseSchema '${id}': the no-op check failed (${error.message}); reconciling, so apply checks again`,
+            ).pipe(Effect.as({ action: 'update' as const })),
+          ),
+        );
+      },
+      reconcile: ({ id, news, output }) =>
+        call(() => apply(id, news, output, options)).pipe(
+          Effect.tap((result) =>
+            Effect.logInfo(
+              `ClickHouseSchema '${id}': ` +
+                (result.changed ? `applied to ${result.appliedTo.join(', ')}` : 'unchanged, no statement ran'),
+            ),
+          ),
+          // The outputs are the addon's SchemaState: no kubeConfig, no executor, no
+          // readyBarrier, no statement text.
+          Effect.map((result) => result.state),
         ),
-      ),
-      // The outputs are the addon's SchemaState: no kubeConfig, no executor, no
-      // readyBarrier, no statement text.
-      Effect.map((result) => result.state),
-    ),
-  delete: ({ id, olds, output }) => call(() => destroy(id, olds, output, options)),
-  // Nothing to adopt: Alchemy calls read only when no state exists yet, and a
-  // schema has no remote object to find. Returning undefined makes it create.
-  read: () => Effect.succeed(undefined),
+      delete: ({ id, olds, output }) => call(() => destroy(id, olds, output, options)),
+      // Nothing to adopt: Alchemy calls read only when no state exists yet, and a
+      // schema has no remote object to find. Returning undefined makes it create.
+      read: () => Effect.succeed(undefined),
     };
   }),
 );
