@@ -9,6 +9,54 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** One covered pod object. */
+export interface PodRef {
+  /** Pod name. */
+  name: string
+  /** `metadata.uid`; absent when the executor could not tell. */
+  uid?: string
+}
+
+/** The target (`namespace`, `podSelector`, `container`) as recorded in state. */
+export interface RecordedTarget {
+  /** Namespace the pods were in. */
+  namespace: string
+  /** Label selector the pods were matched with. */
+  podSelector: Record<string, string>
+  /** Server container the statements ran in. */
+  container: string
+}
+
+/**
+ * What an apply records (the resource's outputs), and what the next call
+ * reads back to decide whether to run again. Declared here once: the
+ * binding's `index.d.ts` is generated from it.
+ */
+export interface SchemaState {
+  /** The shape's version (1 for this release), checked when the state is read back. */
+  stateVersion: number
+  /** Fingerprint of the config that was applied (see `fingerprint()`). */
+  fingerprint: string
+  /** ISO-8601 UTC time of the apply that wrote this state. */
+  appliedAt: string
+  /** Number of statements applied. */
+  statementCount: number
+  /** `client.database` the statements ran in. */
+  database: string
+  /** Where the statements ran. */
+  target: RecordedTarget
+  /** Sorted pod names: the same pods as `pods`, as a plain list for outputs. */
+  podNames: Array<string>
+  /** The pod objects covered, sorted by name. */
+  pods: Array<PodRef>
+  /**
+   * Credential-free identity of the cluster the statements reached (a
+   * sha256 of the kubeconfig's cluster name, server, CA and TLS mode);
+   * absent when it could not be known.
+   */
+  clusterId?: string
+}
+
 /**
  * Brings the cluster to `props` for resource `id` and resolves to the state
  * to record. `previousState` is the last recorded state (omit on create);
@@ -185,23 +233,6 @@ export interface RedactedOutput {
   text: string
   clickHouseCode?: number
   clickHouseException?: string
-}
-
-/**
- * The state recorded by a successful apply (the resource's outputs).
- * Declared for `index.d.ts` only: values cross the boundary as JSON.
- */
-export interface SchemaState {
-  /** The shape's version, checked when a state is read back (1 today). */
-  stateVersion: number
-  fingerprint: string
-  appliedAt: string
-  statementCount: number
-  database: string
-  target: { namespace: string; podSelector: Record<string, string>; container: string }
-  podNames: Array<string>
-  pods: Array<{ name: string; uid?: string }>
-  clusterId?: string
 }
 
 /**

@@ -20,8 +20,21 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "native addon (release)"
+step "native addon (release); index.d.ts and index.js as committed"
+# The napi CLI regenerates index.d.ts (the JavaScript API's reference) from the
+# Rust declarations on every build; a difference means a Rust change whose
+# generated declarations were not committed.
+generated="$(mktemp -d)"
+cp index.d.ts index.js "$generated/"
 npm run --silent build:native
+for f in index.d.ts index.js; do
+  if ! diff -u "$generated/$f" "$f"; then
+    echo "$f is out of date with the Rust declarations: it has now been regenerated; commit it." >&2
+    rm -rf "$generated"
+    exit 1
+  fi
+done
+rm -rf "$generated"
 
 step "generated prop types match schema/props.schema.json (npm run generate:types)"
 committed="$(mktemp)"

@@ -49,6 +49,8 @@ export type {
   ExecutorExecResult,
   ExecutorPod,
   PlanResult,
+  PodRef,
+  RecordedTarget,
   SchemaState,
 } from '../index.js';
 

@@ -21,14 +21,19 @@ use crate::transport::PodInfo;
 /// The shape of [`SchemaState`] this release writes and reads.
 pub(crate) const STATE_VERSION: u32 = 1;
 
-/// What an apply records, and the next call reads back to decide whether to
-/// run again.
+/// What an apply records (the resource's outputs), and what the next call
+/// reads back to decide whether to run again. Declared here once: the
+/// binding's `index.d.ts` is generated from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
 pub struct SchemaState {
-    /// `STATE_VERSION` when written by this release.
+    /// The shape's version (1 for this release), checked when the state is read back.
     pub state_version: u32,
-    /// [`fingerprint`](crate::fingerprint::fingerprint) of the config that was applied.
+    /// Fingerprint of the config that was applied (see `fingerprint()`).
     pub fingerprint: String,
     /// ISO-8601 UTC time of the apply that wrote this state.
     pub applied_at: String,
@@ -42,15 +47,20 @@ pub struct SchemaState {
     pub pod_names: Vec<String>,
     /// The pod objects covered, sorted by name.
     pub pods: Vec<PodRef>,
-    /// [`cluster_id`](crate::cluster_id::cluster_id) of the cluster the
-    /// statements reached; absent when it could not be known.
+    /// Credential-free identity of the cluster the statements reached (a
+    /// sha256 of the kubeconfig's cluster name, server, CA and TLS mode);
+    /// absent when it could not be known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
 }
 
-/// The [`Target`] as recorded in state.
+/// The target (`namespace`, `podSelector`, `container`) as recorded in state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
 pub struct RecordedTarget {
     /// Namespace the pods were in.
     pub namespace: String,
@@ -88,6 +98,10 @@ impl RecordedTarget {
 
 /// One covered pod object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
 pub struct PodRef {
     /// Pod name.
     pub name: String,

@@ -30,25 +30,6 @@ pub struct ApplyResult {
     pub applied_to: Vec<String>,
 }
 
-/// The state recorded by a successful apply (the resource's outputs).
-/// Declared for `index.d.ts` only: values cross the boundary as JSON.
-#[allow(dead_code)]
-#[napi(object, object_to_js = false, js_name = "SchemaState")]
-pub struct SchemaStateShape {
-    /// The shape's version, checked when a state is read back (1 today).
-    pub state_version: u32,
-    pub fingerprint: String,
-    pub applied_at: String,
-    pub statement_count: u32,
-    pub database: String,
-    #[napi(ts_type = "{ namespace: string; podSelector: Record<string, string>; container: string }")]
-    pub target: serde_json::Value,
-    pub pod_names: Vec<String>,
-    #[napi(ts_type = "Array<{ name: string; uid?: string }>")]
-    pub pods: serde_json::Value,
-    pub cluster_id: Option<String>,
-}
-
 /// Brings the cluster to `props` for resource `id` and resolves to the state
 /// to record. `previousState` is the last recorded state (omit on create);
 /// `options` may inject an executor and carry an `AbortSignal`. Rejects with
