@@ -124,7 +124,9 @@ export declare const enum ClickHouseSchemaErrorCode {
 
 /** A warning about valid props: where, and why it matters. */
 export interface ConfigWarning {
+  /** Where in the props, e.g. `settings["password"]` or `statements[2]`. */
   path: string
+  /** What was noticed and what to do instead. */
   reason: string
 }
 
@@ -230,8 +232,11 @@ export declare function redactClickHouseOutput(output: string, statement: string
  * code and exception class parsed from the raw output before redaction.
  */
 export interface RedactedOutput {
+  /** The output with the statement, its literals and credentials removed. */
   text: string
+  /** The ClickHouse error code (`Code: N`), when the output carried one. */
   clickHouseCode?: number
+  /** The ClickHouse exception class (e.g. `DB::Exception`), when present. */
   clickHouseException?: string
 }
 

@@ -12,6 +12,7 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
+    /// A clock whose `now_ms` counts from this call.
     pub fn new() -> Self {
         Self {
             origin: Instant::now(),

@@ -75,14 +75,17 @@ use crate::error::chain;
 use crate::proxy;
 
 /// Context name of the kubeconfig synthesized from an inline cluster and user.
+/// The context name given to the kubeconfig assembled from inline `cluster`/`user` props.
 pub const INLINE_CONTEXT: &str = "clickhouse-schema";
 /// What `@kubernetes/client-node` calls the in-cluster cluster.
 pub const IN_CLUSTER_NAME: &str = "inCluster";
+/// Where a pod's service account CA is mounted (the in-cluster configuration).
 pub const IN_CLUSTER_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 
 /// A client for the resolved cluster and the endpoint that identifies it.
 #[derive(Clone)]
 pub struct Connection {
+    /// The client, with kube-rs's own retries off (the core retries).
     pub client: kube::Client,
     /// `None` when no context was named (see the module docs).
     pub endpoint: Option<ClusterEndpoint>,
@@ -551,6 +554,7 @@ fn error(message: String) -> ConnectError {
 /// ([`ErrorKind::KubernetesApi`]) with `?`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectError {
+    /// What is wrong, already free of credentials.
     pub message: String,
 }
 

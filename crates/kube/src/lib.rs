@@ -28,10 +28,12 @@ pub struct KubeTransport {
 }
 
 impl KubeTransport {
+    /// A transport over an already configured client (tests and embedders).
     pub fn new(client: kube::Client) -> Self {
         Self { client }
     }
 
+    /// The client the pod list and exec requests go through.
     pub fn client(&self) -> &kube::Client {
         &self.client
     }

@@ -46,6 +46,8 @@ pub fn selector_string(selector: &BTreeMap<String, String>) -> String {
         .join(",")
 }
 
+/// The facts the core reconciles on (name, uid, phase, readiness, deletion,
+/// containers) read from a Kubernetes pod object.
 pub fn pod_info(pod: &Pod) -> PodInfo {
     let status = pod.status.as_ref();
     let ready = status

@@ -67,11 +67,11 @@ impl ClickHouseSchemaErrorCode {
 
 /// `name` of every error the addon throws, so JS code can tell ours apart
 /// from programming errors without importing a class across the boundary.
-pub const ERROR_NAME: &str = "ClickHouseSchemaError";
+pub(crate) const ERROR_NAME: &str = "ClickHouseSchemaError";
 
 /// Converts `err` into a thrown JS error; returned as `napi::Error` so callers
 /// use it with `?` / `map_err`.
-pub fn throw(env: &Env, err: &ClickHouseSchemaError) -> Error {
+pub(crate) fn throw(env: &Env, err: &ClickHouseSchemaError) -> Error {
     match build(env, err) {
         Ok(value) => Error::from(value),
         // Building the object only fails when the JS heap is exhausted; the

@@ -19,7 +19,7 @@ use napi_derive::napi;
 
 /// A pod as the injected `listPods` reports it.
 #[napi(object, js_name = "ExecutorPod")]
-pub struct JsPod {
+pub(crate) struct JsPod {
     pub name: String,
     pub uid: Option<String>,
     pub ready: bool,
@@ -31,7 +31,7 @@ pub struct JsPod {
 /// What the injected `exec` receives. The statement is `stdin`; `command`
 /// never contains it.
 #[napi(object, js_name = "ExecutorExecRequest")]
-pub struct JsExecRequest {
+pub(crate) struct JsExecRequest {
     pub namespace: String,
     pub pod: String,
     pub container: String,
@@ -41,7 +41,7 @@ pub struct JsExecRequest {
 
 /// What the injected `exec` resolves to once the command has run.
 #[napi(object, js_name = "ExecutorExecResult")]
-pub struct JsExecResult {
+pub(crate) struct JsExecResult {
     pub stdout: String,
     pub stderr: String,
     /// The command's exit status: an integer from 0 to 255. Anything else is
@@ -56,7 +56,7 @@ type ExecFn = ThreadsafeFunction<JsExecRequest, Promise<JsExecResult>, JsExecReq
 /// The runtime-only `executor` prop: lists pods and runs execs in place of the
 /// Kubernetes API. Both functions are called without `this`.
 #[napi(object, object_to_js = false)]
-pub struct ClickHouseExecutor {
+pub(crate) struct ClickHouseExecutor {
     #[napi(ts_type = "(namespace: string, selector: Record<string, string>) => Promise<Array<ExecutorPod>>")]
     pub list_pods: ListFn,
     /// A rejected promise is a transport failure (retried); a command that

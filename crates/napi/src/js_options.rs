@@ -21,7 +21,7 @@ use crate::js_executor::ClickHouseExecutor;
 /// Declared for `index.d.ts`; the values are read field by field.
 #[allow(dead_code)]
 #[napi(object, object_to_js = false)]
-pub struct LifecycleOptions {
+pub(crate) struct LifecycleOptions {
     /// Lists pods and runs execs in place of the Kubernetes API (tests,
     /// embedding). Without it the `kubeConfig` prop, else `KUBECONFIG` /
     /// `~/.kube/config`, else the in-cluster service account is used.

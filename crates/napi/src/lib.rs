@@ -30,7 +30,7 @@ const ANONYMOUS_ID: &str = "<anonymous>";
 /// configuration (every default applied). Throws a `ClickHouseSchemaError`
 /// (`code: 'E_INVALID_CONFIG'`, `issues: [{ path, reason }]`) listing every problem.
 #[napi(ts_return_type = "unknown")]
-pub fn validate_config(
+pub(crate) fn validate_config(
     env: &Env,
     id: String,
     #[napi(ts_arg_type = "unknown")] props: Unknown<'_>,
@@ -45,7 +45,7 @@ pub fn validate_config(
 /// literal, which Alchemy would store verbatim with the props. Validates
 /// first and throws like `validateConfig`; an empty array when all is well.
 #[napi]
-pub fn config_warnings(
+pub(crate) fn config_warnings(
     env: &Env,
     id: String,
     #[napi(ts_arg_type = "unknown")] props: Unknown<'_>,
@@ -64,8 +64,10 @@ pub fn config_warnings(
 
 /// A warning about valid props: where, and why it matters.
 #[napi(object)]
-pub struct ConfigWarning {
+pub(crate) struct ConfigWarning {
+    /// Where in the props, e.g. `settings["password"]` or `statements[2]`.
     pub path: String,
+    /// What was noticed and what to do instead.
     pub reason: String,
 }
 
@@ -73,7 +75,7 @@ pub struct ConfigWarning {
 /// (statements, settings, resolved client, execution model). Validates first,
 /// so an invalid config throws exactly as `validateConfig` does.
 #[napi]
-pub fn fingerprint(
+pub(crate) fn fingerprint(
     env: &Env,
     #[napi(ts_arg_type = "unknown")] props: Unknown<'_>,
     id: Option<String>,
@@ -125,9 +127,12 @@ pub(crate) fn state_json(
 /// What survives redaction of a ClickHouse output: the redacted text and the
 /// code and exception class parsed from the raw output before redaction.
 #[napi(object)]
-pub struct RedactedOutput {
+pub(crate) struct RedactedOutput {
+    /// The output with the statement, its literals and credentials removed.
     pub text: String,
+    /// The ClickHouse error code (`Code: N`), when the output carried one.
     pub click_house_code: Option<u32>,
+    /// The ClickHouse exception class (e.g. `DB::Exception`), when present.
     pub click_house_exception: Option<String>,
 }
 
@@ -135,7 +140,7 @@ pub struct RedactedOutput {
 /// produced it: the statement and every literal in it are removed in every
 /// spelling, keyword lines are filtered, and the result is capped at 2 KiB.
 #[napi]
-pub fn redact_click_house_output(output: String, statement: String) -> RedactedOutput {
+pub(crate) fn redact_click_house_output(output: String, statement: String) -> RedactedOutput {
     let redacted = redact::redact_clickhouse_output(&output, &statement);
     RedactedOutput {
         text: redacted.text,

@@ -20,7 +20,7 @@ use crate::{props_json, state_json};
 
 /// The result of an apply: the state to record, and what happened.
 #[napi(object)]
-pub struct ApplyResult {
+pub(crate) struct ApplyResult {
     /// The resource's outputs. Equal to the previous state when nothing ran.
     #[napi(ts_type = "SchemaState")]
     pub state: serde_json::Value,
@@ -38,7 +38,7 @@ pub struct ApplyResult {
     ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null",
     ts_return_type = "Promise<ApplyResult>"
 )]
-pub fn apply<'env>(
+pub(crate) fn apply<'env>(
     env: &'env Env,
     id: String,
     props: Unknown<'env>,
@@ -71,7 +71,7 @@ pub fn apply<'env>(
 
 /// Whether an apply would run anything, and why.
 #[napi(object)]
-pub struct PlanResult {
+pub(crate) struct PlanResult {
     pub changed: bool,
     /// Present when `changed`: what differs (content, target, cluster, pod set).
     pub reason: Option<String>,
@@ -84,7 +84,7 @@ pub struct PlanResult {
     ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null",
     ts_return_type = "Promise<PlanResult>"
 )]
-pub fn plan<'env>(
+pub(crate) fn plan<'env>(
     env: &'env Env,
     id: String,
     props: Unknown<'env>,
@@ -113,7 +113,7 @@ pub fn plan<'env>(
     ts_args_type = "id: string, props: unknown, state?: SchemaState | null, options?: LifecycleOptions | null",
     ts_return_type = "Promise<void>"
 )]
-pub fn destroy<'env>(
+pub(crate) fn destroy<'env>(
     env: &'env Env,
     id: String,
     props: Unknown<'env>,
@@ -213,7 +213,7 @@ impl Session {
 }
 
 /// Either transport, so the lifecycle is instantiated once.
-pub enum Transport {
+pub(crate) enum Transport {
     Kube(KubeTransport),
     Js(ClickHouseExecutor),
 }

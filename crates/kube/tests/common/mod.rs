@@ -10,17 +10,17 @@ use clickhouse_schema_core::config::{ClientConfig, KubeConfigOptions};
 use clickhouse_schema_core::transport::ExecRequest;
 use serde_json::Value;
 
-pub const NAMESPACE: &str = "sandbox";
-pub const CONTAINER: &str = "clickhouse";
+pub(crate) const NAMESPACE: &str = "sandbox";
+pub(crate) const CONTAINER: &str = "clickhouse";
 
 /// The selector the sandbox's ClickHouse pods carry.
-pub fn selector() -> BTreeMap<String, String> {
+pub(crate) fn selector() -> BTreeMap<String, String> {
     let mut s = BTreeMap::new();
     s.insert("clickhouse.altinity.com/chi".to_owned(), "sandbox".to_owned());
     s
 }
 
-pub fn with_path(path: &Path, context: Option<&str>) -> KubeConfigOptions {
+pub(crate) fn with_path(path: &Path, context: Option<&str>) -> KubeConfigOptions {
     KubeConfigOptions {
         kubeconfig_path: Some(path.display().to_string()),
         context: context.map(str::to_owned),
@@ -30,7 +30,7 @@ pub fn with_path(path: &Path, context: Option<&str>) -> KubeConfigOptions {
 
 /// The endpoint a kubeconfig names, read straight from its YAML with a plain
 /// YAML parser: an oracle independent of the crate's own resolution.
-pub fn expected_endpoint(kubeconfig: &Path, context: Option<&str>) -> Option<ClusterEndpoint> {
+pub(crate) fn expected_endpoint(kubeconfig: &Path, context: Option<&str>) -> Option<ClusterEndpoint> {
     let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig readable");
     let doc: Value = serde_saphyr::from_str(&text).expect("kubeconfig is YAML");
     let context = match context {
@@ -62,7 +62,7 @@ pub fn expected_endpoint(kubeconfig: &Path, context: Option<&str>) -> Option<Clu
 }
 
 /// An exec of the product's own rendered command with `statement` on stdin.
-pub fn statement_exec(pod: &str, statement: &str, timeout: Duration) -> ExecRequest {
+pub(crate) fn statement_exec(pod: &str, statement: &str, timeout: Duration) -> ExecRequest {
     let client = ClientConfig {
         user: "default".into(),
         database: "default".into(),
@@ -80,7 +80,7 @@ pub fn statement_exec(pod: &str, statement: &str, timeout: Duration) -> ExecRequ
 }
 
 /// A shell command on a pod of a local sandbox, stdin framed like the product does.
-pub fn shell_exec(pod: &str, script: &str, timeout: Duration) -> ExecRequest {
+pub(crate) fn shell_exec(pod: &str, script: &str, timeout: Duration) -> ExecRequest {
     ExecRequest {
         namespace: NAMESPACE.into(),
         pod: pod.into(),
@@ -93,7 +93,7 @@ pub fn shell_exec(pod: &str, script: &str, timeout: Duration) -> ExecRequest {
 
 /// The product's transport on `sb` with the identity its RBAC asks for:
 /// list pods + create pods/exec (context `sandbox-minimal`).
-pub async fn minimal_transport(
+pub(crate) async fn minimal_transport(
     sb: &clickhouse_schema_sandbox::Sandbox,
 ) -> Result<clickhouse_schema_kube::KubeTransport, String> {
     let conn =
@@ -105,7 +105,7 @@ pub async fn minimal_transport(
 
 /// A syntax error through the product's exec: ClickHouse's code is the exit
 /// status and its text is on stderr, nothing on stdout.
-pub async fn expect_syntax_error(
+pub(crate) async fn expect_syntax_error(
     t: &clickhouse_schema_kube::KubeTransport,
     pod: &str,
     timeout: Duration,
@@ -123,7 +123,7 @@ pub async fn expect_syntax_error(
 
 /// The logged exec ran the product's command, framed for exactly its stdin,
 /// with no statement text in argv (`words` are statement fragments).
-pub fn check_framed_on_stdin(
+pub(crate) fn check_framed_on_stdin(
     r: &clickhouse_schema_sandbox::ExecRecord,
     words: &[&str],
 ) -> Result<(), String> {
@@ -145,6 +145,6 @@ pub fn check_framed_on_stdin(
 
 /// `Ok` when `ok`, else `Err(what)`: scenario steps return their first failure
 /// so the sandbox is always shut down before the test reports it.
-pub fn check(ok: bool, what: String) -> Result<(), String> {
+pub(crate) fn check(ok: bool, what: String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what) }
 }
