@@ -1138,6 +1138,9 @@ fn a_cancelled_apply_stops_before_the_next_statement_and_records_nothing() {
         "{}",
         err.message
     );
+    // Like any error that stops at a statement, it says which one and where.
+    assert_eq!(err.statement_index, Some(1));
+    assert_eq!(err.pod.as_deref(), Some("chi-orders-0-0-0"));
     assert_eq!(cluster.exec_attempts(), 1, "nothing after the abort");
 }
 

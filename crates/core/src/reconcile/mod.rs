@@ -248,8 +248,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let mut attempt = 1;
         loop {
             if self.cancel.is_cancelled() {
+                // The properties name where the run stopped, as they do for
+                // a cancellation during the exec.
                 return Err(Failure::Error(
-                    self.cancelled(&format!("before statement {index} was sent to pod {pod}")),
+                    self.cancelled(&format!("before statement {index} was sent to pod {pod}"))
+                        .with_statement_index(index)
+                        .with_pod(pod),
                 ));
             }
             let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
