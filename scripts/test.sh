@@ -56,10 +56,12 @@ npm run --silent build:ts
 step "sandbox binary (for the Node tests against real ClickHouse)"
 cargo build --release --locked -p clickhouse-schema-sandbox
 # The Node sandbox tests run their sandboxes from fixed directories
-# (.sandbox-test, .sandbox-alchemy for the Alchemy end-to-end tests), so they are
+# (.sandbox-test, .sandbox-alchemy for the Alchemy end-to-end tests,
+# .sandbox-install for the install-from-tarballs test), so they are
 # stopped here even if the test process dies before its own teardown.
 trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true
-      target/release/sandbox stop --dir .sandbox-alchemy >/dev/null 2>&1 || true' EXIT
+      target/release/sandbox stop --dir .sandbox-alchemy >/dev/null 2>&1 || true
+      target/release/sandbox stop --dir .sandbox-install >/dev/null 2>&1 || true' EXIT
 
 step "Rust tests"
 cargo test --workspace --locked
