@@ -1,39 +1,72 @@
+//! The crate's one error type. Server and ZooKeeper failures carry the tails of their logs, so the
+//! message alone says why a start-up failed.
+
 use std::path::Path;
 
+/// Everything `Hosts` and `cleanup_stale` can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
+    /// Options or a request the sandbox cannot honour: instance out of range, a bad cluster name,
+    /// argv or environment name, or a bridge/namespace already taken by another (or a crashed) sandbox.
     #[error("invalid sandbox options: {0}")]
     InvalidOptions(String),
+    /// A host name that could not be a Kubernetes pod name (it becomes netns, directory and XML text).
     #[error("invalid host name {name:?}: {reason}")]
-    InvalidHostName { name: String, reason: String },
+    InvalidHostName {
+        /// The name as given.
+        name: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// No host of that name (never added, or removed).
     #[error("no host named {0:?} in this sandbox")]
     UnknownHost(String),
+    /// `start` listed the name twice, or `add` named a host that exists.
     #[error("a host named {0:?} already exists in this sandbox")]
     DuplicateHost(String),
+    /// Every address .10 to .254 of the subnet was handed out once; removed hosts do not give theirs back.
     #[error("no free address left in {subnet} (addresses of removed hosts are never reused)")]
-    AddressesExhausted { subnet: String },
+    AddressesExhausted {
+        /// The instance's subnet, `10.250.<instance>.0/24`.
+        subnet: String,
+    },
+    /// A file or process operation failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done, with the path: `creating /run/.../config.xml`.
         context: String,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// An `ip` (iproute2) command exited unsuccessfully.
     #[error("`{command}` failed ({status}): {stderr}")]
     Command {
+        /// The command line that ran.
         command: String,
+        /// Its exit status, as text.
         status: String,
+        /// Its trimmed stderr: iproute2's own reason.
         stderr: String,
     },
+    /// ZooKeeper is not installed, exited during start-up or never reported `Mode:`.
     #[error("ZooKeeper {problem}\n--- tail of {log} ---\n{log_tail}")]
     ZooKeeper {
+        /// What went wrong, worded to follow "ZooKeeper ".
         problem: String,
+        /// Path of the log the tail comes from (the JVM console when the log does not exist).
         log: String,
+        /// The last lines of that log, then of the console output (empty if it never started).
         log_tail: String,
     },
+    /// A clickhouse-server exited during start-up or did not answer `SELECT 1` in time.
     #[error("clickhouse-server of host {host:?} {problem}\n{log_tail}")]
     Server {
+        /// The host whose server failed.
         host: String,
+        /// What went wrong, with the last readiness attempt when it timed out.
         problem: String,
+        /// The last lines of its stderr, error log and log.
         log_tail: String,
     },
 }

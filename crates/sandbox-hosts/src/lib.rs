@@ -35,6 +35,7 @@ const LAST_HOST_OCTET: u16 = 254;
 const MAX_HOST_NAME: usize = 200;
 const ZOOKEEPER_PID: &str = "zookeeper";
 
+/// What `Hosts::start` needs besides the host names.
 pub struct HostsOptions {
     /// 1..=200: picks the subnet 10.250.<instance>.0/24 and prefixes every name (bridge `chsbx<instance>`,
     /// netns `chsbx<instance>-<host>`), so several sandboxes can run at once (tests run their own).
@@ -44,16 +45,22 @@ pub struct HostsOptions {
     pub run_dir: PathBuf,
     /// remote_servers cluster name covering every host (default sandbox uses "sandbox").
     pub cluster_name: String,
-    /// Password of ClickHouse user `default` and of user `writer`.
+    /// Password of ClickHouse user `default`.
     pub default_password: String,
+    /// Password of ClickHouse user `writer`.
     pub writer_password: String,
 }
 
+/// A snapshot of one host, as `add` and `hosts` report it.
 #[derive(Clone, Debug)]
 pub struct HostInfo {
+    /// The name it was started or added with (the pod name).
     pub name: String,
+    /// Its address in 10.250.<instance>.0/24, fixed for its lifetime (also across `wipe_and_restart`).
     pub ip: Ipv4Addr,
+    /// Its network namespace, `chsbx<instance>-<name>`: `ip netns exec` it to reach the server.
     pub netns: String,
+    /// Whether its clickhouse-server process is alive (false after `stop_server` or a crash).
     pub server_running: bool,
 }
 
@@ -78,6 +85,8 @@ impl Host {
     }
 }
 
+/// One running sandbox: a bridge, ZooKeeper, and a network namespace with a clickhouse-server per
+/// host. Dropping it tears everything down (best effort); `shutdown` does the same and reports errors.
 pub struct Hosts {
     instance: u8,
     cluster_name: String,
@@ -273,10 +282,12 @@ impl Hosts {
         Ok(cmd)
     }
 
+    /// Every host, in creation order.
     pub fn hosts(&self) -> Vec<HostInfo> {
         self.hosts.iter().map(|h| self.info(h)).collect()
     }
 
+    /// ZooKeeper's client address: the bridge's IP, which every host reaches from its namespace.
     pub fn zookeeper_address(&self) -> SocketAddr {
         SocketAddr::from((netns::bridge_ip(self.instance), zookeeper::CLIENT_PORT))
     }

@@ -17,7 +17,7 @@ use crate::{exec, status};
 
 type S = AxState<Arc<State>>;
 
-pub fn routes() -> Router<Arc<State>> {
+pub(crate) fn routes() -> Router<Arc<State>> {
     Router::new()
         .route("/version", get(version))
         .route("/healthz", get(ok))
@@ -38,7 +38,7 @@ pub fn routes() -> Router<Arc<State>> {
         )
 }
 
-pub async fn not_found_route() -> Response {
+pub(crate) async fn not_found_route() -> Response {
     status::failure(
         404,
         "NotFound",

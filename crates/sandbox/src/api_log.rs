@@ -11,9 +11,13 @@ use serde::Serialize;
 
 use crate::state::State;
 
+/// One Kubernetes API request, logged before authorization, so refused ones count too (paths the
+/// API does not serve, which get a 404, are not logged).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ApiRequest {
+    /// HTTP method; exec arrives as `GET` or `POST`, depending on the client.
     pub method: String,
+    /// Path without the query, e.g. `/api/v1/namespaces/sandbox/pods`.
     pub path: String,
     /// The raw query string (label selector, exec parameters).
     pub query: Option<String>,
@@ -25,12 +29,13 @@ impl ApiRequest {
         self.method == "GET" && self.path.ends_with("/pods") && self.path.starts_with("/api/v1/")
     }
 
+    /// A `pods/exec` call, whether or not it was allowed and upgraded.
     pub fn is_exec(&self) -> bool {
         self.path.ends_with("/exec")
     }
 }
 
-pub async fn record(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
+pub(crate) async fn record(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
     state.log_api(ApiRequest {
         method: request.method().to_string(),
         path: request.uri().path().to_owned(),

@@ -9,29 +9,34 @@ use serde_json::json;
 use crate::status;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct User {
-    pub name: String,
-    pub token: String,
+pub(crate) struct User {
+    pub(crate) name: String,
+    pub(crate) token: String,
     /// `(verb, resource)` pairs; `("*", "*")` allows everything.
-    pub rules: Vec<(String, String)>,
+    pub(crate) rules: Vec<(String, String)>,
 }
 
+/// Bearer tokens of the sandbox's three users, random per sandbox; the kubeconfig has a context for
+/// each.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tokens {
+    /// `sandbox-admin` (context `sandbox`): every verb, and the only user the control API accepts.
     pub admin: String,
+    /// `sandbox-minimal` (context `sandbox-minimal`): only `list pods` and `create pods/exec`.
     pub minimal: String,
+    /// `sandbox-no-exec` (context `sandbox-no-exec`): list, get and watch pods, but no exec.
     pub no_exec: String,
 }
 
-pub const ADMIN_USER: &str = "sandbox-admin";
-pub const MINIMAL_USER: &str = "sandbox-minimal";
-pub const NO_EXEC_USER: &str = "sandbox-no-exec";
+pub(crate) const ADMIN_USER: &str = "sandbox-admin";
+pub(crate) const MINIMAL_USER: &str = "sandbox-minimal";
+pub(crate) const NO_EXEC_USER: &str = "sandbox-no-exec";
 
 fn rule(verb: &str, resource: &str) -> (String, String) {
     (verb.to_string(), resource.to_string())
 }
 
-pub fn default_users() -> Vec<User> {
+pub(crate) fn default_users() -> Vec<User> {
     let token = || uuid::Uuid::new_v4().simple().to_string();
     vec![
         User {
@@ -55,7 +60,7 @@ pub fn default_users() -> Vec<User> {
 }
 
 impl User {
-    pub fn allows(&self, verb: &str, resource: &str) -> bool {
+    pub(crate) fn allows(&self, verb: &str, resource: &str) -> bool {
         self.rules
             .iter()
             .any(|(v, r)| (v == "*" || v == verb) && (r == "*" || r == resource))
@@ -64,7 +69,7 @@ impl User {
 
 /// Why a request was refused; rendered as the apiserver's 401/403 Status.
 #[derive(Debug)]
-pub enum Denied {
+pub(crate) enum Denied {
     Unauthorized,
     Forbidden {
         message: String,
@@ -83,20 +88,20 @@ impl IntoResponse for Denied {
     }
 }
 
-pub struct Authorizer {
-    pub users: Vec<User>,
+pub(crate) struct Authorizer {
+    pub(crate) users: Vec<User>,
 }
 
 /// What a request wants to do, for the authorization check and its message.
-pub struct Attributes<'a> {
-    pub verb: &'a str,
-    pub resource: &'a str,
-    pub namespace: Option<&'a str>,
-    pub name: Option<&'a str>,
+pub(crate) struct Attributes<'a> {
+    pub(crate) verb: &'a str,
+    pub(crate) resource: &'a str,
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) name: Option<&'a str>,
 }
 
 impl Authorizer {
-    pub fn tokens(&self) -> Tokens {
+    pub(crate) fn tokens(&self) -> Tokens {
         let find = |n: &str| {
             self.users
                 .iter()
@@ -111,7 +116,7 @@ impl Authorizer {
         }
     }
 
-    pub fn authenticate(&self, headers: &HeaderMap) -> Option<&User> {
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Option<&User> {
         let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
         let token = value
             .strip_prefix("Bearer ")
@@ -121,7 +126,7 @@ impl Authorizer {
     }
 
     /// 401 without a known token, 403 with a message in the apiserver's words.
-    pub fn authorize(&self, headers: &HeaderMap, attrs: Attributes<'_>) -> Result<User, Denied> {
+    pub(crate) fn authorize(&self, headers: &HeaderMap, attrs: Attributes<'_>) -> Result<User, Denied> {
         let user = self.authenticate(headers).ok_or(Denied::Unauthorized)?;
         if user.allows(attrs.verb, attrs.resource) {
             return Ok(user.clone());

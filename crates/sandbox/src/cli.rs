@@ -17,7 +17,7 @@ use crate::sandbox::{RuntimeKind, Sandbox, SandboxInfo, SandboxOptions};
     name = "sandbox",
     about = "Test Kubernetes API whose pods are real ClickHouse servers"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Cmd,
 }
@@ -64,6 +64,8 @@ struct DirArgs {
     dir: PathBuf,
 }
 
+/// What the `sandbox` binary runs: parses the command line, runs the subcommand and turns its
+/// error into a `sandbox: ...` line on stderr and a failing exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {

@@ -32,7 +32,7 @@ use crate::status;
 
 type S = AxState<Arc<State>>;
 
-pub fn routes() -> Router<Arc<State>> {
+pub(crate) fn routes() -> Router<Arc<State>> {
     Router::new()
         .route("/sandbox/info", get(info))
         .route("/sandbox/pods", get(list).post(add))

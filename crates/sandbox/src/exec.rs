@@ -31,8 +31,8 @@ use crate::runtime::local_command;
 use crate::state::State;
 use crate::status;
 
-pub const V5: &str = "v5.channel.k8s.io";
-pub const V4: &str = "v4.channel.k8s.io";
+pub(crate) const V5: &str = "v5.channel.k8s.io";
+pub(crate) const V4: &str = "v4.channel.k8s.io";
 
 /// An exec subprotocol the server may accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -49,6 +49,7 @@ impl ExecProtocol {
     /// What a current API server accepts, in its order of preference.
     pub const ALL: [ExecProtocol; 2] = [ExecProtocol::V5, ExecProtocol::V4];
 
+    /// The subprotocol name as it appears in `Sec-WebSocket-Protocol`.
     pub fn as_str(self) -> &'static str {
         match self {
             ExecProtocol::V5 => V5,
@@ -128,7 +129,7 @@ fn parse_query(q: &str) -> ExecQuery {
 
 /// The first of `accepted` (the server's preference: v5, which can signal stdin EOF, before v4)
 /// the client offered, whatever order the client lists them in.
-pub fn choose_protocol(accepted: &[ExecProtocol], offered: &[String]) -> Option<ExecProtocol> {
+pub(crate) fn choose_protocol(accepted: &[ExecProtocol], offered: &[String]) -> Option<ExecProtocol> {
     accepted
         .iter()
         .copied()
@@ -147,7 +148,7 @@ fn unsupported_protocol() -> Response {
     resp
 }
 
-pub async fn handle(
+pub(crate) async fn handle(
     AxState(state): AxState<Arc<State>>,
     Path((namespace, name)): Path<(String, String)>,
     mut req: Request,
@@ -309,7 +310,7 @@ fn frame(channel: u8, data: &[u8]) -> Message {
 }
 
 /// The status document kubelet sends on the error channel when the process ends.
-pub fn exit_status(code: i32) -> serde_json::Value {
+pub(crate) fn exit_status(code: i32) -> serde_json::Value {
     if code == 0 {
         json!({"metadata": {}, "status": "Success"})
     } else {

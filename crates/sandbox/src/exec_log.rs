@@ -5,15 +5,24 @@ use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
 
+/// One exec the server accepted (authorized, pod and container found, WebSocket offered), logged
+/// when the request arrives and completed when the process ends.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExecRecord {
+    /// 1, 2, ... in the order the requests arrived.
     pub id: u64,
+    /// When the request arrived.
     #[serde(serialize_with = "rfc3339")]
     pub time: SystemTime,
+    /// The user whose token it carried: `sandbox-admin`, `sandbox-minimal`, ...
     pub user: String,
+    /// Namespace from the request path.
     pub namespace: String,
+    /// Pod name from the request path.
     pub pod: String,
+    /// The container it ran in: the one the request named, or the pod's only one.
     pub container: String,
+    /// The `command` parameters in order: what `ps` on the pod would show.
     pub argv: Vec<String>,
     /// Raw bytes the client sent on stdin (JSON: UTF-8, lossy).
     #[serde(serialize_with = "lossy")]
@@ -35,6 +44,7 @@ fn lossy<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl ExecRecord {
+    /// `stdin` as text (invalid UTF-8 replaced), for assertions on the SQL a client sent.
     pub fn stdin_text(&self) -> String {
         String::from_utf8_lossy(&self.stdin).into_owned()
     }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+/// When a `drop_exec` fault cuts the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum DropPoint {
@@ -13,36 +14,48 @@ pub enum DropPoint {
     AfterStdout,
 }
 
+/// A failure to inject, armed with `Sandbox::inject` or `POST /sandbox/faults` (JSON tagged by
+/// `kind`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fault {
     /// Cut the connection (no close frame, no status) in the middle of the exec; the process is killed.
     DropExec {
+        /// Only execs into this pod; `None`: any pod.
         #[serde(default)]
         pod: Option<String>,
+        /// How many execs it cuts before it is used up.
         #[serde(default = "one")]
         count: u32,
+        /// How far the exec gets before the cut.
         #[serde(default)]
         after: DropPoint,
     },
     /// Accept the upgrade, then send nothing and start nothing until the client gives up
     /// (or `seconds` pass).
     StallExec {
+        /// Only execs into this pod; `None`: any pod.
         #[serde(default)]
         pod: Option<String>,
+        /// How many execs it stalls before it is used up.
         #[serde(default = "one")]
         count: u32,
+        /// Longest the stall lasts; the default, an hour, leaves it to the client's timeout.
         #[serde(default = "stall_default")]
         seconds: u64,
     },
     /// Answer pod list calls with this HTTP status (500 or 429); 429 carries Retry-After.
     ListError {
+        /// Only lists in this namespace; `None`: every list, the all-namespaces one included.
         #[serde(default)]
         namespace: Option<String>,
+        /// How many lists fail before it is used up.
         #[serde(default = "one")]
         count: u32,
+        /// 429 answers TooManyRequests; any other status an InternalError with that code.
         #[serde(default = "status_500")]
         status: u16,
+        /// The Retry-After header (and `retryAfterSeconds` of a 429); a 429 without it says 1.
         #[serde(default)]
         retry_after_seconds: Option<u64>,
     },
@@ -60,19 +73,19 @@ fn status_500() -> u16 {
 
 /// What an exec must suffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecFault {
+pub(crate) enum ExecFault {
     Drop(DropPoint),
     Stall(u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListFault {
-    pub status: u16,
-    pub retry_after_seconds: Option<u64>,
+pub(crate) struct ListFault {
+    pub(crate) status: u16,
+    pub(crate) retry_after_seconds: Option<u64>,
 }
 
 #[derive(Default)]
-pub struct Faults {
+pub(crate) struct Faults {
     armed: Vec<Fault>,
 }
 
@@ -81,17 +94,17 @@ fn scoped(scope: &Option<String>, value: &str) -> bool {
 }
 
 impl Faults {
-    pub fn arm(&mut self, fault: Fault) {
+    pub(crate) fn arm(&mut self, fault: Fault) {
         self.armed.push(fault);
     }
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.armed.clear();
     }
-    pub fn armed(&self) -> Vec<Fault> {
+    pub(crate) fn armed(&self) -> Vec<Fault> {
         self.armed.clone()
     }
 
-    pub fn take_exec(&mut self, pod: &str) -> Option<ExecFault> {
+    pub(crate) fn take_exec(&mut self, pod: &str) -> Option<ExecFault> {
         let idx = self.armed.iter().position(|f| match f {
             Fault::DropExec { pod: p, count, .. } | Fault::StallExec { pod: p, count, .. } => {
                 *count > 0 && scoped(p, pod)
@@ -118,7 +131,7 @@ impl Faults {
         Some(out)
     }
 
-    pub fn take_list(&mut self, namespace: &str) -> Option<ListFault> {
+    pub(crate) fn take_list(&mut self, namespace: &str) -> Option<ListFault> {
         let idx = self.armed.iter().position(
             |f| matches!(f, Fault::ListError { namespace: n, count, .. } if *count > 0 && scoped(n, namespace)),
         )?;

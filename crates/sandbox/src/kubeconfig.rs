@@ -5,22 +5,22 @@ use base64::Engine;
 
 use crate::auth::Tokens;
 
-pub struct KubeconfigInput<'a> {
-    pub port: u16,
-    pub ca_pem: &'a str,
-    pub tokens: &'a Tokens,
-    pub namespace: &'a str,
+pub(crate) struct KubeconfigInput<'a> {
+    pub(crate) port: u16,
+    pub(crate) ca_pem: &'a str,
+    pub(crate) tokens: &'a Tokens,
+    pub(crate) namespace: &'a str,
 }
 
-pub const CONTEXT_ADMIN: &str = "sandbox";
-pub const CONTEXT_MINIMAL: &str = "sandbox-minimal";
-pub const CONTEXT_NO_EXEC: &str = "sandbox-no-exec";
+pub(crate) const CONTEXT_ADMIN: &str = "sandbox";
+pub(crate) const CONTEXT_MINIMAL: &str = "sandbox-minimal";
+pub(crate) const CONTEXT_NO_EXEC: &str = "sandbox-no-exec";
 /// No credentials: every request but /version is 401.
-pub const CONTEXT_ANONYMOUS: &str = "sandbox-anonymous";
+pub(crate) const CONTEXT_ANONYMOUS: &str = "sandbox-anonymous";
 /// Admin token, `insecure-skip-tls-verify` instead of the CA.
-pub const CONTEXT_INSECURE: &str = "sandbox-insecure";
+pub(crate) const CONTEXT_INSECURE: &str = "sandbox-insecure";
 
-pub fn render(i: &KubeconfigInput<'_>) -> String {
+pub(crate) fn render(i: &KubeconfigInput<'_>) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(i.ca_pem);
     let server = format!("https://127.0.0.1:{}", i.port);
     let ns = i.namespace;

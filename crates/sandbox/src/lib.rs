@@ -2,23 +2,23 @@
 //! bearer tokens with RBAC-like rules) whose pods are real ClickHouse servers from
 //! `clickhouse-schema-sandbox-hosts`. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
 
-pub mod api;
-pub mod api_log;
-pub mod auth;
+mod api;
+mod api_log;
+mod auth;
 pub mod cli;
-pub mod control;
-pub mod exec;
-pub mod exec_log;
-pub mod faults;
-pub mod kubeconfig;
-pub mod pods;
-pub mod runtime;
-pub mod sandbox;
-pub mod selector;
-pub mod server;
-pub mod state;
-pub mod status;
-pub mod tls;
+mod control;
+mod exec;
+mod exec_log;
+mod faults;
+mod kubeconfig;
+mod pods;
+mod runtime;
+mod sandbox;
+mod selector;
+mod server;
+mod state;
+mod status;
+mod tls;
 
 pub use api_log::ApiRequest;
 pub use auth::Tokens;

@@ -8,16 +8,23 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// `status.phase`, the apiserver's five values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {
+    /// Accepted, containers not running yet; exec fails with "container not found".
     Pending,
+    /// Containers running: the only phase exec works in.
     Running,
+    /// Every container exited 0 and stays down; exec is refused.
     Succeeded,
+    /// A container exited with an error and stays down; exec is refused.
     Failed,
+    /// The node lost contact. Never set by the sandbox; kept so the enum has the apiserver's values.
     Unknown,
 }
 
 impl Phase {
+    /// The API's spelling, which kubectl also shows as STATUS.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
@@ -29,9 +36,12 @@ impl Phase {
     }
 }
 
+/// A container of the pod spec; only what exec and the product look at is modelled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Container {
+    /// What exec's `container` parameter names; `clickhouse` also gets the tcp/http ports in the spec.
     pub name: String,
+    /// Shown in spec and status only: exec runs on the pod's host whatever the image says.
     pub image: String,
     /// The container's `env` in the pod spec; exec processes get exactly these (plus the image's
     /// PATH/HOME/HOSTNAME, which a real container also has but the spec does not show).
@@ -43,26 +53,42 @@ pub struct Container {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backing {
+    /// A host of the runtime: its own network namespace and ClickHouse server.
     Host,
+    /// No server: exec runs as a process on this machine.
     Local,
 }
 
+/// A pod as the sandbox keeps it; `to_json` renders the apiserver's object from it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Pod {
+    /// `metadata.name`; also its host's name and the HOSTNAME its exec processes see.
     pub name: String,
+    /// `metadata.namespace`: requests for another namespace do not see the pod.
     pub namespace: String,
+    /// `metadata.uid`, new on every add and replace: how a client tells a replaced pod from the old one.
     pub uid: String,
+    /// `metadata.resourceVersion`, from one counter shared by all pods and bumped on every change.
     pub resource_version: u64,
+    /// `creationTimestamp`, also the containers' start time.
     #[serde(skip)]
     pub created: SystemTime,
+    /// `metadata.labels`, what label selectors match.
     pub labels: BTreeMap<String, String>,
+    /// `deletionTimestamp`: set while the pod is Terminating.
     #[serde(skip)]
     pub deletion: Option<SystemTime>,
+    /// `status.phase`.
     pub phase: Phase,
+    /// The Ready and ContainersReady conditions, which only hold while the phase is Running.
     pub ready: bool,
+    /// `spec.containers`; exec runs in the one the request names, or in the only one.
     pub containers: Vec<Container>,
+    /// `status.podIP`: the host's address, or a decorative 10.244.x.x one for pods without a host.
     pub ip: Option<Ipv4Addr>,
+    /// Where its exec processes run.
     pub backing: Backing,
+    /// Every container's `restartCount`: one more each time its server is started again.
     pub restart_count: u32,
 }
 
@@ -71,10 +97,12 @@ fn ts(t: SystemTime) -> String {
 }
 
 impl Pod {
+    /// Whether a deletionTimestamp is set (state `terminating`); the pod is still listed and running.
     pub fn is_terminating(&self) -> bool {
         self.deletion.is_some()
     }
 
+    /// The `v1` Pod object the apiserver would return, with conditions and container statuses.
     pub fn to_json(&self) -> Value {
         let created = ts(self.created);
         let ready = if self.ready && self.phase == Phase::Running {
@@ -201,7 +229,7 @@ impl Pod {
     }
 }
 
-pub fn pod_list(items: &[Pod], resource_version: u64) -> Value {
+pub(crate) fn pod_list(items: &[Pod], resource_version: u64) -> Value {
     json!({
         "kind": "PodList",
         "apiVersion": "v1",
@@ -223,7 +251,7 @@ fn age(created: SystemTime) -> String {
 }
 
 /// The server-side printing kubectl asks for with `Accept: application/json;as=Table;...`.
-pub fn pod_table(items: &[Pod], resource_version: u64, include_object: &str) -> Value {
+pub(crate) fn pod_table(items: &[Pod], resource_version: u64, include_object: &str) -> Value {
     let col = |name: &str, ty: &str, format: &str, description: &str| json!({"name": name, "type": ty, "format": format, "description": description, "priority": 0});
     let rows: Vec<Value> = items
         .iter()

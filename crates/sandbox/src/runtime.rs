@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use clickhouse_schema_sandbox_hosts::{Hosts, HostsOptions};
 
+/// A pod runtime failure, carried as its message.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
 pub struct RuntimeError(pub String);
@@ -19,12 +20,17 @@ pub trait PodRuntime: Send + Sync + 'static {
     fn command(&self, pod: &str, argv: &[String], env: &[(String, String)]) -> Result<Command, RuntimeError>;
     /// Creates the pod's backing machine; returns its IP.
     fn add(&self, pod: &str) -> Result<Ipv4Addr, RuntimeError>;
+    /// Deletes the pod's backing machine with its data.
     fn remove(&self, pod: &str) -> Result<(), RuntimeError>;
     /// Same name and IP, empty data: what a replaced pod looks like from inside.
     fn wipe_and_restart(&self, pod: &str) -> Result<(), RuntimeError>;
+    /// Stops the pod's server process; its data stays.
     fn stop_server(&self, pod: &str) -> Result<(), RuntimeError>;
+    /// Starts the pod's server again; returns once it answers.
     fn start_server(&self, pod: &str) -> Result<(), RuntimeError>;
+    /// The IP of the pod's backing machine, if the runtime keeps track of it (`LocalProcess` does not).
     fn ip(&self, pod: &str) -> Option<Ipv4Addr>;
+    /// Stops everything the runtime started; later calls do nothing.
     fn shutdown(&self) -> Result<(), RuntimeError>;
 }
 
@@ -35,6 +41,7 @@ pub struct LocalProcess {
 }
 
 impl LocalProcess {
+    /// Hands out 10.244.0.10, .11, ... (`default()` would start at .0).
     pub fn new() -> Self {
         Self {
             next_ip: AtomicU8::new(10),
@@ -89,16 +96,16 @@ impl PodRuntime for LocalProcess {
 }
 
 /// Real ClickHouse servers, one network namespace per pod (crate `clickhouse-schema-sandbox-hosts`).
-pub struct HostsRuntime {
+pub(crate) struct HostsRuntime {
     hosts: Mutex<Option<Hosts>>,
 }
 
-pub struct HostsConfig {
-    pub instance: u8,
-    pub run_dir: PathBuf,
-    pub cluster_name: String,
-    pub default_password: String,
-    pub writer_password: String,
+pub(crate) struct HostsConfig {
+    pub(crate) instance: u8,
+    pub(crate) run_dir: PathBuf,
+    pub(crate) cluster_name: String,
+    pub(crate) default_password: String,
+    pub(crate) writer_password: String,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -106,7 +113,7 @@ fn err(e: impl std::fmt::Display) -> RuntimeError {
 }
 
 impl HostsRuntime {
-    pub fn start(config: HostsConfig, pods: &[String]) -> Result<Self, RuntimeError> {
+    pub(crate) fn start(config: HostsConfig, pods: &[String]) -> Result<Self, RuntimeError> {
         let hosts = Hosts::start(
             HostsOptions {
                 instance: config.instance,

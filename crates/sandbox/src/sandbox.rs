@@ -19,6 +19,7 @@ use crate::server::Server;
 use crate::state::{AddPod, ControlError, Passwords, PodState, State, replica_name};
 use crate::{api, api_log, control, tls};
 
+/// What backs the pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeKind {
     /// Real ClickHouse servers in network namespaces (needs root and the installed packages).
@@ -27,6 +28,7 @@ pub enum RuntimeKind {
     Local,
 }
 
+/// How `Sandbox::start` sets the sandbox up; the default is three ClickHouse pods on real hosts.
 #[derive(Debug, Clone)]
 pub struct SandboxOptions {
     /// Number of ClickHouse pods `chi-sandbox-0-<n>-0` at start.
@@ -39,8 +41,11 @@ pub struct SandboxOptions {
     pub instance: Option<u8>,
     /// 0: ephemeral.
     pub port: u16,
+    /// Namespace of the pods, and the one every kubeconfig context selects.
     pub namespace: String,
+    /// The remote_servers cluster covering every pod, also in the pods' `clickhouse.altinity.com/cluster` label.
     pub cluster_name: String,
+    /// Real ClickHouse hosts (root needed) or processes on this machine.
     pub runtime: RuntimeKind,
     /// Exec subprotocols the API server accepts, most preferred first. Default: v5 then v4, as
     /// Kubernetes 1.30+; `[V4]` is an older cluster (see `exec::unsupported_protocol` for what a
@@ -74,18 +79,25 @@ impl SandboxOptions {
     }
 }
 
+/// Why a sandbox did not start, or an operation on it failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// The directory, an instance lock file, the listening port, the kubeconfig or sandbox.json.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// The throwaway CA or server certificate could not be made.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// The pod runtime failed: hosts that did not come up, a server that did not answer, ...
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// A pod operation was refused (unknown or existing pod, invalid request) or its runtime call failed.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// Every hosts instance is held by another sandbox on this machine (or the one asked for is).
     #[error("no free sandbox instance (1..=200) on this machine")]
     NoInstance,
+    /// `SandboxOptions::exec_protocols` was empty.
     #[error("exec_protocols is empty: the server would refuse every exec")]
     NoExecProtocol,
 }
@@ -93,21 +105,33 @@ pub enum SandboxError {
 /// What `sandbox.json` holds: everything a client of the sandbox needs.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SandboxInfo {
+    /// API server port on 127.0.0.1.
     pub port: u16,
+    /// API server URL, `https://127.0.0.1:<port>`.
     pub server: String,
+    /// Namespace of the pods.
     pub namespace: String,
+    /// The ClickHouse cluster (remote_servers) covering every pod.
     pub cluster: String,
+    /// The kubeconfig for kubectl and kube-rs, one context per token.
     pub kubeconfig: PathBuf,
+    /// Bearer tokens of the three users.
     pub tokens: Tokens,
+    /// Passwords of the ClickHouse users.
     pub passwords: Passwords,
+    /// Pod names when this was taken (for sandbox.json: at start).
     pub pods: Vec<String>,
+    /// Hosts instance (subnet 10.250.<instance>.0/24); `None` with the local runtime.
     pub instance: Option<u8>,
+    /// The serving process: `sandbox start` waits for a sandbox.json naming the child it launched.
     pub pid: u32,
     /// Exec subprotocols the server accepts, most preferred first.
     #[serde(default)]
     pub exec_protocols: Vec<ExecProtocol>,
 }
 
+/// A running sandbox: pod runtime, HTTPS API server and the state both share. Dropping it tears
+/// everything down; `shutdown` does the same and reports failures.
 pub struct Sandbox {
     state: Arc<State>,
     server: Server,
@@ -146,6 +170,8 @@ fn claim_instance(wanted: Option<u8>) -> Result<(u8, File), SandboxError> {
 }
 
 impl Sandbox {
+    /// Starts the runtime with `opts.pods` pods, then the API server, and writes the kubeconfig
+    /// and sandbox.json; with real hosts, returns once every server answers.
     pub async fn start(opts: SandboxOptions) -> Result<Sandbox, SandboxError> {
         if opts.exec_protocols.is_empty() {
             return Err(SandboxError::NoExecProtocol);
@@ -249,6 +275,7 @@ impl Sandbox {
         Ok(sandbox)
     }
 
+    /// What sandbox.json holds, as of now.
     pub fn info(&self) -> SandboxInfo {
         SandboxInfo {
             port: self.port(),
@@ -265,15 +292,19 @@ impl Sandbox {
         }
     }
 
+    /// The kubeconfig to hand to kubectl or kube-rs; its current context is the admin's.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
     }
+    /// The sandbox directory (canonical): kubeconfig, sandbox.json and the hosts' `run/`.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+    /// The API server's port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.server.addr.port()
     }
+    /// `https://127.0.0.1:<port>`, the server the kubeconfig names.
     pub fn server_url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port())
     }
@@ -281,24 +312,31 @@ impl Sandbox {
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
     }
+    /// Bearer tokens of the admin, minimal and no-exec users.
     pub fn tokens(&self) -> Tokens {
         self.state.auth.tokens()
     }
+    /// Passwords of the ClickHouse users, random per sandbox.
     pub fn passwords(&self) -> Passwords {
         self.state.passwords.clone()
     }
+    /// Namespace new pods go to unless `AddPod::namespace` says otherwise.
     pub fn namespace(&self) -> &str {
         &self.state.namespace
     }
+    /// Hosts instance this sandbox holds; `None` with the local runtime.
     pub fn instance(&self) -> Option<u8> {
         self.instance
     }
+    /// Names of the current pods, sorted.
     pub fn pod_names(&self) -> Vec<String> {
         self.state.pods().into_iter().map(|p| p.name).collect()
     }
+    /// The pod as it is now; `None` if there is no pod of that name.
     pub fn pod(&self, name: &str) -> Option<Pod> {
         self.state.pod(name)
     }
+    /// Every pod, sorted by name.
     pub fn pods(&self) -> Vec<Pod> {
         self.state.pods()
     }
@@ -307,6 +345,7 @@ impl Sandbox {
     pub async fn add_pod(&self, req: AddPod) -> Result<Pod, SandboxError> {
         Ok(self.state.add_pod(req).await?)
     }
+    /// Deletes the pod object and its host (server, data) before returning; returns the pod as it was.
     pub async fn remove_pod(&self, name: &str) -> Result<Pod, SandboxError> {
         Ok(self.state.remove_pod(name).await?)
     }
@@ -314,12 +353,15 @@ impl Sandbox {
     pub async fn replace_pod(&self, name: &str) -> Result<Pod, SandboxError> {
         Ok(self.state.replace_pod(name).await?)
     }
+    /// Changes what the API reports (phase, readiness, deletionTimestamp); the server is left alone.
     pub fn set_pod_state(&self, name: &str, state: PodState) -> Result<Pod, SandboxError> {
         Ok(self.state.set_pod_state(name, state)?)
     }
+    /// Replaces the pod's containers (at least one); later execs get the new names and env.
     pub fn set_containers(&self, name: &str, containers: Vec<Container>) -> Result<Pod, SandboxError> {
         Ok(self.state.set_containers(name, containers)?)
     }
+    /// Replaces the pod's labels, which label selectors match.
     pub fn set_labels(&self, name: &str, labels: BTreeMap<String, String>) -> Result<Pod, SandboxError> {
         Ok(self.state.set_labels(name, labels)?)
     }
@@ -327,9 +369,11 @@ impl Sandbox {
     pub async fn stop_server(&self, name: &str) -> Result<Pod, SandboxError> {
         Ok(self.state.stop_server(name).await?)
     }
+    /// Starts the pod's server again (data kept); the pod is Ready again and its restart count goes up.
     pub async fn start_server(&self, name: &str) -> Result<Pod, SandboxError> {
         Ok(self.state.start_server(name).await?)
     }
+    /// Every exec served so far, oldest first.
     pub fn exec_log(&self) -> Vec<ExecRecord> {
         self.state.exec_log()
     }
@@ -337,22 +381,29 @@ impl Sandbox {
     pub fn api_log(&self) -> Vec<crate::ApiRequest> {
         self.state.api_log()
     }
+    /// Empties the API request log, so a test can count what one step costs.
     pub fn clear_api_log(&self) {
         self.state.clear_api_log();
     }
+    /// Empties the exec log, so a test sees only the execs of the step that follows.
     pub fn clear_exec_log(&self) {
         self.state.clear_exec_log()
     }
+    /// Arms a fault; it fires on the next matching calls and is then used up.
     pub fn inject(&self, fault: Fault) {
         self.state.arm_fault(fault)
     }
+    /// Faults armed and not used up yet, with their remaining counts.
     pub fn armed_faults(&self) -> Vec<Fault> {
         self.state.faults().armed()
     }
+    /// Disarms every fault.
     pub fn clear_faults(&self) {
         self.state.clear_faults()
     }
 
+    /// Stops the API server and the runtime and removes a temporary directory; unlike Drop, reports
+    /// what failed.
     pub async fn shutdown(mut self) -> Result<(), SandboxError> {
         self.server.stop();
         let rt = self.state.runtime.clone();

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Equals,
     NotEquals,
     In,
@@ -17,21 +17,21 @@ pub enum Op {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requirement {
-    pub key: String,
-    pub op: Op,
-    pub values: Vec<String>,
+pub(crate) struct Requirement {
+    pub(crate) key: String,
+    pub(crate) op: Op,
+    pub(crate) values: Vec<String>,
 }
 
 /// Requirements are ANDed; an empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelSelector {
-    pub requirements: Vec<Requirement>,
+pub(crate) struct LabelSelector {
+    pub(crate) requirements: Vec<Requirement>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct SelectorError(pub String);
+pub(crate) struct SelectorError(pub(crate) String);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
@@ -301,7 +301,7 @@ fn validate_value(v: &str) -> Result<(), SelectorError> {
 }
 
 impl LabelSelector {
-    pub fn parse(input: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(input: &str) -> Result<Self, SelectorError> {
         let mut p = Parser {
             tokens: lex(input),
             pos: 0,
@@ -332,7 +332,7 @@ impl LabelSelector {
         Ok(Self { requirements })
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| {
             let v = labels.get(&r.key);
             match r.op {
@@ -359,19 +359,19 @@ impl LabelSelector {
 
 /// A field selector term: `field=value`, `field==value` or `field!=value`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldTerm {
-    pub field: String,
-    pub value: String,
-    pub negated: bool,
+pub(crate) struct FieldTerm {
+    pub(crate) field: String,
+    pub(crate) value: String,
+    pub(crate) negated: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSelector {
-    pub terms: Vec<FieldTerm>,
+pub(crate) struct FieldSelector {
+    pub(crate) terms: Vec<FieldTerm>,
 }
 
 /// Fields a pod list can be filtered by on this server (a subset of the apiserver's).
-pub const POD_FIELDS: &[&str] = &[
+pub(crate) const POD_FIELDS: &[&str] = &[
     "metadata.name",
     "metadata.namespace",
     "status.phase",
@@ -380,7 +380,7 @@ pub const POD_FIELDS: &[&str] = &[
 ];
 
 impl FieldSelector {
-    pub fn parse(input: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(input: &str) -> Result<Self, SelectorError> {
         let mut terms = Vec::new();
         for part in split_unescaped(input, ',') {
             if part.is_empty() {
@@ -410,7 +410,7 @@ impl FieldSelector {
         Ok(Self { terms })
     }
 
-    pub fn matches(&self, lookup: impl Fn(&str) -> String) -> bool {
+    pub(crate) fn matches(&self, lookup: impl Fn(&str) -> String) -> bool {
         self.terms
             .iter()
             .all(|t| (lookup(&t.field) == t.value) != t.negated)

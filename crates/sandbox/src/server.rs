@@ -13,14 +13,18 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-pub struct Server {
-    pub addr: SocketAddr,
+pub(crate) struct Server {
+    pub(crate) addr: SocketAddr,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
 impl Server {
-    pub fn start(listener: TcpListener, tls: Arc<ServerConfig>, app: Router) -> std::io::Result<Server> {
+    pub(crate) fn start(
+        listener: TcpListener,
+        tls: Arc<ServerConfig>,
+        app: Router,
+    ) -> std::io::Result<Server> {
         let addr = listener.local_addr()?;
         let (stop, stopped) = watch::channel(false);
         let acceptor = TlsAcceptor::from(tls);
@@ -54,7 +58,7 @@ impl Server {
         Ok(Server { addr, stop, task })
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let _ = self.stop.send(true);
         self.task.abort();
     }

@@ -17,9 +17,10 @@ use crate::faults::{Fault, Faults};
 use crate::pods::{Backing, Container, Phase, Pod};
 use crate::runtime::{PodRuntime, RuntimeError};
 
-pub const CLICKHOUSE_CONTAINER: &str = "clickhouse";
-pub const CLICKHOUSE_IMAGE: &str = "clickhouse/clickhouse-server:18.16.1";
+pub(crate) const CLICKHOUSE_CONTAINER: &str = "clickhouse";
+pub(crate) const CLICKHOUSE_IMAGE: &str = "clickhouse/clickhouse-server:18.16.1";
 
+/// Why a control operation on a pod was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error("pod \"{0}\" not found")]
@@ -32,9 +33,12 @@ pub enum ControlError {
     Invalid(String),
 }
 
+/// Passwords of the ClickHouse users, random per sandbox.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Passwords {
+    /// User `default`; default containers have it as `CLICKHOUSE_PASSWORD`.
     pub default: String,
+    /// User `writer`; default containers have it as `CLICKHOUSE_WRITER_PASSWORD`.
     pub writer: String,
 }
 
@@ -44,6 +48,7 @@ pub struct AddPod {
     /// Default: the next free `chi-sandbox-0-<n>-0`.
     #[serde(default)]
     pub name: Option<String>,
+    /// Default: the sandbox's namespace.
     #[serde(default)]
     pub namespace: Option<String>,
     /// Default: the ClickHouse operator's labels for a replica of the `sandbox` installation.
@@ -62,6 +67,8 @@ fn yes() -> bool {
 }
 
 impl AddPod {
+    /// A ClickHouse replica with every default. Not the same as `AddPod::default()`, whose
+    /// `clickhouse` is false (no server).
     pub fn clickhouse() -> Self {
         Self {
             clickhouse: true,
@@ -78,16 +85,19 @@ pub enum PodState {
     Running,
     /// Running, Ready=False.
     NotReady,
+    /// Phase Pending, not Ready: exec fails with "container not found".
     Pending,
     /// deletionTimestamp set, still listed and still running.
     Terminating,
+    /// Phase Succeeded: the containers exited 0; exec is refused.
     Succeeded,
+    /// Phase Failed: a container exited with an error; exec is refused.
     Failed,
 }
 
-pub struct Store {
-    pub pods: BTreeMap<String, Pod>,
-    pub resource_version: u64,
+pub(crate) struct Store {
+    pub(crate) pods: BTreeMap<String, Pod>,
+    pub(crate) resource_version: u64,
 }
 
 impl Store {
@@ -97,16 +107,16 @@ impl Store {
     }
 }
 
-pub struct State {
-    pub auth: Authorizer,
-    pub runtime: Arc<dyn PodRuntime>,
-    pub namespace: String,
-    pub cluster_name: String,
-    pub passwords: Passwords,
-    pub store: Mutex<Store>,
-    pub faults: Mutex<Faults>,
+pub(crate) struct State {
+    pub(crate) auth: Authorizer,
+    pub(crate) runtime: Arc<dyn PodRuntime>,
+    pub(crate) namespace: String,
+    pub(crate) cluster_name: String,
+    pub(crate) passwords: Passwords,
+    pub(crate) store: Mutex<Store>,
+    pub(crate) faults: Mutex<Faults>,
     /// Exec subprotocols the server accepts, in its order of preference.
-    pub exec_protocols: Vec<ExecProtocol>,
+    pub(crate) exec_protocols: Vec<ExecProtocol>,
     exec_log: Mutex<Vec<ExecRecord>>,
     api_log: Mutex<Vec<ApiRequest>>,
     next_exec: AtomicU64,
@@ -117,12 +127,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-pub fn replica_name(n: usize) -> String {
+pub(crate) fn replica_name(n: usize) -> String {
     format!("chi-sandbox-0-{n}-0")
 }
 
 impl State {
-    pub fn new(
+    pub(crate) fn new(
         auth: Authorizer,
         runtime: Arc<dyn PodRuntime>,
         namespace: String,
@@ -148,11 +158,11 @@ impl State {
         }
     }
 
-    pub fn store(&self) -> MutexGuard<'_, Store> {
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
         lock(&self.store)
     }
 
-    pub fn default_labels(&self, replica: Option<usize>) -> BTreeMap<String, String> {
+    pub(crate) fn default_labels(&self, replica: Option<usize>) -> BTreeMap<String, String> {
         let mut l = BTreeMap::new();
         let mut put = |k: &str, v: &str| l.insert(k.to_string(), v.to_string());
         put("clickhouse.altinity.com/app", "chop");
@@ -167,7 +177,7 @@ impl State {
         l
     }
 
-    pub fn default_containers(&self) -> Vec<Container> {
+    pub(crate) fn default_containers(&self) -> Vec<Container> {
         vec![Container {
             name: CLICKHOUSE_CONTAINER.to_string(),
             image: CLICKHOUSE_IMAGE.to_string(),
@@ -182,7 +192,7 @@ impl State {
     }
 
     /// Puts a pod object in the store; the backing host must already exist.
-    pub fn insert_pod(&self, req: &AddPod, name: String, ip: Ipv4Addr) -> Result<Pod, ControlError> {
+    pub(crate) fn insert_pod(&self, req: &AddPod, name: String, ip: Ipv4Addr) -> Result<Pod, ControlError> {
         let replica = name
             .strip_prefix("chi-sandbox-0-")
             .and_then(|s| s.strip_suffix("-0"))
@@ -217,7 +227,7 @@ impl State {
         Ok(pod)
     }
 
-    pub fn next_pod_name(&self) -> String {
+    pub(crate) fn next_pod_name(&self) -> String {
         let store = self.store();
         (0..)
             .map(replica_name)
@@ -225,11 +235,11 @@ impl State {
             .expect("unbounded")
     }
 
-    pub fn pod(&self, name: &str) -> Option<Pod> {
+    pub(crate) fn pod(&self, name: &str) -> Option<Pod> {
         self.store().pods.get(name).cloned()
     }
 
-    pub fn pods(&self) -> Vec<Pod> {
+    pub(crate) fn pods(&self) -> Vec<Pod> {
         self.store().pods.values().cloned().collect()
     }
 
@@ -256,7 +266,7 @@ impl State {
             .map_err(ControlError::from)
     }
 
-    pub async fn add_pod(&self, req: AddPod) -> Result<Pod, ControlError> {
+    pub(crate) async fn add_pod(&self, req: AddPod) -> Result<Pod, ControlError> {
         let name = req.name.clone().unwrap_or_else(|| self.next_pod_name());
         if self.pod(&name).is_some() {
             return Err(ControlError::AlreadyExists(name));
@@ -271,7 +281,7 @@ impl State {
     }
 
     /// Removes the pod object at once and its host (if any) before returning.
-    pub async fn remove_pod(&self, name: &str) -> Result<Pod, ControlError> {
+    pub(crate) async fn remove_pod(&self, name: &str) -> Result<Pod, ControlError> {
         let pod = self
             .store()
             .pods
@@ -287,7 +297,7 @@ impl State {
 
     /// A new pod object under the same name (new uid) whose server starts with empty data, as
     /// when Kubernetes replaces a pod whose volume was lost.
-    pub async fn replace_pod(&self, name: &str) -> Result<Pod, ControlError> {
+    pub(crate) async fn replace_pod(&self, name: &str) -> Result<Pod, ControlError> {
         let backing = self.update(name, |p| {
             p.uid = uuid::Uuid::new_v4().to_string();
             p.created = SystemTime::now();
@@ -306,7 +316,7 @@ impl State {
         })
     }
 
-    pub fn set_pod_state(&self, name: &str, state: PodState) -> Result<Pod, ControlError> {
+    pub(crate) fn set_pod_state(&self, name: &str, state: PodState) -> Result<Pod, ControlError> {
         self.update(name, |p| {
             let (phase, ready, terminating) = match state {
                 PodState::Running => (Phase::Running, true, false),
@@ -326,24 +336,28 @@ impl State {
         })
     }
 
-    pub fn set_containers(&self, name: &str, containers: Vec<Container>) -> Result<Pod, ControlError> {
+    pub(crate) fn set_containers(&self, name: &str, containers: Vec<Container>) -> Result<Pod, ControlError> {
         if containers.is_empty() {
             return Err(ControlError::Invalid("a pod needs at least one container".into()));
         }
         self.update(name, |p| p.containers = containers)
     }
 
-    pub fn set_labels(&self, name: &str, labels: BTreeMap<String, String>) -> Result<Pod, ControlError> {
+    pub(crate) fn set_labels(
+        &self,
+        name: &str,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Pod, ControlError> {
         self.update(name, |p| p.labels = labels)
     }
 
     /// The pod stays Running but not Ready while its server is down, as a failing readiness
     /// probe would show it.
-    pub async fn stop_server(&self, name: &str) -> Result<Pod, ControlError> {
+    pub(crate) async fn stop_server(&self, name: &str) -> Result<Pod, ControlError> {
         self.server(name, false).await
     }
 
-    pub async fn start_server(&self, name: &str) -> Result<Pod, ControlError> {
+    pub(crate) async fn start_server(&self, name: &str) -> Result<Pod, ControlError> {
         self.server(name, true).await
     }
 
@@ -370,48 +384,48 @@ impl State {
         })
     }
 
-    pub fn api_log(&self) -> Vec<ApiRequest> {
+    pub(crate) fn api_log(&self) -> Vec<ApiRequest> {
         lock(&self.api_log).clone()
     }
 
-    pub fn clear_api_log(&self) {
+    pub(crate) fn clear_api_log(&self) {
         lock(&self.api_log).clear();
     }
 
-    pub fn log_api(&self, request: ApiRequest) {
+    pub(crate) fn log_api(&self, request: ApiRequest) {
         lock(&self.api_log).push(request);
     }
 
-    pub fn exec_log(&self) -> Vec<ExecRecord> {
+    pub(crate) fn exec_log(&self) -> Vec<ExecRecord> {
         lock(&self.exec_log).clone()
     }
 
-    pub fn clear_exec_log(&self) {
+    pub(crate) fn clear_exec_log(&self) {
         lock(&self.exec_log).clear();
     }
 
-    pub fn log_exec(&self, mut record: ExecRecord) -> u64 {
+    pub(crate) fn log_exec(&self, mut record: ExecRecord) -> u64 {
         record.id = self.next_exec.fetch_add(1, Ordering::Relaxed);
         let id = record.id;
         lock(&self.exec_log).push(record);
         id
     }
 
-    pub fn update_exec(&self, id: u64, f: impl FnOnce(&mut ExecRecord)) {
+    pub(crate) fn update_exec(&self, id: u64, f: impl FnOnce(&mut ExecRecord)) {
         if let Some(r) = lock(&self.exec_log).iter_mut().find(|r| r.id == id) {
             f(r);
         }
     }
 
-    pub fn arm_fault(&self, fault: Fault) {
+    pub(crate) fn arm_fault(&self, fault: Fault) {
         lock(&self.faults).arm(fault);
     }
 
-    pub fn clear_faults(&self) {
+    pub(crate) fn clear_faults(&self) {
         lock(&self.faults).clear();
     }
 
-    pub fn faults(&self) -> MutexGuard<'_, Faults> {
+    pub(crate) fn faults(&self) -> MutexGuard<'_, Faults> {
         lock(&self.faults)
     }
 }

@@ -5,7 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-pub fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
+pub(crate) fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
     let mut v = json!({
         "kind": "Status",
         "apiVersion": "v1",
@@ -21,21 +21,21 @@ pub fn status_body(code: u16, reason: &str, message: &str, details: Option<Value
     v
 }
 
-pub fn failure(code: u16, reason: &str, message: &str, details: Option<Value>) -> Response {
+pub(crate) fn failure(code: u16, reason: &str, message: &str, details: Option<Value>) -> Response {
     json_response(
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         &status_body(code, reason, message, details),
     )
 }
 
-pub fn json_response(code: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
     let mut r = (code, body.to_string()).into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
-pub fn not_found(resource: &str, name: &str) -> Response {
+pub(crate) fn not_found(resource: &str, name: &str) -> Response {
     failure(
         404,
         "NotFound",
@@ -44,10 +44,10 @@ pub fn not_found(resource: &str, name: &str) -> Response {
     )
 }
 
-pub fn bad_request(message: &str) -> Response {
+pub(crate) fn bad_request(message: &str) -> Response {
     failure(400, "BadRequest", message, None)
 }
 
-pub fn unauthorized() -> Response {
+pub(crate) fn unauthorized() -> Response {
     failure(401, "Unauthorized", "Unauthorized", None)
 }

@@ -7,11 +7,12 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsage
 use rustls::ServerConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-pub struct Tls {
-    pub ca_pem: String,
-    pub server_config: Arc<ServerConfig>,
+pub(crate) struct Tls {
+    pub(crate) ca_pem: String,
+    pub(crate) server_config: Arc<ServerConfig>,
 }
 
+/// The CA or the server certificate could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("certificate generation failed: {0}")]
@@ -20,7 +21,7 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
-pub fn generate() -> Result<Tls, TlsError> {
+pub(crate) fn generate() -> Result<Tls, TlsError> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params

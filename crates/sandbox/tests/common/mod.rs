@@ -14,10 +14,13 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub const KUBECTL_132: &str = "/usr/bin/kubectl";
-pub const KUBECTL_133: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+/// kubectl 1.32 as the distribution installs it.
+pub(crate) const KUBECTL_132: &str = "/usr/bin/kubectl";
+/// kubectl 1.33 from the Google Cloud SDK; the tests run both versions.
+pub(crate) const KUBECTL_133: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
 
-pub async fn client(sb: &Sandbox, context: &str) -> Client {
+/// A kube-rs client for one of the sandbox kubeconfig's contexts (one per token).
+pub(crate) async fn client(sb: &Sandbox, context: &str) -> Client {
     let kc = Kubeconfig::read_from(sb.kubeconfig_path()).expect("kubeconfig parses");
     let opts = KubeConfigOptions {
         context: Some(context.to_string()),
@@ -29,21 +32,27 @@ pub async fn client(sb: &Sandbox, context: &str) -> Client {
     Client::try_from(config).expect("client")
 }
 
-pub fn pods(client: &Client) -> Api<Pod> {
+/// The pods of the sandbox's default namespace.
+pub(crate) fn pods(client: &Client) -> Api<Pod> {
     Api::namespaced(client.clone(), "sandbox")
 }
 
+/// Everything an exec returned, kept even when the connection failed half-way.
 #[derive(Debug)]
-pub struct ExecOutput {
-    pub stdout: String,
-    pub stderr: String,
-    pub status: Option<Status>,
-    pub joined: Result<(), String>,
+pub(crate) struct ExecOutput {
+    /// Stdout as read (lossy UTF-8).
+    pub(crate) stdout: String,
+    /// Stderr as read (lossy UTF-8).
+    pub(crate) stderr: String,
+    /// The status frame; `None` when the connection ended without one.
+    pub(crate) status: Option<Status>,
+    /// How kube-rs's `join()` ended: an error when the connection broke.
+    pub(crate) joined: Result<(), String>,
 }
 
 impl ExecOutput {
     /// The remote exit code from the status frame: 0 on Success.
-    pub fn exit_code(&self) -> Option<i32> {
+    pub(crate) fn exit_code(&self) -> Option<i32> {
         let st = self.status.as_ref()?;
         if st.status.as_deref() == Some("Success") {
             return Some(0);
@@ -65,7 +74,7 @@ impl ExecOutput {
 /// read concurrently, then the status. kube-rs leaves the stdout reader pending forever when the
 /// connection fails (its pipe is never shut down on that path), so the reads are raced against
 /// `join()`.
-pub async fn kube_exec(
+pub(crate) async fn kube_exec(
     client: &Client,
     pod: &str,
     container: &str,
@@ -129,7 +138,8 @@ async fn drain(mut r: impl tokio::io::AsyncRead + Unpin, into: Arc<Mutex<Vec<u8>
     }
 }
 
-pub async fn kubectl(bin: &str, kubeconfig: &Path, args: &[&str], stdin: &str) -> Output {
+/// Runs kubectl `bin` against `kubeconfig` with `stdin`; fails the test after 60 s.
+pub(crate) async fn kubectl(bin: &str, kubeconfig: &Path, args: &[&str], stdin: &str) -> Output {
     let mut child = tokio::process::Command::new(bin)
         .args(args)
         .env("KUBECONFIG", kubeconfig)
@@ -150,11 +160,13 @@ pub async fn kubectl(bin: &str, kubeconfig: &Path, args: &[&str], stdin: &str) -
         .expect("kubectl output")
 }
 
-pub fn text(b: &[u8]) -> String {
+/// Command output as text (lossy UTF-8).
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-pub fn names(out: &Output) -> Vec<String> {
+/// The non-empty lines of `-o name` output, sorted.
+pub(crate) fn names(out: &Output) -> Vec<String> {
     let mut v: Vec<String> = text(&out.stdout)
         .lines()
         .map(|l| l.trim().to_string())
