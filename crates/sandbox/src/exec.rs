@@ -493,12 +493,15 @@ impl Session {
             _ = &mut gone_rx => None,
             _ = drop_now => {
                 kill_group(pid);
+                for p in &pumps { p.abort(); }
+                // Logged before the connection closes, as for a normal end: a
+                // client that reads the log right after its exec failed sees
+                // the final record.
+                sync_log(&self);
+                self.finish(None, "fault_drop");
                 // Abort both halves: the connection closes with no close frame and no status.
                 writer.abort();
                 reader.abort();
-                for p in &pumps { p.abort(); }
-                sync_log(&self);
-                self.finish(None, "fault_drop");
                 return;
             }
         };
@@ -532,11 +535,12 @@ impl Session {
             }
         }
         if matches!(self.fault, Some(ExecFault::Drop(_))) {
-            // The process finished before the drop point was reached: drop before the status.
-            writer.abort();
-            reader.abort();
+            // The process finished before the drop point was reached: drop before the status
+            // (logged first, as above).
             sync_log(&self);
             self.finish(Some(code), "fault_drop");
+            writer.abort();
+            reader.abort();
             return;
         }
         // Logged before the status goes out: a client that reads the log right after its exec
