@@ -20,32 +20,32 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+# Runs `npm run <script>` and fails if it changed any of `files` (generated
+# files must be committed as generated). Usage: regenerated <source> <script> <files...>
+regenerated() {
+  local source="$1" script="$2"
+  shift 2
+  local before
+  before="$(mktemp -d)"
+  for f in "$@"; do cp "$f" "$before/$(basename "$f")"; done
+  npm run --silent "$script"
+  for f in "$@"; do
+    if ! diff -u "$before/$(basename "$f")" "$f"; then
+      echo "$f is out of date with $source: it has now been regenerated; commit it." >&2
+      rm -rf "$before"
+      exit 1
+    fi
+  done
+  rm -rf "$before"
+}
+
 step "native addon (release); index.d.ts and index.js as committed"
 # The napi CLI regenerates index.d.ts (the JavaScript API's reference) from the
-# Rust declarations on every build; a difference means a Rust change whose
-# generated declarations were not committed.
-generated="$(mktemp -d)"
-cp index.d.ts index.js "$generated/"
-npm run --silent build:native
-for f in index.d.ts index.js; do
-  if ! diff -u "$generated/$f" "$f"; then
-    echo "$f is out of date with the Rust declarations: it has now been regenerated; commit it." >&2
-    rm -rf "$generated"
-    exit 1
-  fi
-done
-rm -rf "$generated"
+# Rust declarations on every build.
+regenerated "the Rust declarations" build:native index.d.ts index.js
 
 step "generated prop types match schema/props.schema.json (npm run generate:types)"
-committed="$(mktemp)"
-cp src/generated/props.ts "$committed"
-npm run --silent generate:types
-if ! diff -u "$committed" src/generated/props.ts; then
-  echo "src/generated/props.ts is out of date with schema/props.schema.json: it has now been regenerated; commit it." >&2
-  rm -f "$committed"
-  exit 1
-fi
-rm -f "$committed"
+regenerated schema/props.schema.json generate:types src/generated/props.ts
 
 step "tsc --noEmit (strict; src/ and examples/)"
 npm run --silent typecheck

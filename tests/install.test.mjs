@@ -1,13 +1,13 @@
 // The package installed the way a user installs it: `npm pack` of the main
-// package and of the platform packages built here, installed into a fresh
-// project that pins alchemy and effect as README says, with no Rust toolchain
-// on PATH; then a small stack is deployed and destroyed from that project
-// against the sandbox, once per binding (native, and WASM forced with the
-// napi-rs switch). Nothing of this repository is on the project's module path:
-// what it imports is what the tarballs carry.
+// package and of the linux-x64-gnu platform package built here, installed into
+// a fresh project with the pins this package needs (alchemy 2.0.0-beta.79,
+// effect and @effect/platform-node 4.0.0-rc.117, effect overridden), with no
+// Rust toolchain on PATH; then a small stack is deployed and destroyed from
+// that project against the sandbox. Nothing of this repository is on the
+// project's module path: what it imports is what the tarballs carry.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { spawnSync } from 'node:child_process';
@@ -71,7 +71,8 @@ before(() => {
   const main = pack(root);
   const native = packPlatform('linux-x64-gnu', ['clickhouse-schema.linux-x64-gnu.node']);
 
-  // The project a user starts from: the pins and overrides README gives.
+  // The project a user starts from: alchemy's own dependencies must resolve
+  // to the same effect, hence the overrides.
   writeFileSync(
     join(project, 'package.json'),
     JSON.stringify(
@@ -79,7 +80,6 @@ before(() => {
         name: 'infra',
         private: true,
         type: 'module',
-        // README's pins: alchemy's own dependencies must resolve to the same effect.
         overrides: {
           effect: '4.0.0-rc.117',
           '@effect/platform-node': '4.0.0-rc.117',
