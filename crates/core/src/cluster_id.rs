@@ -57,6 +57,16 @@ pub fn of_injected_executor<E>(
     }
 }
 
+/// Why nothing can be connected to when the configuration names no context:
+/// `origin` (the kubeconfig's path, or `KUBECONFIG (...)`) sets no
+/// current-context and no `kubeConfig.context` chose one.
+pub fn no_context(origin: &str) -> String {
+    format!(
+        "{origin} sets no current-context, so it names no cluster to connect to; set current-context in it \
+         or pass kubeConfig.context"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
