@@ -1,9 +1,20 @@
 /**
- * Package entry point. Everything here forwards to the native addon; the rules
+ * Package entry point. Everything here forwards to the addon; the rules
  * (validation, fingerprint, redaction) live in Rust so that they are the same
- * for every caller.
+ * for every caller. The addon is the native build where one matches the
+ * platform, else (or with `NAPI_RS_FORCE_WASI`) the WebAssembly build, which
+ * reaches Kubernetes through `./kubernetes.ts`.
  */
 import * as binding from '../index.js';
+import { kubernetesApi } from './kubernetes.js';
+
+/**
+ * Which build of the addon was loaded: `'native'`, or the WebAssembly flavor
+ * (`'wasm32-wasi'`, built for wasm32-wasip1-threads).
+ */
+export const addonTarget: string = binding.__napiBindingTarget;
+/** The WebAssembly build has no Kubernetes client of its own; the package supplies one. */
+const needsKubernetesTransport = addonTarget !== 'native';
 
 export type { ClickHouseSchemaError, ClickHouseSchemaErrorCode, ConfigIssue } from './errors.js';
 export { isClickHouseSchemaError } from './errors.js';
@@ -66,7 +77,7 @@ export function apply(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.ApplyResult> {
-  return binding.apply(id, props, previousState ?? null, guarded(options));
+  return binding.apply(id, props, previousState ?? null, forAddon(options));
 }
 
 /**
@@ -79,7 +90,7 @@ export function plan(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.PlanResult> {
-  return binding.plan(id, props, previousState ?? null, guarded(options));
+  return binding.plan(id, props, previousState ?? null, forAddon(options));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */
@@ -89,11 +100,33 @@ export function destroy(
   state?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<void> {
-  return binding.destroy(id, props, state ?? null, guarded(options));
+  return binding.destroy(id, props, state ?? null, forAddon(options));
 }
 
 /**
- * The options as the addon sees them: every executor call returns a promise (a
+ * The options as the addon sees them: under WebAssembly with the JavaScript
+ * Kubernetes transport (used when no executor is given, and to resolve a
+ * `kubeConfig` prop into the cluster identity) and JavaScript's timers, and
+ * with the executor guarded.
+ */
+function forAddon(options: binding.LifecycleOptions | undefined): binding.LifecycleOptions | null {
+  const addonOptions = guarded(options);
+  if (!needsKubernetesTransport) return addonOptions;
+  return { ...addonOptions, kubernetes: kubernetesApi(options?.signal ?? undefined), timers: hostTimers };
+}
+
+/**
+ * The WebAssembly build's timers (backoff, exec and list bounds): `setTimeout`,
+ * unref'd like tokio's timers natively. A bound outlives the work it bounded
+ * when that work finishes first, and must not keep the process alive; the
+ * call's own pending promise keeps it alive while a backoff runs.
+ */
+const hostTimers: binding.HostTimers = {
+  sleep: (ms) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref()),
+};
+
+/**
+ * The executor as the addon sees it: every call returns a promise (a
  * synchronous throw becomes a rejection), and every rejection is an `Error`.
  * Node-API hands a native addon no text for a rejection with `undefined`,
  * `null`, a plain object or a Symbol, so the error a user finally reads
