@@ -4,10 +4,13 @@
 // the way a user would: by querying each pod with kubectl exec.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+import { addonTarget, apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+import { assertsTheAddonBuild } from './binding.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
@@ -25,6 +28,8 @@ before(() => {
 });
 
 after(() => stopSandbox(dir));
+
+assertsTheAddonBuild(addonTarget);
 
 const control = (...args) => sandbox.control(...args);
 const query = (...args) => sandbox.query(...args);
@@ -81,7 +86,12 @@ describe('fanout against real ClickHouse', () => {
     assert.deepEqual(state.podNames, info.pods);
     assert.equal(state.pods.length, 3);
     assert.ok(state.pods.every((p) => /^[0-9a-f-]{36}$/.test(p.uid)), 'pod uids recorded');
-    assert.match(state.clusterId, /^[0-9a-f]{64}$/);
+    // The documented encoding of the sandbox cluster's endpoint (crates/core/src/cluster_id.rs),
+    // which both builds must record, so switching builds never re-applies.
+    const text = readFileSync(kubeconfig, 'utf8');
+    const server = /server: (\S+)/.exec(text)[1];
+    const ca = /certificate-authority-data: (\S+)/.exec(text)[1];
+    assert.equal(state.clusterId, createHash('sha256').update(`sandbox|${server}|${ca}||false`).digest('hex'));
   });
 
   test('no exec argv ever contains a statement; every statement arrived on stdin', { timeout }, async () => {
