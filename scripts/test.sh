@@ -36,6 +36,14 @@ for f in index.d.ts index.js; do
 done
 rm -rf "$generated"
 
+step "WebAssembly addon (release, wasm32-wasip1-threads)"
+# Its type declarations go to target/ (a WASI build declares only what it
+# exports, not index.d.ts), and it leaves the loader index.js alone (--no-js):
+# both stay the native build's, as checked above.
+rustup target add wasm32-wasip1-threads >/dev/null
+npm run --silent build:wasm
+git diff --exit-code -- index.d.ts index.js
+
 step "generated prop types match schema/props.schema.json (npm run generate:types)"
 committed="$(mktemp)"
 cp src/generated/props.ts "$committed"
@@ -64,5 +72,10 @@ trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true
 step "Rust tests"
 cargo test --workspace --locked
 
-step "Node tests"
+step "Node tests (native addon)"
 node --test --test-reporter=spec tests/*.test.mjs
+
+step "Node tests (WebAssembly addon)"
+# NAPI_RS_FORCE_WASI=error makes the loader take the WASI build or fail; each
+# test file also asserts which build it got.
+NAPI_RS_FORCE_WASI=error node --test --test-reporter=spec tests/*.test.mjs
