@@ -20,6 +20,13 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "cargo clippy -D warnings, the binding as built for WebAssembly"
+# The WASM-only code of crates/napi. The napi CLI sets EMNAPI_LINK_DIR for its
+# builds (napi-build's build script needs it); a plain cargo call names it.
+rustup target add wasm32-wasip1-threads >/dev/null
+EMNAPI_LINK_DIR="$PWD/node_modules/emnapi/lib/wasm32-wasip1-threads" \
+  cargo clippy --locked -p clickhouse-schema-napi --target wasm32-wasip1-threads -- -D warnings
+
 step "native addon (release); index.d.ts and index.js as committed"
 # The napi CLI regenerates index.d.ts (the JavaScript API's reference) from the
 # Rust declarations on every build; a difference means a Rust change whose
@@ -40,7 +47,6 @@ step "WebAssembly addon (release, wasm32-wasip1-threads)"
 # Its type declarations go to target/ (a WASI build declares only what it
 # exports, not index.d.ts), and it leaves the loader index.js alone (--no-js):
 # both stay the native build's, as checked above.
-rustup target add wasm32-wasip1-threads >/dev/null
 npm run --silent build:wasm
 git diff --exit-code -- index.d.ts index.js
 
