@@ -423,7 +423,9 @@ test('KUBECONFIG files merge with the first one winning, as kubectl and kube-rs 
 
 test('no credential of the kubeconfig reaches an error: a failing exec plugin, a token over plain http', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'chs-credentials-'));
-  const secrets = ['PLUGIN-ENV-SECRET', 'PLUGIN-STDERR-SECRET', 'PLUGIN-ARG-SECRET', 's3cr3t-token-value'];
+  const keyPem = '-----BEGIN PRIVATE KEY-----\nQ0xJRU5ULUtFWS1TRUNSRVQ=\n-----END PRIVATE KEY-----\n';
+  const secrets = ['PLUGIN-ENV-SECRET', 'PLUGIN-STDERR-SECRET', 'PLUGIN-ARG-SECRET', 's3cr3t-token-value', 'Q0xJRU5ULUtFWS1TRUNSRVQ'];
+  const keyData = Buffer.from(keyPem).toString('base64');
   try {
     const plugin = join(dir, 'get-token');
     writeFileSync(plugin, '#!/bin/sh\necho "failed, env was $VAULT_TOKEN, token: PLUGIN-STDERR-SECRET" >&2\nexit 1\n');
@@ -434,9 +436,17 @@ test('no credential of the kubeconfig reaches an error: a failing exec plugin, a
     ).replace('https://prod.example:6443/', 'https://127.0.0.1:9/');
     writeFileSync(join(dir, 'plugin'), withPlugin);
     writeFileSync(join(dir, 'http'), KUBECONFIG_YAML.replace('https://prod.example:6443/', 'http://127.0.0.1:9'));
+    writeFileSync(
+      join(dir, 'key'),
+      KUBECONFIG_YAML.replace(
+        '    token: s3cr3t-token-value\n',
+        `    client-certificate-data: ${Buffer.from('not a certificate').toString('base64')}\n    client-key-data: ${keyData}\n`,
+      ).replace('https://prod.example:6443/', 'https://127.0.0.1:9/'),
+    );
     for (const [file, code, words] of [
       ['plugin', /^E_(KUBERNETES_API|TRANSPORT)$/, /authenticat|credential/],
       ['http', /^E_KUBERNETES_API$/, /credentials are never sent over plain HTTP/],
+      ['key', /^E_(KUBERNETES_API|TRANSPORT)$/, /./],
     ]) {
       const err = await rejection(
         apply('orders-schema', props({ kubeConfig: { kubeconfigPath: join(dir, file) }, retry: { maxAttempts: 1, backoffMs: 0 } })),
@@ -444,7 +454,7 @@ test('no credential of the kubeconfig reaches an error: a failing exec plugin, a
       assert.match(err.code, code, `${file}: ${err.message}`);
       assert.match(err.message, words, `${file}: ${err.message}`);
       const everything = `${err.message}\n${err.stack}\n${JSON.stringify(err)}`;
-      for (const secret of secrets) assert.ok(!everything.includes(secret), `${file}: ${secret} leaked:\n${everything}`);
+      for (const secret of [...secrets, keyData]) assert.ok(!everything.includes(secret), `${file}: ${secret} leaked:\n${everything}`);
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
