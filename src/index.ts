@@ -6,15 +6,18 @@
  * reaches Kubernetes through `./kubernetes.ts`.
  */
 import * as binding from '../index.js';
-import { kubernetesApi } from './kubernetes.js';
 
 /**
  * Which build of the addon was loaded: `'native'`, or the WebAssembly flavor
  * (`'wasm32-wasi'`, built for wasm32-wasip1-threads).
  */
 export const addonTarget: string = binding.__napiBindingTarget;
-/** The WebAssembly build has no Kubernetes client of its own; the package supplies one. */
-const needsKubernetesTransport = addonTarget !== 'native';
+/**
+ * The WebAssembly build has no Kubernetes client of its own; the package
+ * supplies one. Loaded only then: `@kubernetes/client-node` alone takes about
+ * 0.7 s to import, which the native build has no use for.
+ */
+const wasmTransport = addonTarget === 'native' ? undefined : await import('./kubernetes.js');
 
 export type { ClickHouseSchemaError, ClickHouseSchemaErrorCode, ConfigIssue } from './errors.js';
 export { isClickHouseSchemaError } from './errors.js';
@@ -111,8 +114,8 @@ export function destroy(
  */
 function forAddon(options: binding.LifecycleOptions | undefined): binding.LifecycleOptions | null {
   const addonOptions = guarded(options);
-  if (!needsKubernetesTransport) return addonOptions;
-  return { ...addonOptions, kubernetes: kubernetesApi(options?.signal ?? undefined), timers: hostTimers };
+  if (!wasmTransport) return addonOptions;
+  return { ...addonOptions, kubernetes: wasmTransport.kubernetesApi(options?.signal ?? undefined), timers: hostTimers };
 }
 
 /**
