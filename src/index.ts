@@ -80,7 +80,7 @@ export function apply(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.ApplyResult> {
-  return binding.apply(id, props, previousState ?? null, forAddon(options));
+  return withAddonOptions(options, (o) => binding.apply(id, props, previousState ?? null, o));
 }
 
 /**
@@ -93,7 +93,7 @@ export function plan(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.PlanResult> {
-  return binding.plan(id, props, previousState ?? null, forAddon(options));
+  return withAddonOptions(options, (o) => binding.plan(id, props, previousState ?? null, o));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */
@@ -103,19 +103,29 @@ export function destroy(
   state?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<void> {
-  return binding.destroy(id, props, state ?? null, forAddon(options));
+  return withAddonOptions(options, (o) => binding.destroy(id, props, state ?? null, o));
 }
 
 /**
- * The options as the addon sees them: under WebAssembly with the JavaScript
- * Kubernetes transport (used when no executor is given, and to resolve a
- * `kubeConfig` prop into the cluster identity) and JavaScript's timers, and
- * with the executor guarded.
+ * Calls the addon with the options as it sees them: under WebAssembly with
+ * the JavaScript Kubernetes transport (used when no executor is given, and to
+ * resolve a `kubeConfig` prop into the cluster identity) and JavaScript's
+ * timers, and with the executor guarded. The transport lives as long as the
+ * call.
  */
-function forAddon(options: binding.LifecycleOptions | undefined): binding.LifecycleOptions | null {
+function withAddonOptions<T>(
+  options: binding.LifecycleOptions | undefined,
+  call: (options: binding.LifecycleOptions | null) => Promise<T>,
+): Promise<T> {
   const addonOptions = guarded(options);
-  if (!wasmTransport) return addonOptions;
-  return { ...addonOptions, kubernetes: wasmTransport.kubernetesApi(options?.signal ?? undefined), timers: hostTimers };
+  if (!wasmTransport) return call(addonOptions);
+  const transport = wasmTransport.kubernetesApi(options?.signal ?? undefined);
+  try {
+    return call({ ...addonOptions, kubernetes: transport.api, timers: hostTimers }).finally(transport.dispose);
+  } catch (err) {
+    transport.dispose();
+    throw err;
+  }
 }
 
 /**

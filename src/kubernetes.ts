@@ -89,24 +89,29 @@ interface Connection {
 /**
  * A transport for one lifecycle call. `signal` (the call's AbortSignal) closes
  * every exec still open when it aborts, as dropping an exec closes the
- * WebSocket natively.
+ * WebSocket natively; `dispose` (once the call settled) lets go of the
+ * signal, which may outlive many calls.
  */
-export function kubernetesApi(signal?: AbortSignal): KubernetesApi {
+export function kubernetesApi(signal?: AbortSignal): { api: KubernetesApi; dispose: () => void } {
   let connection: Connection | undefined;
   const open = new Set<WebSocket>();
-  signal?.addEventListener('abort', () => open.forEach((ws) => ws.terminate()), { once: true });
+  const abort = () => open.forEach((ws) => ws.terminate());
+  signal?.addEventListener('abort', abort, { once: true });
   const connected = (): Connection => {
     if (!connection) throw new Error('internal: listPods or exec before resolve');
     return connection;
   };
   return {
-    resolve: async (kubeConfig: unknown) => {
-      const { resolution, connect } = resolve((kubeConfig ?? {}) as KubeConfigProp);
-      connection = connect;
-      return resolution;
+    api: {
+      resolve: async (kubeConfig: unknown) => {
+        const { resolution, connect } = resolve((kubeConfig ?? {}) as KubeConfigProp);
+        connection = connect;
+        return resolution;
+      },
+      listPods: (namespace, labelSelector) => listPods(connected(), namespace, labelSelector),
+      exec: (request) => exec(connected(), request, open),
     },
-    listPods: (namespace, labelSelector) => listPods(connected(), namespace, labelSelector),
-    exec: (request) => exec(connected(), request, open),
+    dispose: () => signal?.removeEventListener('abort', abort),
   };
 }
 

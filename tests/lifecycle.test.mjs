@@ -460,3 +460,16 @@ test('no credential of the kubeconfig reaches an error: a failing exec plugin, a
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a signal reused across calls does not collect a listener per call', async () => {
+  const { getEventListeners } = await import('node:events');
+  const controller = new AbortController();
+  const run = async () => {
+    const { executor } = fakeCluster(['chi-0']);
+    await apply('orders-schema', props(), undefined, { executor, signal: controller.signal });
+  };
+  await run();
+  const after1 = getEventListeners(controller.signal, 'abort').length;
+  for (let i = 0; i < 5; i++) await run();
+  assert.equal(getEventListeners(controller.signal, 'abort').length, after1);
+});
