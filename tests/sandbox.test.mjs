@@ -5,7 +5,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -262,5 +264,47 @@ describe('onCluster through ZooKeeper', () => {
     const again = await apply('dist-schema', onCluster, result.state);
     assert.equal(again.changed, false);
     assert.equal((await control('GET', '/sandbox/api-log')).length, 0, 'no list, no exec');
+  });
+});
+
+describe('proxies', () => {
+  test("a kubeconfig cluster's proxy-url carries the pod list and the exec WebSockets", { timeout }, async () => {
+    // A minimal HTTP CONNECT proxy on loopback, counting the tunnels it opened.
+    const tunnels = [];
+    const proxy = createServer();
+    proxy.on('connect', (req, client, head) => {
+      tunnels.push(req.url);
+      const [host, port] = req.url.split(':');
+      const upstream = connect(Number(port), host, () => {
+        client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        upstream.write(head);
+        upstream.pipe(client);
+        client.pipe(upstream);
+      });
+      upstream.on('error', () => client.destroy());
+      client.on('error', () => upstream.destroy());
+    });
+    await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      const proxied = join(dir, 'kubeconfig-proxy');
+      writeFileSync(
+        proxied,
+        readFileSync(kubeconfig, 'utf8').replace(
+          /(- name: sandbox\n  cluster:\n)/,
+          `$1    proxy-url: http://127.0.0.1:${proxy.address().port}\n`,
+        ),
+      );
+      const result = await apply(
+        'proxied-schema',
+        props(['CREATE DATABASE IF NOT EXISTS by_proxy'], { kubeConfig: { kubeconfigPath: proxied } }),
+      );
+      assert.equal(result.changed, true);
+      // Two pod lists and one exec per pod, each through the proxy (connections may be reused).
+      assert.ok(tunnels.length >= 2, `tunnels: ${tunnels.join(', ')}`);
+      assert.ok(tunnels.every((t) => t === `127.0.0.1:${info.port}`), tunnels.join(', '));
+      for (const pod of info.pods) assert.equal(query(pod, "SELECT count() FROM system.databases WHERE name = 'by_proxy'"), '1');
+    } finally {
+      proxy.close();
+    }
   });
 });
