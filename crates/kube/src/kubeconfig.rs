@@ -47,7 +47,7 @@
 //!   key), [`connect`] refuses before anything runs or is sent, naming the
 //!   option or cluster that set the server. An `http://` server with an
 //!   anonymous user is allowed.
-//! - The proxy is chosen by [`crate::proxy`] (kubeconfig `proxy-url`, else
+//! - The proxy is chosen by [`clickhouse_schema_core::proxy`] (kubeconfig `proxy-url`, else
 //!   `HTTPS_PROXY`/`HTTP_PROXY` by the server's scheme, minus `NO_PROXY`).
 //!
 //! # Errors
@@ -72,7 +72,7 @@ use kube::config::{
 };
 
 use crate::error::chain;
-use crate::proxy;
+use clickhouse_schema_core::proxy;
 
 /// Context name of the kubeconfig synthesized from an inline cluster and user.
 /// The context name given to the kubeconfig assembled from inline `cluster`/`user` props.

@@ -1,6 +1,5 @@
 //! kube-rs implementation of the core's transport traits: kubeconfig
-//! resolution and the credential-free cluster identity ([`kubeconfig`]), the
-//! proxy choice ([`proxy`]), pod listing ([`pods`]), `pods/exec` ([`exec`]),
+//! resolution and the credential-free cluster identity ([`kubeconfig`]), pod listing ([`pods`]), `pods/exec` ([`exec`]),
 //! and the one mapping of kube-rs errors onto transport errors ([`error`]),
 //! which also keeps credentials out of every message. (The real clock is the
 //! binding's: the WASM build has no kube-rs but needs the same clock.)
@@ -9,7 +8,6 @@ pub mod error;
 pub mod exec;
 pub mod kubeconfig;
 pub mod pods;
-pub mod proxy;
 
 use std::collections::BTreeMap;
 
