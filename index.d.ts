@@ -206,6 +206,11 @@ export interface KubernetesApi {
    */
   resolve: (kubeConfig: unknown) => Promise<KubernetesResolution>
   /**
+   * Uses `proxyUrl` (chosen by the addon; `null`: none) for every request
+   * after it, with the configuration `resolve` selected.
+   */
+  connect: (proxyUrl: string | null) => Promise<void>
+  /**
    * Lists the pods of `namespace` matching `labelSelector` (`k=v,k2=v2`)
    * with the configuration the last `resolve` selected.
    */
@@ -300,6 +305,14 @@ export interface KubernetesResolution {
    * token", "an exec credential plugin", ...); never their values.
    */
   credentials: Array<string>
+  /** The selected cluster's `proxy-url`. */
+  proxyUrl?: string
+  /**
+   * `HTTPS_PROXY`, `https_proxy`, `HTTP_PROXY`, `http_proxy`, `NO_PROXY` and
+   * `no_proxy`, those that are set: the addon chooses the proxy from them
+   * as the native transport does.
+   */
+  proxyEnvironment: Record<string, string>
 }
 
 /**

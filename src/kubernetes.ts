@@ -35,7 +35,7 @@ import * as https from 'node:https';
 import { homedir } from 'node:os';
 import { delimiter, isAbsolute } from 'node:path';
 
-import { KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig, type Cluster } from '@kubernetes/client-node';
 import yaml from 'js-yaml';
 import WebSocket from 'ws';
 
@@ -83,6 +83,7 @@ class ConfigError extends Error {}
 /** Where the requests go, and with what. */
 interface Connection {
   server: string;
+  clusterName: string;
   kubeConfig: KubeConfig | undefined; // undefined: anonymous plain HTTP
 }
 
@@ -107,6 +108,18 @@ export function kubernetesApi(signal?: AbortSignal): { api: KubernetesApi; dispo
         const { resolution, connect } = resolve((kubeConfig ?? {}) as KubeConfigProp);
         connection = connect;
         return resolution;
+      },
+      connect: async (proxyUrl: string | null) => {
+        // The proxy the addon chose (the cluster's proxy-url, else HTTPS_PROXY /
+        // HTTP_PROXY unless NO_PROXY names the server); client-node's agents
+        // (http(s) CONNECT, socks) carry the requests and WebSockets through it.
+        const { kubeConfig, clusterName } = connected();
+        if (!kubeConfig) return;
+        kubeConfig.clusters = kubeConfig.clusters.map((cluster): Cluster => {
+          if (cluster.name !== clusterName) return cluster;
+          const { proxyUrl: _configured, ...rest } = cluster;
+          return proxyUrl ? { ...rest, proxyUrl } : rest;
+        });
       },
       listPods: (namespace, labelSelector) => listPods(connected(), namespace, labelSelector),
       exec: (request) => exec(connected(), request, open),
@@ -267,7 +280,7 @@ function fromKubeconfig(
     context = kubeconfig['current-context'] || undefined;
   }
   if (context === undefined) {
-    return { resolution: { origin, serverSource: '', credentials: [] }, connect: undefined };
+    return { resolution: { origin, serverSource: '', credentials: [], proxyEnvironment: proxyEnvironment() }, connect: undefined };
   }
   const { name: clusterName, cluster } = clusterOf(kubeconfig, context, origin);
   // Overrides go into the kubeconfig itself, so the client and the identity come from the same values.
@@ -300,7 +313,14 @@ function fromKubeconfig(
   // out rather than failing the load: kube-rs only looks at the selected ones.
   kc.loadFromString(JSON.stringify({ ...kubeconfig, users, 'current-context': context }), { onInvalidEntry: 'filter' });
   return {
-    resolution: { endpoint, origin, serverSource, credentials },
+    resolution: withoutUndefined({
+      endpoint,
+      origin,
+      serverSource,
+      credentials,
+      proxyUrl: optionalString(cluster['proxy-url']),
+      proxyEnvironment: proxyEnvironment(),
+    }),
     connect: connectionTo(endpoint, kc, credentials),
   };
 }
@@ -351,9 +371,16 @@ function inCluster(o: KubeConfigProp): { resolution: KubernetesResolution; conne
       origin: 'the in-cluster configuration',
       serverSource: o.server !== undefined ? 'kubeConfig.server' : 'the in-cluster server (KUBERNETES_SERVICE_HOST)',
       credentials,
+      proxyEnvironment: proxyEnvironment(),
     },
     connect: connectionTo(endpoint, kc, credentials),
   };
+}
+
+/** The proxy variables that are set, for the addon's choice of proxy. */
+function proxyEnvironment(): Record<string, string> {
+  const names = ['HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'NO_PROXY', 'no_proxy'];
+  return Object.fromEntries(names.flatMap((name) => (process.env[name] !== undefined ? [[name, process.env[name]]] : [])));
 }
 
 /** The kinds of credential a kubeconfig user has, in the native transport's words. */
@@ -377,7 +404,11 @@ function credentialKinds(user: Record<string, unknown>): string[] {
  */
 function connectionTo(endpoint: KubernetesEndpoint, kc: KubeConfig, credentials: string[]): Connection {
   const plain = endpoint.server.toLowerCase().startsWith('http://');
-  return { server: endpoint.server.replace(/\/+$/, ''), kubeConfig: plain && credentials.length === 0 ? undefined : kc };
+  return {
+    server: endpoint.server.replace(/\/+$/, ''),
+    clusterName: endpoint.clusterName,
+    kubeConfig: plain && credentials.length === 0 ? undefined : kc,
+  };
 }
 
 const optionalString = (v: unknown) => (typeof v === 'string' ? v : undefined);

@@ -268,11 +268,11 @@ describe('onCluster through ZooKeeper', () => {
 });
 
 describe('proxies', () => {
-  test("a kubeconfig cluster's proxy-url carries the pod list and the exec WebSockets", { timeout }, async () => {
-    // A minimal HTTP CONNECT proxy on loopback, counting the tunnels it opened.
+  /** A minimal HTTP CONNECT proxy on loopback, counting the tunnels it opened. */
+  async function connectProxy() {
     const tunnels = [];
-    const proxy = createServer();
-    proxy.on('connect', (req, client, head) => {
+    const server = createServer();
+    server.on('connect', (req, client, head) => {
       tunnels.push(req.url);
       const [host, port] = req.url.split(':');
       const upstream = connect(Number(port), host, () => {
@@ -284,26 +284,46 @@ describe('proxies', () => {
       upstream.on('error', () => client.destroy());
       client.on('error', () => upstream.destroy());
     });
-    await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { tunnels, url: `http://127.0.0.1:${server.address().port}`, close: () => server.close() };
+  }
+
+  const database = async (name, kubeConfig) => {
+    const result = await apply(`${name}-schema`, props([`CREATE DATABASE IF NOT EXISTS ${name}`], { kubeConfig }));
+    assert.equal(result.changed, true);
+    for (const pod of info.pods) assert.equal(query(pod, `SELECT count() FROM system.databases WHERE name = '${name}'`), '1');
+  };
+
+  test("a kubeconfig cluster's proxy-url carries the pod list and the exec WebSockets", { timeout }, async () => {
+    const proxy = await connectProxy();
     try {
       const proxied = join(dir, 'kubeconfig-proxy');
       writeFileSync(
         proxied,
-        readFileSync(kubeconfig, 'utf8').replace(
-          /(- name: sandbox\n  cluster:\n)/,
-          `$1    proxy-url: http://127.0.0.1:${proxy.address().port}\n`,
-        ),
+        readFileSync(kubeconfig, 'utf8').replace(/(- name: sandbox\n  cluster:\n)/, `$1    proxy-url: ${proxy.url}\n`),
       );
-      const result = await apply(
-        'proxied-schema',
-        props(['CREATE DATABASE IF NOT EXISTS by_proxy'], { kubeConfig: { kubeconfigPath: proxied } }),
-      );
-      assert.equal(result.changed, true);
+      await database('by_proxy_url', { kubeconfigPath: proxied });
       // Two pod lists and one exec per pod, each through the proxy (connections may be reused).
-      assert.ok(tunnels.length >= 2, `tunnels: ${tunnels.join(', ')}`);
-      assert.ok(tunnels.every((t) => t === `127.0.0.1:${info.port}`), tunnels.join(', '));
-      for (const pod of info.pods) assert.equal(query(pod, "SELECT count() FROM system.databases WHERE name = 'by_proxy'"), '1');
+      assert.ok(proxy.tunnels.length >= 2, `tunnels: ${proxy.tunnels.join(', ')}`);
+      assert.ok(proxy.tunnels.every((t) => t === `127.0.0.1:${info.port}`), proxy.tunnels.join(', '));
     } finally {
+      proxy.close();
+    }
+  });
+
+  test('HTTPS_PROXY carries the connection, unless NO_PROXY names the server', { timeout }, async () => {
+    const proxy = await connectProxy();
+    try {
+      process.env.HTTPS_PROXY = proxy.url;
+      await database('by_https_proxy', { kubeconfigPath: kubeconfig });
+      const through = proxy.tunnels.length;
+      assert.ok(through >= 2, `tunnels: ${proxy.tunnels.join(', ')}`);
+      process.env.NO_PROXY = 'localhost,127.0.0.0/8';
+      await database('by_no_proxy', { kubeconfigPath: kubeconfig });
+      assert.equal(proxy.tunnels.length, through, 'NO_PROXY bypasses the proxy');
+    } finally {
+      delete process.env.HTTPS_PROXY;
+      delete process.env.NO_PROXY;
       proxy.close();
     }
   });

@@ -13,7 +13,7 @@
 //! The natively built addon declares these types too (they are generated into
 //! `index.d.ts` from the native build) but never calls them: it has kube-rs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use clickhouse_schema_core::cluster_id::ClusterEndpoint;
@@ -61,6 +61,12 @@ pub(crate) struct JsResolution {
     /// The kinds of credential the selected user has, in words ("a bearer
     /// token", "an exec credential plugin", ...); never their values.
     pub credentials: Vec<String>,
+    /// The selected cluster's `proxy-url`.
+    pub proxy_url: Option<String>,
+    /// `HTTPS_PROXY`, `https_proxy`, `HTTP_PROXY`, `http_proxy`, `NO_PROXY` and
+    /// `no_proxy`, those that are set: the addon chooses the proxy from them
+    /// as the native transport does.
+    pub proxy_environment: HashMap<String, String>,
 }
 
 /// A call the API server (or the socket under it) failed.
@@ -111,6 +117,7 @@ pub(crate) struct JsExecOutcome {
     pub failure: Option<JsFailure>,
 }
 
+type ConnectFn = ThreadsafeFunction<Option<String>, Promise<()>, Option<String>, Status, false>;
 type ResolveFn =
     ThreadsafeFunction<serde_json::Value, Promise<JsResolution>, serde_json::Value, Status, false>;
 type ListArgs = FnArgs<(String, String)>;
@@ -133,6 +140,10 @@ pub(crate) struct KubernetesApi {
     /// configuration can be loaded.
     #[napi(ts_type = "(kubeConfig: unknown) => Promise<KubernetesResolution>")]
     pub resolve: ResolveFn,
+    /// Uses `proxyUrl` (chosen by the addon; `null`: none) for every request
+    /// after it, with the configuration `resolve` selected.
+    #[napi(ts_type = "(proxyUrl: string | null) => Promise<void>")]
+    pub connect: ConnectFn,
     /// Lists the pods of `namespace` matching `labelSelector` (`k=v,k2=v2`)
     /// with the configuration the last `resolve` selected.
     #[napi(ts_type = "(namespace: string, labelSelector: string) => Promise<KubernetesPodList>")]
@@ -192,6 +203,16 @@ impl KubernetesApi {
         let promise = self
             .resolve
             .call_async_catch(arg)
+            .await
+            .map_err(|e| redact(&e.reason))?;
+        promise.await.map_err(|e| redact(&e.reason))
+    }
+
+    /// `connect` through `proxy` (a URL, or none).
+    pub(crate) async fn connect(&self, proxy: Option<String>) -> Result<(), String> {
+        let promise = self
+            .connect
+            .call_async_catch(proxy)
             .await
             .map_err(|e| redact(&e.reason))?;
         promise.await.map_err(|e| redact(&e.reason))

@@ -230,6 +230,13 @@ impl Session {
                 ) {
                     return Err(kubernetes_error(refusal));
                 }
+                let proxy = clickhouse_schema_core::proxy::select_for_server(
+                    &endpoint.server,
+                    resolution.proxy_url.as_deref(),
+                    |name| resolution.proxy_environment.get(name).cloned(),
+                )
+                .map_err(kubernetes_error)?;
+                api.connect(proxy).await.map_err(kubernetes_error)?;
                 let id = cluster_id::cluster_id(&endpoint.into());
                 (Transport::Kubernetes(api, timers.clone()), Some(id))
             }
