@@ -20,6 +20,13 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "cargo clippy -D warnings, the binding as built for WebAssembly"
+# The WASM-only code of crates/napi. The napi CLI sets EMNAPI_LINK_DIR for its
+# builds (napi-build's build script needs it); a plain cargo call names it.
+rustup target add wasm32-wasip1-threads >/dev/null
+EMNAPI_LINK_DIR="$PWD/node_modules/emnapi/lib/wasm32-wasip1-threads" \
+  cargo clippy --locked -p clickhouse-schema-napi --target wasm32-wasip1-threads -- -D warnings
+
 step "native addon (release); index.d.ts and index.js as committed"
 # The napi CLI regenerates index.d.ts (the JavaScript API's reference) from the
 # Rust declarations on every build; a difference means a Rust change whose
@@ -35,6 +42,13 @@ for f in index.d.ts index.js; do
   fi
 done
 rm -rf "$generated"
+
+step "WebAssembly addon (release, wasm32-wasip1-threads)"
+# Its type declarations go to target/ (a WASI build declares only what it
+# exports, not index.d.ts), and it leaves the loader index.js alone (--no-js):
+# both stay the native build's, as checked above.
+npm run --silent build:wasm
+git diff --exit-code -- index.d.ts index.js
 
 step "generated prop types match schema/props.schema.json (npm run generate:types)"
 committed="$(mktemp)"
@@ -66,5 +80,10 @@ trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true
 step "Rust tests"
 cargo test --workspace --locked
 
-step "Node tests"
+step "Node tests (native addon)"
 node --test --test-reporter=spec tests/*.test.mjs
+
+step "Node tests (WebAssembly addon)"
+# NAPI_RS_FORCE_WASI=error makes the loader take the WASI build or fail; each
+# test file also asserts which build it got.
+NAPI_RS_FORCE_WASI=error node --test --test-reporter=spec tests/*.test.mjs
