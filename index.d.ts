@@ -185,6 +185,137 @@ export interface ExecutorPod {
 export declare function fingerprint(props: unknown, id?: string | undefined | null): string
 
 /**
+ * Timers for a binding that cannot use its own (the WASM build); the package's
+ * entry point supplies them, the natively built addon ignores them.
+ */
+export interface HostTimers {
+  /** Resolves after `ms` milliseconds (`setTimeout`). */
+  sleep: (ms: number) => Promise<void>
+}
+
+/**
+ * The Kubernetes API for a binding without a transport of its own (the WASM
+ * build). Supplied by the package's entry point; the natively built addon
+ * ignores it.
+ */
+export interface KubernetesApi {
+  /**
+   * Resolves the validated `kubeConfig` prop (`null`: none given) the way
+   * the native transport does, without connecting. Rejects when no
+   * configuration can be loaded.
+   */
+  resolve: (kubeConfig: unknown) => Promise<KubernetesResolution>
+  /**
+   * Uses `proxyUrl` (chosen by the addon; `null`: none) for every request
+   * after it, with the configuration `resolve` selected.
+   */
+  connect: (proxyUrl: string | null) => Promise<void>
+  /**
+   * Lists the pods of `namespace` matching `labelSelector` (`k=v,k2=v2`)
+   * with the configuration the last `resolve` selected.
+   */
+  listPods: (namespace: string, labelSelector: string) => Promise<KubernetesPodList>
+  /** Runs one exec over a WebSocket (`v5.channel.k8s.io`, else `v4`). */
+  exec: (request: KubernetesExecRequest) => Promise<KubernetesExecOutcome>
+}
+
+/**
+ * The endpoint fields of the selected cluster, as the kubeconfig writes them
+ * (after the `kubeConfig` overrides): what the cluster identity is computed
+ * from, never a credential.
+ */
+export interface KubernetesEndpoint {
+  /** Name of the selected cluster entry (`inCluster` in a pod). */
+  clusterName: string
+  /** API server URL. */
+  server: string
+  /** `certificate-authority-data` exactly as written (base64). */
+  caData?: string
+  /** `certificate-authority`, made absolute against the kubeconfig's directory. */
+  caFile?: string
+  /** `insecure-skip-tls-verify`. */
+  skipTlsVerify: boolean
+}
+
+/** The answer to `KubernetesApi.exec`. */
+export interface KubernetesExecOutcome {
+  stdout?: string
+  stderr?: string
+  /**
+   * The status frame (channel 3) as JSON, when it arrived; the addon reads
+   * the exit code from it. Absent when the connection ended first.
+   */
+  status?: unknown
+  /** Set when the exec could not be started or the connection failed. */
+  failure?: KubernetesFailure
+}
+
+/**
+ * One exec for `KubernetesApi.exec`: the command and stdin exactly as the
+ * native transport sends them, and the bounds it applies.
+ */
+export interface KubernetesExecRequest {
+  namespace: string
+  pod: string
+  container: string
+  /** argv, rendered by the core; never contains the statement. */
+  command: Array<string>
+  /**
+   * Written to the exec's stdin and never closed: the command frames it
+   * with `head -c N`, and closing stdin loses the exit status under the v4
+   * channel protocol.
+   */
+  stdin: string
+  /** Close the WebSocket after this long; the addon has given up by then. */
+  timeoutMs: number
+  /** Keep at most this many bytes of each stream (go on reading past it). */
+  maxOutputBytes: number
+}
+
+/** A call the API server (or the socket under it) failed. */
+export interface KubernetesFailure {
+  /** What failed: the API's `Status.message`, or the socket's error. Redacted before use. */
+  message: string
+  /** The HTTP status the API server (or a proxy) answered with, when one did. */
+  httpStatus?: number
+}
+
+/** The answer to `KubernetesApi.listPods`: the pods, or why there are none. */
+export interface KubernetesPodList {
+  pods?: Array<ExecutorPod>
+  failure?: KubernetesFailure
+}
+
+/** What `KubernetesApi.resolve` found for a `kubeConfig` prop. */
+export interface KubernetesResolution {
+  /**
+   * `null` when nothing names a context (a kubeconfig without
+   * current-context and no `kubeConfig.context`).
+   */
+  endpoint?: KubernetesEndpoint
+  /**
+   * Where the configuration came from, for messages (`kubeconfig /path`,
+   * `KUBECONFIG (...)`, `in-cluster`, ...).
+   */
+  origin: string
+  /** What set the server URL, for messages (`kubeConfig.server`, or the cluster it came from). */
+  serverSource: string
+  /**
+   * The kinds of credential the selected user has, in words ("a bearer
+   * token", "an exec credential plugin", ...); never their values.
+   */
+  credentials: Array<string>
+  /** The selected cluster's `proxy-url`. */
+  proxyUrl?: string
+  /**
+   * `HTTPS_PROXY`, `https_proxy`, `HTTP_PROXY`, `http_proxy`, `NO_PROXY` and
+   * `no_proxy`, those that are set: the addon chooses the proxy from them
+   * as the native transport does.
+   */
+  proxyEnvironment: Record<string, string>
+}
+
+/**
  * The last argument of `apply`, `plan` and `destroy`. Everything here is
  * runtime-only: none of it is validated, fingerprinted or recorded.
  * Declared for `index.d.ts`; the values are read field by field.
@@ -204,6 +335,17 @@ export interface LifecycleOptions {
    * with `E_CANCELLED`.
    */
   signal?: AbortSignal
+  /**
+   * The Kubernetes API for a binding without a transport of its own (the
+   * WASM build): the package's entry point supplies it; the natively built
+   * addon ignores it.
+   */
+  kubernetes?: KubernetesApi
+  /**
+   * Timers for a binding that cannot use its own (the WASM build): the
+   * package's entry point supplies them; the natively built addon ignores them.
+   */
+  timers?: HostTimers
 }
 
 /**

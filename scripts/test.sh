@@ -20,6 +20,13 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "cargo clippy -D warnings, the binding as built for WebAssembly"
+# The WASM-only code of crates/napi. The napi CLI sets EMNAPI_LINK_DIR for its
+# builds (napi-build's build script needs it); a plain cargo call names it.
+rustup target add wasm32-wasip1-threads >/dev/null
+EMNAPI_LINK_DIR="$PWD/node_modules/emnapi/lib/wasm32-wasip1-threads" \
+  cargo clippy --locked -p clickhouse-schema-napi --target wasm32-wasip1-threads -- -D warnings
+
 # Runs `npm run <script>` and fails if it changed any of `files` (generated
 # files must be committed as generated). Usage: regenerated <source> <script> <files...>
 regenerated() {
@@ -44,6 +51,13 @@ step "native addon (release); index.d.ts and index.js as committed"
 # Rust declarations on every build.
 regenerated "the Rust declarations" build:native index.d.ts index.js
 
+step "WebAssembly addon (release, wasm32-wasip1-threads)"
+# Its type declarations go to target/ (a WASI build declares only what it
+# exports, not index.d.ts), and it leaves the loader index.js alone (--no-js):
+# both stay the native build's, as checked above.
+npm run --silent build:wasm
+git diff --exit-code -- index.d.ts index.js
+
 step "generated prop types match schema/props.schema.json (npm run generate:types)"
 regenerated schema/props.schema.json generate:types src/generated/props.ts
 
@@ -66,5 +80,11 @@ trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true
 step "Rust tests"
 cargo test --workspace --locked
 
-step "Node tests"
+step "Node tests (native addon)"
 node --test --test-reporter=spec tests/*.test.mjs
+
+step "Node tests (WebAssembly addon)"
+# NAPI_RS_FORCE_WASI=error makes the loader take the WASI build or fail; each
+# test file also asserts which build it got.
+# install.test.mjs is left out: it deploys on both builds itself, from packed tarballs.
+NAPI_RS_FORCE_WASI=error node --test --test-reporter=spec $(ls tests/*.test.mjs | grep -v tests/install.test.mjs)

@@ -1,9 +1,23 @@
 /**
- * Package entry point. Everything here forwards to the native addon; the rules
+ * Package entry point. Everything here forwards to the addon; the rules
  * (validation, fingerprint, redaction) live in Rust so that they are the same
- * for every caller.
+ * for every caller. The addon is the native build where one matches the
+ * platform, else (or with `NAPI_RS_FORCE_WASI`) the WebAssembly build, which
+ * reaches Kubernetes through `./kubernetes.ts`.
  */
 import * as binding from '../index.js';
+
+/**
+ * Which build of the addon was loaded: `'native'`, or the WebAssembly flavor
+ * (`'wasm32-wasi'`, built for wasm32-wasip1-threads).
+ */
+export const addonTarget: string = binding.__napiBindingTarget;
+/**
+ * The WebAssembly build has no Kubernetes client of its own; the package
+ * supplies one. Loaded only then: `@kubernetes/client-node` alone takes about
+ * 0.7 s to import, which the native build has no use for.
+ */
+const wasmTransport = addonTarget === 'native' ? undefined : await import('./kubernetes.js');
 
 export type { ClickHouseSchemaError, ClickHouseSchemaErrorCode, ConfigIssue } from './errors.js';
 export { isClickHouseSchemaError } from './errors.js';
@@ -66,7 +80,7 @@ export function apply(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.ApplyResult> {
-  return binding.apply(id, props, previousState ?? null, guarded(options));
+  return withAddonOptions(options, (o) => binding.apply(id, props, previousState ?? null, o));
 }
 
 /**
@@ -79,7 +93,7 @@ export function plan(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.PlanResult> {
-  return binding.plan(id, props, previousState ?? null, guarded(options));
+  return withAddonOptions(options, (o) => binding.plan(id, props, previousState ?? null, o));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */
@@ -89,11 +103,43 @@ export function destroy(
   state?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<void> {
-  return binding.destroy(id, props, state ?? null, guarded(options));
+  return withAddonOptions(options, (o) => binding.destroy(id, props, state ?? null, o));
 }
 
 /**
- * The options as the addon sees them: every executor call returns a promise (a
+ * Calls the addon with the options as it sees them: under WebAssembly with
+ * the JavaScript Kubernetes transport (used when no executor is given, and to
+ * resolve a `kubeConfig` prop into the cluster identity) and JavaScript's
+ * timers, and with the executor guarded. The transport lives as long as the
+ * call.
+ */
+function withAddonOptions<T>(
+  options: binding.LifecycleOptions | undefined,
+  call: (options: binding.LifecycleOptions | null) => Promise<T>,
+): Promise<T> {
+  const addonOptions = guarded(options);
+  if (!wasmTransport) return call(addonOptions);
+  const transport = wasmTransport.kubernetesApi(options?.signal ?? undefined);
+  try {
+    return call({ ...addonOptions, kubernetes: transport.api, timers: hostTimers }).finally(transport.dispose);
+  } catch (err) {
+    transport.dispose();
+    throw err;
+  }
+}
+
+/**
+ * The WebAssembly build's timers (backoff, exec and list bounds): `setTimeout`,
+ * unref'd like tokio's timers natively. A bound outlives the work it bounded
+ * when that work finishes first, and must not keep the process alive; the
+ * call's own pending promise keeps it alive while a backoff runs.
+ */
+const hostTimers: binding.HostTimers = {
+  sleep: (ms) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref()),
+};
+
+/**
+ * The executor as the addon sees it: every call returns a promise (a
  * synchronous throw becomes a rejection), and every rejection is an `Error`.
  * Node-API hands a native addon no text for a rejection with `undefined`,
  * `null`, a plain object or a Symbol, so the error a user finally reads

@@ -10,7 +10,11 @@ import {
   fingerprint,
   redactClickHouseOutput,
   isClickHouseSchemaError,
+  addonTarget,
 } from '../dist/index.js';
+import { assertsTheAddonBuild } from './binding.mjs';
+
+assertsTheAddonBuild(addonTarget);
 
 const quickstart = () => ({
   target: {

@@ -22,9 +22,11 @@ const Output = await import('alchemy/Output');
 const Effect = await import('effect/Effect');
 const Layer = await import('effect/Layer');
 const { deployStack, destroyStack } = await import('../dist/examples/runtime.js');
-const { clickHouseSchema, clickHouseSchemaExecutor, clickHouseSchemaProvider, isClickHouseSchemaError } = await import(
-  '../dist/index.js'
-);
+const { addonTarget, clickHouseSchema, clickHouseSchemaExecutor, clickHouseSchemaProvider, isClickHouseSchemaError } =
+  await import('../dist/index.js');
+const { assertsTheAddonBuild } = await import('./binding.mjs');
+
+assertsTheAddonBuild(addonTarget);
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
 // test process is killed before its after() hook runs.

@@ -70,6 +70,11 @@ before(() => {
 
   const main = pack(root);
   const native = packPlatform('linux-x64-gnu', ['clickhouse-schema.linux-x64-gnu.node']);
+  const wasm = packPlatform('wasm32-wasi', [
+    'clickhouse-schema.wasm32-wasi.wasm',
+    'clickhouse-schema.wasi.cjs',
+    'wasi-worker.mjs',
+  ]);
 
   // The project a user starts from: alchemy's own dependencies must resolve
   // to the same effect, hence the overrides.
@@ -90,11 +95,11 @@ before(() => {
       2,
     ),
   );
-  // The platform tarball is named explicitly: the registry does not have this
-  // unpublished version, and npm would otherwise fetch it as the optional dependency.
+  // The platform tarballs are named explicitly: the registry does not have this
+  // unpublished version, and npm would otherwise fetch them as the optional dependencies.
   run(
     'npm',
-    ['install', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error', 'alchemy@2.0.0-beta.79', 'effect@4.0.0-rc.117', '@effect/platform-node@4.0.0-rc.117', main, native],
+    ['install', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error', 'alchemy@2.0.0-beta.79', 'effect@4.0.0-rc.117', '@effect/platform-node@4.0.0-rc.117', main, native, wasm],
     { cwd: project, env: userEnv, timeout },
   );
 
@@ -110,7 +115,7 @@ import { AlchemyContextLive } from 'alchemy/AlchemyContext';
 import { PlatformServices } from 'alchemy/Util/PlatformServices';
 import * as Effect from 'effect/Effect';
 import * as Layer from 'effect/Layer';
-import { clickHouseSchema, clickHouseSchemaProvider } from 'alchemy-clickhouse-schema';
+import { addonTarget, clickHouseSchema, clickHouseSchemaProvider } from 'alchemy-clickhouse-schema';
 
 const [action, kubeconfigPath] = process.argv.slice(2);
 const stack = Alchemy.Stack(
@@ -135,6 +140,7 @@ const runtime = Layer.mergeAll(LoggingCli, Interaction.layerNonInteractive(), Al
 );
 const program = action === 'deploy' ? deploy({ stack, stage: 'dev' }) : destroy({ stack, stage: 'dev' });
 const result = await Effect.runPromise(program.pipe(Effect.provide(runtime), Effect.scoped));
+console.log('BINDING ' + addonTarget);
 console.log('RESULT ' + JSON.stringify(result ?? null));
 `,
   );
@@ -146,12 +152,16 @@ after(() => {
 });
 
 describe('installed from packed tarballs into a fresh project', { timeout }, () => {
-  test('the main tarball carries no binary and the platform tarball exactly one', () => {
+  test('the main tarball carries no binary and each platform tarball exactly one', () => {
     const installed = join(project, 'node_modules');
-    const nodeFiles = (d) => readdirSync(d, { recursive: true }).filter((f) => String(f).endsWith('.node'));
-    assert.deepEqual(nodeFiles(join(installed, 'alchemy-clickhouse-schema')), []);
-    assert.deepEqual(nodeFiles(join(installed, 'alchemy-clickhouse-schema-linux-x64-gnu')), [
+    const binaries = (d) =>
+      readdirSync(d, { recursive: true }).filter((f) => /\.(node|wasm)$/.test(String(f)) && !String(f).startsWith('node_modules'));
+    assert.deepEqual(binaries(join(installed, 'alchemy-clickhouse-schema')), []);
+    assert.deepEqual(binaries(join(installed, 'alchemy-clickhouse-schema-linux-x64-gnu')), [
       'clickhouse-schema.linux-x64-gnu.node',
+    ]);
+    assert.deepEqual(binaries(join(installed, 'alchemy-clickhouse-schema-wasm32-wasi')), [
+      'clickhouse-schema.wasm32-wasi.wasm',
     ]);
   });
 
@@ -160,16 +170,23 @@ describe('installed from packed tarballs into a fresh project', { timeout }, () 
     assert.notEqual(r.status, 0, `found ${r.stdout}`);
   });
 
-  test('the native binding deploys the stack to every pod and destroys it', () => {
-    const deployed = run('node', ['stack.mjs', 'deploy', sandbox.kubeconfig], { cwd: project, env: userEnv, timeout });
-    const outputs = JSON.parse(/^RESULT (.*)$/m.exec(deployed)[1]);
-    assert.deepEqual(outputs.podNames, pods);
-    for (const pod of pods) {
-      assert.deepEqual(sandbox.tablesOn(pod, 'shop'), ['orders'], pod);
-    }
-    run('node', ['stack.mjs', 'destroy', sandbox.kubeconfig], { cwd: project, env: userEnv, timeout });
-    for (const pod of pods) {
-      assert.equal(sandbox.query(pod, "SELECT count() FROM system.databases WHERE name = 'shop'"), '0', pod);
-    }
-  });
+  for (const [binding, env] of [
+    ['native', userEnv],
+    // The napi-rs switch: take the WASI build or fail.
+    ['wasm32-wasi', { ...userEnv, NAPI_RS_FORCE_WASI: 'error' }],
+  ]) {
+    test(`the ${binding} binding deploys the stack to every pod and destroys it`, () => {
+      const deployed = run('node', ['stack.mjs', 'deploy', sandbox.kubeconfig], { cwd: project, env, timeout });
+      assert.match(deployed, new RegExp(`^BINDING ${binding}$`, 'm'), 'the binding under test was loaded');
+      const outputs = JSON.parse(/^RESULT (.*)$/m.exec(deployed)[1]);
+      assert.deepEqual(outputs.podNames, pods);
+      for (const pod of pods) {
+        assert.deepEqual(sandbox.tablesOn(pod, 'shop'), ['orders'], pod);
+      }
+      run('node', ['stack.mjs', 'destroy', sandbox.kubeconfig], { cwd: project, env, timeout });
+      for (const pod of pods) {
+        assert.equal(sandbox.query(pod, "SELECT count() FROM system.databases WHERE name = 'shop'"), '0', pod);
+      }
+    });
+  }
 });

@@ -4,7 +4,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { apply, destroy, isClickHouseSchemaError, plan } from '../dist/index.js';
+import { addonTarget, apply, destroy, isClickHouseSchemaError, plan } from '../dist/index.js';
+import { assertsTheAddonBuild } from './binding.mjs';
+
+assertsTheAddonBuild(addonTarget);
 
 const S0 = 'CREATE DATABASE IF NOT EXISTS orders';
 const S1 = "CREATE TABLE IF NOT EXISTS orders.events (id UUID, note String DEFAULT 'n/a') ENGINE = MergeTree ORDER BY id";
@@ -321,4 +324,152 @@ test('a state written by another release (another stateVersion) is refused befor
   assert.equal(err.code, 'E_INVALID_STATE');
   assert.match(err.message, /previousState: has stateVersion 2, and this release reads version 1/);
   assert.equal(calls.lists.length + calls.execs.length, 0);
+});
+
+// The cluster identity and credential handling of the Kubernetes side, in
+// whichever build runs: the native one resolves kubeconfigs with kube-rs, the
+// WebAssembly one with the package's JavaScript transport. Both must record
+// the same clusterId for the same kubeconfig (a deploy that switches builds
+// must not re-apply), so both are held to the documented encoding.
+import { mkdtempSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+
+/** sha256 of `name|server|caData|caFile|skipTLSVerify` (crates/core/src/cluster_id.rs). */
+const clusterIdOf = (name, server, caData, caFile, skip) =>
+  createHash('sha256').update(`${name}|${server}|${caData ?? ''}|${caFile ?? ''}|${skip}`).digest('hex');
+
+function kubeconfigDir(text) {
+  const dir = mkdtempSync(join(tmpdir(), 'chs-kubeconfig-'));
+  writeFileSync(join(dir, 'config'), text);
+  return dir;
+}
+
+const KUBECONFIG_YAML = `apiVersion: v1
+kind: Config
+clusters:
+- name: prod
+  cluster:
+    server: https://prod.example:6443/
+    certificate-authority-data: Q0EK
+- name: staging
+  cluster:
+    server: https://staging.example:6443
+    certificate-authority: ./ca/staging.pem
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: s3cr3t-token-value
+contexts:
+- name: prod
+  context: {cluster: prod, user: admin}
+- name: staging
+  context: {cluster: staging, user: admin}
+current-context: prod
+`;
+
+test('an injected executor with a kubeConfig prop records the documented clusterId of the kubeconfig', async () => {
+  const dir = kubeconfigDir(KUBECONFIG_YAML);
+  try {
+    const path = join(dir, 'config');
+    const { executor } = fakeCluster(['chi-0']);
+    const prod = await apply('orders-schema', props({ kubeConfig: { kubeconfigPath: path } }), undefined, { executor });
+    // The server exactly as written (trailing slash kept), the CA data as written.
+    assert.equal(prod.state.clusterId, clusterIdOf('prod', 'https://prod.example:6443/', 'Q0EK', undefined, false));
+    const staging = await apply(
+      'orders-schema',
+      props({ kubeConfig: { kubeconfigPath: path, context: 'staging', server: 'https://10.0.0.1:443' } }),
+      undefined,
+      { executor },
+    );
+    // A relative CA path is joined to the kubeconfig's directory as written; the server override counts.
+    assert.equal(staging.state.clusterId, clusterIdOf('staging', 'https://10.0.0.1:443', undefined, `${dir}/./ca/staging.pem`, true));
+    const inline = await apply(
+      'orders-schema',
+      props({ kubeConfig: { cluster: { name: 'edge', server: 'https://edge:6443', caFile: '/etc/edge-ca.pem' }, user: { name: 'deployer' } } }),
+      undefined,
+      { executor },
+    );
+    assert.equal(inline.state.clusterId, clusterIdOf('edge', 'https://edge:6443', undefined, '/etc/edge-ca.pem', false));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('KUBECONFIG files merge with the first one winning, as kubectl and kube-rs merge them', async () => {
+  const first = kubeconfigDir(KUBECONFIG_YAML.replace('current-context: prod', 'current-context: staging'));
+  const second = kubeconfigDir(
+    KUBECONFIG_YAML.replace('https://prod.example:6443/', 'https://other.example').replace('current-context: prod', 'current-context: prod'),
+  );
+  const saved = process.env.KUBECONFIG;
+  try {
+    process.env.KUBECONFIG = `${join(first, 'config')}:${join(second, 'config')}`;
+    const { executor } = fakeCluster(['chi-0']);
+    // Without a kubeConfig prop, an injected executor names no cluster ...
+    const none = await apply('orders-schema', props(), undefined, { executor });
+    assert.equal(none.state.clusterId, undefined);
+    // ... with one, the merged KUBECONFIG decides: the first file's current-context and clusters.
+    const merged = await apply('orders-schema', props({ kubeConfig: { context: 'prod' } }), undefined, { executor });
+    assert.equal(merged.state.clusterId, clusterIdOf('prod', 'https://prod.example:6443/', 'Q0EK', undefined, false));
+  } finally {
+    if (saved === undefined) delete process.env.KUBECONFIG;
+    else process.env.KUBECONFIG = saved;
+    rmSync(first, { recursive: true, force: true });
+    rmSync(second, { recursive: true, force: true });
+  }
+});
+
+test('no credential of the kubeconfig reaches an error: a failing exec plugin, a token over plain http', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'chs-credentials-'));
+  const keyPem = '-----BEGIN PRIVATE KEY-----\nQ0xJRU5ULUtFWS1TRUNSRVQ=\n-----END PRIVATE KEY-----\n';
+  const secrets = ['PLUGIN-ENV-SECRET', 'PLUGIN-STDERR-SECRET', 'PLUGIN-ARG-SECRET', 's3cr3t-token-value', 'Q0xJRU5ULUtFWS1TRUNSRVQ'];
+  const keyData = Buffer.from(keyPem).toString('base64');
+  try {
+    const plugin = join(dir, 'get-token');
+    writeFileSync(plugin, '#!/bin/sh\necho "failed, env was $VAULT_TOKEN, token: PLUGIN-STDERR-SECRET" >&2\nexit 1\n');
+    chmodSync(plugin, 0o755);
+    const withPlugin = KUBECONFIG_YAML.replace(
+      '    token: s3cr3t-token-value\n',
+      `    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: ${plugin}\n      args: ["--secret=PLUGIN-ARG-SECRET"]\n      env: [{name: VAULT_TOKEN, value: PLUGIN-ENV-SECRET}]\n`,
+    ).replace('https://prod.example:6443/', 'https://127.0.0.1:9/');
+    writeFileSync(join(dir, 'plugin'), withPlugin);
+    writeFileSync(join(dir, 'http'), KUBECONFIG_YAML.replace('https://prod.example:6443/', 'http://127.0.0.1:9'));
+    writeFileSync(
+      join(dir, 'key'),
+      KUBECONFIG_YAML.replace(
+        '    token: s3cr3t-token-value\n',
+        `    client-certificate-data: ${Buffer.from('not a certificate').toString('base64')}\n    client-key-data: ${keyData}\n`,
+      ).replace('https://prod.example:6443/', 'https://127.0.0.1:9/'),
+    );
+    for (const [file, code, words] of [
+      ['plugin', /^E_(KUBERNETES_API|TRANSPORT)$/, /authenticat|credential/],
+      ['http', /^E_KUBERNETES_API$/, /credentials are never sent over plain HTTP/],
+      ['key', /^E_(KUBERNETES_API|TRANSPORT)$/, /./],
+    ]) {
+      const err = await rejection(
+        apply('orders-schema', props({ kubeConfig: { kubeconfigPath: join(dir, file) }, retry: { maxAttempts: 1, backoffMs: 0 } })),
+      );
+      assert.match(err.code, code, `${file}: ${err.message}`);
+      assert.match(err.message, words, `${file}: ${err.message}`);
+      const everything = `${err.message}\n${err.stack}\n${JSON.stringify(err)}`;
+      for (const secret of [...secrets, keyData]) assert.ok(!everything.includes(secret), `${file}: ${secret} leaked:\n${everything}`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a signal reused across calls does not collect a listener per call', async () => {
+  const { getEventListeners } = await import('node:events');
+  const controller = new AbortController();
+  const run = async () => {
+    const { executor } = fakeCluster(['chi-0']);
+    await apply('orders-schema', props(), undefined, { executor, signal: controller.signal });
+  };
+  await run();
+  const after1 = getEventListeners(controller.signal, 'abort').length;
+  for (let i = 0; i < 5; i++) await run();
+  assert.equal(getEventListeners(controller.signal, 'abort').length, after1);
 });

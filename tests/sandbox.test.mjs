@@ -4,10 +4,15 @@
 // the way a user would: by querying each pod with kubectl exec.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+import { addonTarget, apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+import { assertsTheAddonBuild } from './binding.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
@@ -25,6 +30,8 @@ before(() => {
 });
 
 after(() => stopSandbox(dir));
+
+assertsTheAddonBuild(addonTarget);
 
 const control = (...args) => sandbox.control(...args);
 const query = (...args) => sandbox.query(...args);
@@ -81,7 +88,12 @@ describe('fanout against real ClickHouse', () => {
     assert.deepEqual(state.podNames, info.pods);
     assert.equal(state.pods.length, 3);
     assert.ok(state.pods.every((p) => /^[0-9a-f-]{36}$/.test(p.uid)), 'pod uids recorded');
-    assert.match(state.clusterId, /^[0-9a-f]{64}$/);
+    // The documented encoding of the sandbox cluster's endpoint (crates/core/src/cluster_id.rs),
+    // which both builds must record, so switching builds never re-applies.
+    const text = readFileSync(kubeconfig, 'utf8');
+    const server = /server: (\S+)/.exec(text)[1];
+    const ca = /certificate-authority-data: (\S+)/.exec(text)[1];
+    assert.equal(state.clusterId, createHash('sha256').update(`sandbox|${server}|${ca}||false`).digest('hex'));
   });
 
   test('no exec argv ever contains a statement; every statement arrived on stdin', { timeout }, async () => {
@@ -252,5 +264,67 @@ describe('onCluster through ZooKeeper', () => {
     const again = await apply('dist-schema', onCluster, result.state);
     assert.equal(again.changed, false);
     assert.equal((await control('GET', '/sandbox/api-log')).length, 0, 'no list, no exec');
+  });
+});
+
+describe('proxies', () => {
+  /** A minimal HTTP CONNECT proxy on loopback, counting the tunnels it opened. */
+  async function connectProxy() {
+    const tunnels = [];
+    const server = createServer();
+    server.on('connect', (req, client, head) => {
+      tunnels.push(req.url);
+      const [host, port] = req.url.split(':');
+      const upstream = connect(Number(port), host, () => {
+        client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        upstream.write(head);
+        upstream.pipe(client);
+        client.pipe(upstream);
+      });
+      upstream.on('error', () => client.destroy());
+      client.on('error', () => upstream.destroy());
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { tunnels, url: `http://127.0.0.1:${server.address().port}`, close: () => server.close() };
+  }
+
+  const database = async (name, kubeConfig) => {
+    const result = await apply(`${name}-schema`, props([`CREATE DATABASE IF NOT EXISTS ${name}`], { kubeConfig }));
+    assert.equal(result.changed, true);
+    for (const pod of info.pods) assert.equal(query(pod, `SELECT count() FROM system.databases WHERE name = '${name}'`), '1');
+  };
+
+  test("a kubeconfig cluster's proxy-url carries the pod list and the exec WebSockets", { timeout }, async () => {
+    const proxy = await connectProxy();
+    try {
+      const proxied = join(dir, 'kubeconfig-proxy');
+      writeFileSync(
+        proxied,
+        readFileSync(kubeconfig, 'utf8').replace(/(- name: sandbox\n  cluster:\n)/, `$1    proxy-url: ${proxy.url}\n`),
+      );
+      await database('by_proxy_url', { kubeconfigPath: proxied });
+      // Two pod lists and one exec per pod, each through the proxy (connections may be reused).
+      assert.ok(proxy.tunnels.length >= 2, `tunnels: ${proxy.tunnels.join(', ')}`);
+      assert.ok(proxy.tunnels.every((t) => t === `127.0.0.1:${info.port}`), proxy.tunnels.join(', '));
+    } finally {
+      proxy.close();
+    }
+  });
+
+  test('HTTPS_PROXY carries the connection, unless NO_PROXY names the server', { timeout }, async () => {
+    const proxy = await connectProxy();
+    try {
+      process.env.HTTPS_PROXY = proxy.url;
+      await database('by_https_proxy', { kubeconfigPath: kubeconfig });
+      const through = proxy.tunnels.length;
+      assert.ok(through >= 2, `tunnels: ${proxy.tunnels.join(', ')}`);
+      process.env.NO_PROXY = 'localhost,127.0.0.0/8';
+      await database('by_no_proxy', { kubeconfigPath: kubeconfig });
+      assert.equal(proxy.tunnels.length, through, 'NO_PROXY bypasses the proxy');
+    } finally {
+      delete process.env.HTTPS_PROXY;
+      delete process.env.NO_PROXY;
+      proxy.close();
+    }
   });
 });

@@ -46,15 +46,30 @@ pub fn cluster_id(endpoint: &ClusterEndpoint) -> String {
 /// The identity recorded when an injected executor replaces the Kubernetes
 /// API. Only a `kubeConfig` prop says which cluster the executor stands for;
 /// the ambient kubeconfig says nothing about it, so without the prop there is
-/// none. `resolve` turns the prop into its endpoint (the transport's job).
-pub fn of_injected_executor<E>(
-    kube_config: Option<&crate::config::KubeConfigOptions>,
-    resolve: impl FnOnce(&crate::config::KubeConfigOptions) -> Result<Option<ClusterEndpoint>, E>,
-) -> Result<Option<String>, E> {
+/// none. `resolve` turns the prop into its endpoint (the transport's job:
+/// kube-rs natively, JavaScript under WASM, hence a future); it is only
+/// called when there is a prop.
+pub async fn of_injected_executor<'a, E, F>(
+    kube_config: Option<&'a crate::config::KubeConfigOptions>,
+    resolve: impl FnOnce(&'a crate::config::KubeConfigOptions) -> F,
+) -> Result<Option<String>, E>
+where
+    F: std::future::Future<Output = Result<Option<ClusterEndpoint>, E>>,
+{
     match kube_config {
-        Some(options) => Ok(resolve(options)?.map(|endpoint| cluster_id(&endpoint))),
+        Some(options) => Ok(resolve(options).await?.map(|endpoint| cluster_id(&endpoint))),
         None => Ok(None),
     }
+}
+
+/// Why nothing can be connected to when the configuration names no context:
+/// `origin` (the kubeconfig's path, or `KUBECONFIG (...)`) sets no
+/// current-context and no `kubeConfig.context` chose one.
+pub fn no_context(origin: &str) -> String {
+    format!(
+        "{origin} sets no current-context, so it names no cluster to connect to; set current-context in it \
+         or pass kubeConfig.context"
+    )
 }
 
 #[cfg(test)]

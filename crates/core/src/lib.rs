@@ -23,6 +23,7 @@ pub mod fingerprint;
 pub mod lexer;
 pub mod lifecycle;
 pub mod on_cluster;
+pub mod proxy;
 pub(crate) mod reconcile;
 pub mod redact;
 pub mod redact_kubernetes;

@@ -87,6 +87,22 @@ pub enum TransportErrorKind {
     InvalidResponse,
 }
 
+impl TransportErrorKind {
+    /// The kind for an HTTP status the API server (or a proxy in front of it)
+    /// answered with. It follows what a retry can change: an API server that
+    /// said "no" (RBAC, unknown pod or container, bad request) says "no" again,
+    /// while 408/429 ("not now") and 5xx may well succeed next time. One rule
+    /// for every Kubernetes transport (kube-rs natively, JavaScript under WASM).
+    pub fn for_http_status(code: u16) -> Self {
+        match code {
+            408 | 429 => Self::Transient,
+            400..=499 => Self::Refused,
+            // 0 (the client could not tell) or 5xx: a garbled or failed answer is worth another try.
+            _ => Self::Transient,
+        }
+    }
+}
+
 /// A failure to reach the pod or to learn the command's outcome. Distinct from
 /// a command that ran and failed, which is an [`ExecOutput`] with a non-zero
 /// exit code.
@@ -132,6 +148,148 @@ impl std::fmt::Display for TransportError {
 }
 
 impl std::error::Error for TransportError {}
+
+/// How long a pod list may take: a list is small and quick, one that does not
+/// answer in this long is stuck. The clients have no read timeout of their own
+/// (it would cut long execs), so every Kubernetes transport bounds it here.
+pub const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Captured exec output per stream. A DDL statement's output is a few lines; a
+/// runaway one is cut here (reading goes on past the cap, so the remote side
+/// never blocks on a full pipe).
+pub const OUTPUT_CAP: usize = 1 << 20;
+
+/// `k=v,k2=v2`: the equality label selector of the API's `labelSelector`
+/// parameter. Keys and values are validated label syntax, which contains
+/// neither `,` nor `=`, so no escaping is needed.
+pub fn label_selector(selector: &BTreeMap<String, String>) -> String {
+    selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `Status` frame kubelet sends on the exec's status channel (3) when the
+/// command ends, in the API's JSON layout. Only the fields the exit code is
+/// read from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct ExecStatus {
+    /// `Success` or `Failure`.
+    pub status: Option<String>,
+    /// `NonZeroExitCode`, `InternalError`, ...
+    pub reason: Option<String>,
+    /// An HTTP-like status code, when the failure is the API's.
+    pub code: Option<i32>,
+    /// Human-readable text (kubelet's; may quote the container's environment).
+    pub message: Option<String>,
+    /// `details.causes`, where a non-zero exit code travels.
+    pub details: Option<ExecStatusDetails>,
+}
+
+/// `Status.details` of an exec status frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct ExecStatusDetails {
+    /// The causes; an `ExitCode` cause carries the exit code as its message.
+    pub causes: Option<Vec<ExecStatusCause>>,
+}
+
+/// One entry of `Status.details.causes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct ExecStatusCause {
+    /// `ExitCode` for the cause that carries the exit code.
+    pub reason: Option<String>,
+    /// The exit code, as decimal text, for an `ExitCode` cause.
+    pub message: Option<String>,
+}
+
+impl ExecStatus {
+    /// The exit code the frame reports: `Success` is 0; `Failure` with reason
+    /// `NonZeroExitCode` carries the code as the message of its `ExitCode`
+    /// cause. Any other failure means the command never ran (no shell in the
+    /// image, container gone), which is not an exit code; its kind follows
+    /// the reason and code. The message is passed through
+    /// [`redact_kubernetes`](crate::redact_kubernetes::redact): kubelet's text
+    /// could quote the container's environment.
+    pub fn exit_code(&self) -> Result<i32, TransportError> {
+        match self.status.as_deref() {
+            Some("Success") => return Ok(0),
+            Some("Failure") if self.reason.as_deref() == Some("NonZeroExitCode") => {
+                let code = self
+                    .details
+                    .as_ref()
+                    .and_then(|d| d.causes.as_ref())
+                    .and_then(|causes| causes.iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
+                    .and_then(|c| c.message.as_deref())
+                    .and_then(|m| m.trim().parse::<i32>().ok());
+                if let Some(code) = code {
+                    return Ok(code);
+                }
+            }
+            _ => {}
+        }
+        let message = self
+            .message
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .unwrap_or("no message");
+        let reason = self.reason.as_deref();
+        let kind = match (reason, self.code) {
+            // kubelet's word for "the runtime failed", the exec analogue of a 500.
+            (Some("InternalError"), _) => TransportErrorKind::Transient,
+            (_, Some(code)) => {
+                u16::try_from(code).map_or(TransportErrorKind::Refused, TransportErrorKind::for_http_status)
+            }
+            _ => TransportErrorKind::Refused,
+        };
+        let message = if reason == Some("NonZeroExitCode") {
+            format!("the exec failed without a readable exit code: {message}")
+        } else {
+            format!("the command could not be run: {message}")
+        };
+        Err(TransportError::new(
+            kind,
+            crate::redact_kubernetes::redact(&message),
+        ))
+    }
+}
+
+/// The failure of an exec whose connection ended before a status frame came:
+/// the command's outcome is unknown, so it is transient (the core's retry
+/// rules decide what that means). `cause` says why the connection ended, when
+/// the client knows (already free of credentials).
+pub fn exec_without_status(cause: Option<&str>) -> TransportError {
+    let cause = cause.map(|c| format!(": {c}")).unwrap_or_default();
+    TransportError::new(
+        TransportErrorKind::Transient,
+        format!("exec ended without reporting an exit status (the connection closed early){cause}"),
+    )
+}
+
+/// Why a connection must not be made: the API server is plain `http://` and
+/// the selected user has credentials (`credential_kinds`, e.g. "a bearer
+/// token"), which would then travel in clear text. `server_source` says what
+/// set the server (`kubeConfig.server`, or the cluster it came from) so the
+/// message names what to fix. `None` when the connection is allowed: https, or
+/// a user without credentials.
+pub fn credentials_over_plain_http(
+    server: &str,
+    server_source: &str,
+    credential_kinds: &[&str],
+) -> Option<String> {
+    if !server.to_ascii_lowercase().starts_with("http://") || credential_kinds.is_empty() {
+        return None;
+    }
+    Some(crate::redact_kubernetes::redact(&format!(
+        "{server_source} is {server} (plain http://) and the selected user has credentials ({}); credentials \
+         are never sent over plain HTTP, so no connection was made; use an https:// server, or a user \
+         without credentials",
+        credential_kinds.join(", ")
+    )))
+}
 
 /// Lists the pods of a namespace that match an equality label selector.
 pub trait PodLister: Send + Sync {
@@ -181,4 +339,83 @@ pub trait Clock: Send + Sync {
     fn now_iso8601(&self) -> String;
     /// Resolves once `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(json: &str) -> ExecStatus {
+        serde_json::from_str(json).expect("a status frame")
+    }
+
+    #[test]
+    fn http_statuses_map_to_what_a_retry_can_change() {
+        for (code, kind) in [
+            (400, TransportErrorKind::Refused),
+            (403, TransportErrorKind::Refused),
+            (404, TransportErrorKind::Refused),
+            (408, TransportErrorKind::Transient),
+            (429, TransportErrorKind::Transient),
+            (500, TransportErrorKind::Transient),
+            (503, TransportErrorKind::Transient),
+            (0, TransportErrorKind::Transient),
+        ] {
+            assert_eq!(TransportErrorKind::for_http_status(code), kind, "HTTP {code}");
+        }
+    }
+
+    #[test]
+    fn the_exit_code_comes_from_the_status_frame() {
+        assert_eq!(frame(r#"{"status":"Success"}"#).exit_code(), Ok(0));
+        let failed = r#"{"status":"Failure","reason":"NonZeroExitCode","message":"command terminated with non-zero exit code",
+            "details":{"causes":[{"reason":"Other","message":"x"},{"reason":"ExitCode","message":"62"}]}}"#;
+        assert_eq!(frame(failed).exit_code(), Ok(62));
+        let unreadable = r#"{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"sixty-two"}]}}"#;
+        assert_eq!(
+            frame(unreadable).exit_code().expect_err("no exit code").kind,
+            TransportErrorKind::Refused
+        );
+        let internal = r#"{"status":"Failure","reason":"InternalError","message":"exec: \"sh\": executable file not found; TOKEN=abc123"}"#;
+        let e = frame(internal).exit_code().expect_err("did not run");
+        assert_eq!(e.kind, TransportErrorKind::Transient);
+        assert!(e.message.contains("executable file not found"), "{}", e.message);
+        assert!(!e.message.contains("abc123"), "redacted: {}", e.message);
+        let forbidden = r#"{"status":"Failure","code":403,"message":"forbidden"}"#;
+        assert_eq!(
+            frame(forbidden).exit_code().expect_err("refused").kind,
+            TransportErrorKind::Refused
+        );
+        assert_eq!(
+            frame("{}").exit_code().expect_err("empty").kind,
+            TransportErrorKind::Refused
+        );
+    }
+
+    #[test]
+    fn selectors_are_sorted_equality_terms() {
+        let mut s = BTreeMap::new();
+        s.insert("clickhouse.altinity.com/chi".to_owned(), "orders".to_owned());
+        s.insert("app".to_owned(), "ch".to_owned());
+        assert_eq!(label_selector(&s), "app=ch,clickhouse.altinity.com/chi=orders");
+    }
+
+    #[test]
+    fn credentials_never_go_over_plain_http() {
+        assert_eq!(
+            credentials_over_plain_http("https://k8s", "x", &["a bearer token"]),
+            None
+        );
+        assert_eq!(credentials_over_plain_http("http://k8s", "x", &[]), None);
+        let m = credentials_over_plain_http(
+            "http://bob:PW@k8s:8080/",
+            "kubeConfig.server",
+            &["a bearer token", "a token file"],
+        )
+        .expect("refused");
+        assert!(m.starts_with("kubeConfig.server is http://"), "{m}");
+        assert!(m.contains("(a bearer token, a token file)"), "{m}");
+        assert!(m.contains("credentials are never sent over plain HTTP"), "{m}");
+        assert!(!m.contains("PW"), "{m}");
+    }
 }

@@ -26,15 +26,10 @@ use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::transport::{TransportError, TransportErrorKind};
 use kube::client::{AuthError, UpgradeConnectionError};
 
-/// Kind for an HTTP status the API server (or a proxy in front of it) answered with.
+/// Kind for an HTTP status the API server (or a proxy in front of it)
+/// answered with: the core's rule, shared with the JavaScript transport.
 pub fn kind_for_http_status(code: u16) -> TransportErrorKind {
-    match code {
-        // 408 and 429 say "not now"; 5xx says the server side is unwell.
-        408 | 429 => TransportErrorKind::Transient,
-        400..=499 => TransportErrorKind::Refused,
-        // 0: kube-rs could not tell; a garbled answer is worth another try.
-        _ => TransportErrorKind::Transient,
-    }
+    TransportErrorKind::for_http_status(code)
 }
 
 /// Maps any kube-rs error; the message holds no credential (see the module docs).

@@ -20,17 +20,18 @@
 use std::pin::pin;
 use std::time::Duration;
 
-use clickhouse_schema_core::redact_kubernetes::redact;
-use clickhouse_schema_core::transport::{ExecOutput, ExecRequest, TransportError, TransportErrorKind};
+use clickhouse_schema_core::transport::{
+    ExecOutput, ExecRequest, ExecStatus, TransportError, TransportErrorKind, exec_without_status,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::error::{chain, from_kube, kind_for_http_status};
+use crate::error::{chain, from_kube};
 
-/// Per stream; a DDL statement's output is a few lines, a runaway one is cut here.
-pub const OUTPUT_CAP: usize = 1 << 20;
+/// Per stream (the core's cap, shared with the JavaScript transport).
+pub use clickhouse_schema_core::transport::OUTPUT_CAP;
 
 /// Size of kube-rs's internal pipes; larger than its 1 KiB default so a
 /// statement or an error message moves in a few chunks rather than hundreds.
@@ -117,14 +118,8 @@ async fn run(client: &kube::Client, request: &ExecRequest) -> Result<ExecOutput,
     let ended = process.join().await;
 
     let Ok((status, (stdout, stderr))) = status else {
-        let cause = match ended {
-            Err(e) => format!(": {}", chain(&e)),
-            Ok(()) => String::new(),
-        };
-        return Err(TransportError::new(
-            TransportErrorKind::Transient,
-            format!("exec ended without reporting an exit status (the connection closed early){cause}"),
-        ));
+        let cause = ended.err().map(|e| chain(&e));
+        return Err(exec_without_status(cause.as_deref()));
     };
     let exit_code = exit_code(&status)?;
     Ok(ExecOutput {
@@ -150,45 +145,18 @@ async fn read_capped(mut from: impl AsyncRead + Unpin) -> Vec<u8> {
 }
 
 /// The exit code from the status frame kubelet sends when the process ends:
-/// `Success` is 0; `Failure` with reason `NonZeroExitCode` carries the code as
-/// the message of its `ExitCode` cause. Any other failure means the command
-/// never ran (no shell in the image, container gone), which is not an exit code.
+/// the core's rule ([`ExecStatus::exit_code`]), shared with the JavaScript
+/// transport, applied to kube-rs's typed `Status`.
 pub fn exit_code(status: &Status) -> Result<i32, TransportError> {
-    match status.status.as_deref() {
-        Some("Success") => return Ok(0),
-        Some("Failure") if status.reason.as_deref() == Some("NonZeroExitCode") => {
-            let code = status
-                .details
-                .as_ref()
-                .and_then(|d| d.causes.as_ref())
-                .and_then(|causes| causes.iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
-                .and_then(|c| c.message.as_deref())
-                .and_then(|m| m.trim().parse::<i32>().ok());
-            if let Some(code) = code {
-                return Ok(code);
-            }
-        }
-        _ => {}
-    }
-    let message = status
-        .message
-        .as_deref()
-        .filter(|m| !m.is_empty())
-        .unwrap_or("no message");
-    let reason = status.reason.as_deref();
-    let kind = match (reason, status.code) {
-        // kubelet's word for "the runtime failed", the exec analogue of a 500.
-        (Some("InternalError"), _) => TransportErrorKind::Transient,
-        (_, Some(code)) => u16::try_from(code).map_or(TransportErrorKind::Refused, kind_for_http_status),
-        _ => TransportErrorKind::Refused,
-    };
-    let message = if reason == Some("NonZeroExitCode") {
-        format!("the exec failed without a readable exit code: {message}")
-    } else {
-        format!("the command could not be run: {message}")
-    };
-    // kubelet's text, which could quote the container's environment.
-    Err(TransportError::new(kind, redact(&message)))
+    let frame = serde_json::to_value(status)
+        .and_then(serde_json::from_value::<ExecStatus>)
+        .map_err(|e| {
+            TransportError::new(
+                TransportErrorKind::InvalidResponse,
+                format!("the exec's status frame could not be read: {e}"),
+            )
+        })?;
+    frame.exit_code()
 }
 
 fn human(d: Duration) -> String {

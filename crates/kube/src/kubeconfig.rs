@@ -47,7 +47,7 @@
 //!   key), [`connect`] refuses before anything runs or is sent, naming the
 //!   option or cluster that set the server. An `http://` server with an
 //!   anonymous user is allowed.
-//! - The proxy is chosen by [`crate::proxy`] (kubeconfig `proxy-url`, else
+//! - The proxy is chosen by [`clickhouse_schema_core::proxy`] (kubeconfig `proxy-url`, else
 //!   `HTTPS_PROXY`/`HTTP_PROXY` by the server's scheme, minus `NO_PROXY`).
 //!
 //! # Errors
@@ -72,7 +72,7 @@ use kube::config::{
 };
 
 use crate::error::chain;
-use crate::proxy;
+use clickhouse_schema_core::proxy;
 
 /// Context name of the kubeconfig synthesized from an inline cluster and user.
 /// The context name given to the kubeconfig assembled from inline `cluster`/`user` props.
@@ -113,10 +113,7 @@ pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, 
     let config = match resolved.source {
         Source::Kubeconfig { kubeconfig, origin } => {
             let Some(context) = resolved.context else {
-                return Err(error(format!(
-                    "{origin} sets no current-context, so it names no cluster to connect to; set \
-                     current-context in it or pass kubeConfig.context"
-                )));
+                return Err(error(clickhouse_schema_core::cluster_id::no_context(&origin)));
             };
             let opts = KubeRsOptions {
                 context: Some(context),
@@ -489,16 +486,14 @@ fn refuse_credentials_over_http(config: &kube::Config, server_source: &str) -> R
     .into_iter()
     .filter_map(|(present, kind)| present.then_some(kind))
     .collect();
-    if kinds.is_empty() {
-        return Ok(());
+    match clickhouse_schema_core::transport::credentials_over_plain_http(
+        &config.cluster_url.to_string(),
+        server_source,
+        &kinds,
+    ) {
+        Some(refusal) => Err(error(refusal)),
+        None => Ok(()),
     }
-    Err(error(format!(
-        "{server_source} is {} (plain http://) and the selected user has credentials ({}); credentials \
-         are never sent over plain HTTP, so no connection was made; use an https:// server, or a user \
-         without credentials",
-        config.cluster_url,
-        kinds.join(", ")
-    )))
 }
 
 fn kubeconfig_error(e: &KubeconfigError) -> String {

@@ -1,16 +1,13 @@
 //! kube-rs implementation of the core's transport traits: kubeconfig
-//! resolution and the credential-free cluster identity ([`kubeconfig`]), the
-//! proxy choice ([`proxy`]), pod listing ([`pods`]), `pods/exec` ([`exec`]),
-//! the real clock ([`clock`]), and the one mapping of kube-rs errors onto
-//! transport errors ([`error`]), which also keeps credentials out of every
-//! message.
+//! resolution and the credential-free cluster identity ([`kubeconfig`]), pod listing ([`pods`]), `pods/exec` ([`exec`]),
+//! and the one mapping of kube-rs errors onto transport errors ([`error`]),
+//! which also keeps credentials out of every message. (The real clock is the
+//! binding's: the WASM build has no kube-rs but needs the same clock.)
 
-pub mod clock;
 pub mod error;
 pub mod exec;
 pub mod kubeconfig;
 pub mod pods;
-pub mod proxy;
 
 use std::collections::BTreeMap;
 
@@ -18,7 +15,6 @@ use clickhouse_schema_core::transport::{
     ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError,
 };
 
-pub use clock::SystemClock;
 pub use kubeconfig::{ConnectError, Connection, connect, endpoint_of, resolve_endpoint};
 
 /// Lists pods and runs execs through one kube-rs client.

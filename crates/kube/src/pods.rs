@@ -1,18 +1,15 @@
 //! Listing the server pods by label selector.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use clickhouse_schema_core::transport::{PodInfo, TransportError, TransportErrorKind};
+use clickhouse_schema_core::transport::{PodInfo, TransportError, TransportErrorKind, label_selector};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 use crate::error::from_kube;
 
-/// A list call is small and quick; one that does not answer in this long is
-/// stuck, and the client has no read timeout of its own (it would cut long
-/// execs), so the bound lives here.
-pub const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The core's bound on a pod list, shared with the JavaScript transport.
+pub use clickhouse_schema_core::transport::LIST_TIMEOUT;
 
 pub(crate) async fn list(
     client: &kube::Client,
@@ -36,14 +33,9 @@ pub(crate) async fn list(
     Ok(list.items.iter().map(pod_info).collect())
 }
 
-/// `k=v,k2=v2`: an equality selector. Keys and values are validated label
-/// syntax, which contains neither `,` nor `=`, so no escaping is needed.
+/// `k=v,k2=v2`: the core's equality selector.
 pub fn selector_string(selector: &BTreeMap<String, String>) -> String {
-    selector
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    label_selector(selector)
 }
 
 /// The facts the core reconciles on (name, uid, phase, readiness, deletion,

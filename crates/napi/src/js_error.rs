@@ -71,9 +71,17 @@ pub(crate) const ERROR_NAME: &str = "ClickHouseSchemaError";
 
 /// Converts `err` into a thrown JS error; returned as `napi::Error` so callers
 /// use it with `?` / `map_err`.
+///
+/// The `napi::Error` must carry the object itself, not a copy of its message:
+/// napi rebuilds a plain `Error` from `status` and `reason` whenever it has no
+/// reference to the original, and that error has none of our properties.
+/// `Error::from(Unknown)` keeps such a reference only in native builds (under
+/// WASM it copies the message alone, so every property was lost there);
+/// `from_unknown_without_coercion` keeps one on every target, and both the
+/// synchronous throw and the promise rejection hand that object back.
 pub(crate) fn throw(env: &Env, err: &ClickHouseSchemaError) -> Error {
     match build(env, err) {
-        Ok(value) => Error::from(value),
+        Ok(value) => Error::from_unknown_without_coercion(value),
         // Building the object only fails when the JS heap is exhausted; the
         // message alone is still worth surfacing.
         Err(_) => Error::new(Status::GenericFailure, format!("{}: {}", err.code(), err.message)),

@@ -10,12 +10,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use clickhouse_schema_core::transport::{
-    ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError, TransportErrorKind,
+    ExecOutput, ExecRequest, PodInfo, PodLister, TransportError, TransportErrorKind,
 };
 use napi::Status;
 use napi::bindgen_prelude::{Error, FnArgs, Promise};
 use napi::threadsafe_function::ThreadsafeFunction;
 use napi_derive::napi;
+
+use crate::timers::Timers;
 
 /// A pod as the injected `listPods` reports it.
 #[napi(object, js_name = "ExecutorPod")]
@@ -26,6 +28,20 @@ pub(crate) struct JsPod {
     pub phase: Option<String>,
     pub terminating: Option<bool>,
     pub containers: Vec<String>,
+}
+
+impl JsPod {
+    /// The core's view of the pod (an unknown `terminating` is false).
+    pub(crate) fn into_pod_info(self) -> PodInfo {
+        PodInfo {
+            name: self.name,
+            uid: self.uid,
+            ready: self.ready,
+            phase: self.phase,
+            terminating: self.terminating.unwrap_or(false),
+            containers: self.containers,
+        }
+    }
 }
 
 /// What the injected `exec` receives. The statement is `stdin`; `command`
@@ -116,23 +132,20 @@ impl PodLister for ClickHouseExecutor {
                 .await
                 .map_err(|e| js_failure("listPods", e))?;
             let pods = promise.await.map_err(|e| js_failure("listPods", e))?;
-            Ok(pods
-                .into_iter()
-                .map(|p| PodInfo {
-                    name: p.name,
-                    uid: p.uid,
-                    ready: p.ready,
-                    phase: p.phase,
-                    terminating: p.terminating.unwrap_or(false),
-                    containers: p.containers,
-                })
-                .collect())
+            Ok(pods.into_iter().map(JsPod::into_pod_info).collect())
         }
     }
 }
 
-impl Executor for ClickHouseExecutor {
-    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+impl ClickHouseExecutor {
+    /// Runs `request` through the injected `exec`, abandoning it after the
+    /// request's timeout on `timers`.
+    pub(crate) fn exec_within(
+        &self,
+        timers: &Timers,
+        request: ExecRequest,
+    ) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let timers = timers.clone();
         let timeout: Duration = request.timeout;
         let js_request = JsExecRequest {
             namespace: request.namespace,
@@ -150,14 +163,14 @@ impl Executor for ClickHouseExecutor {
                     .map_err(|e| js_failure("exec", e))?;
                 promise.await.map_err(|e| js_failure("exec", e))
             };
-            match tokio::time::timeout(timeout, run).await {
-                Ok(Ok(result)) => Ok(ExecOutput {
+            match timers.timeout(timeout, run).await {
+                Some(Ok(result)) => Ok(ExecOutput {
                     exit_code: exit_code(result.exit_code)?,
                     stdout: result.stdout,
                     stderr: result.stderr,
                 }),
-                Ok(Err(err)) => Err(err),
-                Err(_) => Err(TransportError::new(
+                Some(Err(err)) => Err(err),
+                None => Err(TransportError::new(
                     TransportErrorKind::Timeout,
                     format!(
                         "the injected executor's exec did not settle within {}ms",

@@ -15,6 +15,8 @@ use napi_derive::napi;
 use tokio::sync::watch;
 
 use crate::js_executor::ClickHouseExecutor;
+use crate::js_kubernetes::KubernetesApi;
+use crate::timers::HostTimers;
 
 /// The last argument of `apply`, `plan` and `destroy`. Everything here is
 /// runtime-only: none of it is validated, fingerprinted or recorded.
@@ -34,12 +36,24 @@ pub(crate) struct LifecycleOptions {
     /// with `E_CANCELLED`.
     #[napi(ts_type = "AbortSignal")]
     pub signal: Option<AbortSignal>,
+    /// The Kubernetes API for a binding without a transport of its own (the
+    /// WASM build): the package's entry point supplies it; the natively built
+    /// addon ignores it.
+    pub kubernetes: Option<KubernetesApi>,
+    /// Timers for a binding that cannot use its own (the WASM build): the
+    /// package's entry point supplies them; the natively built addon ignores them.
+    pub timers: Option<HostTimers>,
 }
 
 /// What a lifecycle call takes from its options.
 pub(crate) struct Options {
     pub executor: Option<ClickHouseExecutor>,
     pub cancel: SignalCancel,
+    /// Only the WASM build reaches the Kubernetes API through it.
+    #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+    pub kubernetes: Option<KubernetesApi>,
+    /// Only the WASM build waits through them.
+    pub timers: Option<HostTimers>,
 }
 
 /// Reads `options` (`undefined` and `null` mean none). A malformed field
@@ -50,11 +64,19 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
         return Ok(Options {
             executor: None,
             cancel: SignalCancel(rx),
+            kubernetes: None,
+            timers: None,
         });
     };
     let executor = options
         .get::<ClickHouseExecutor>("executor")
         .map_err(|e| Error::new(e.status, format!("options.executor: {}", e.reason)))?;
+    let kubernetes = options
+        .get::<KubernetesApi>("kubernetes")
+        .map_err(|e| Error::new(e.status, format!("options.kubernetes: {}", e.reason)))?;
+    let timers = options
+        .get::<HostTimers>("timers")
+        .map_err(|e| Error::new(e.status, format!("options.timers: {}", e.reason)))?;
     if let Some(signal) = options.get::<Object>("signal")? {
         if signal.get::<bool>("aborted")?.unwrap_or(false) {
             tx.send_replace(true);
@@ -71,6 +93,8 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     Ok(Options {
         executor,
         cancel: SignalCancel(rx),
+        kubernetes,
+        timers,
     })
 }
 

@@ -9,11 +9,17 @@
 // test build (clippy --all-targets) every export looks unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod clock;
 mod js_error;
 mod js_executor;
+// Declared in both builds (index.d.ts comes from the native one), driven only
+// by the WASM build.
+#[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+mod js_kubernetes;
 mod js_options;
 mod js_value;
 mod lifecycle;
+mod timers;
 
 use clickhouse_schema_core::{
     ClickHouseSchemaError, ConfigIssue, credential_literals, fingerprint as fp, redact, validate,

@@ -1,6 +1,7 @@
-//! `apply` and `destroy` for JavaScript: picks the transport (kube-rs, or an
-//! injected executor), runs the core lifecycle on napi's tokio runtime, and
-//! maps the outcome. Every decision is the core's.
+//! `apply` and `destroy` for JavaScript: picks the transport (kube-rs, or under
+//! WASM the package's JavaScript Kubernetes transport, or an injected
+//! executor), runs the core lifecycle on napi's tokio runtime, and maps the
+//! outcome. Every decision is the core's.
 
 use clickhouse_schema_core::ClickHouseSchemaError;
 use clickhouse_schema_core::cluster_id;
@@ -9,13 +10,18 @@ use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
 use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{Executor, PodLister};
 use clickhouse_schema_core::validate::validate;
-use clickhouse_schema_kube::{KubeTransport, SystemClock, connect, kubeconfig::resolve_endpoint};
+#[cfg(not(target_family = "wasm"))]
+use clickhouse_schema_kube::{KubeTransport, connect, kubeconfig::resolve_endpoint};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
+use crate::clock::SystemClock;
 use crate::js_error::throw;
 use crate::js_executor::ClickHouseExecutor;
+#[cfg(target_family = "wasm")]
+use crate::js_kubernetes::KubernetesApi;
 use crate::js_options::{self, Options, SignalCancel};
+use crate::timers::Timers;
 use crate::{props_json, state_json};
 
 /// The result of an apply: the state to record, and what happened.
@@ -175,28 +181,69 @@ struct Session {
 }
 
 impl Session {
-    /// The injected executor, or a kube-rs client built from the `kubeConfig`
-    /// prop (else the ambient kubeconfig, else in-cluster config).
+    /// The injected executor, or the Kubernetes API configured by the
+    /// `kubeConfig` prop (else the ambient kubeconfig, else in-cluster config):
+    /// kube-rs natively, the package's JavaScript transport under WASM.
     async fn open(
         config: &ResolvedConfig,
         options: Options,
     ) -> std::result::Result<Self, ClickHouseSchemaError> {
+        let kube_config = config.kube_config.as_ref();
+        let timers = Timers::new(options.timers).ok_or_else(|| wasm_host_missing("options.timers"))?;
         let (transport, cluster_id) = match options.executor {
             Some(js) => {
-                let id = cluster_id::of_injected_executor(config.kube_config.as_ref(), |options| {
-                    resolve_endpoint(Some(options))
-                })?;
-                (Transport::Js(js), id)
+                #[cfg(not(target_family = "wasm"))]
+                let id = cluster_id::of_injected_executor(kube_config, |options| {
+                    std::future::ready(resolve_endpoint(Some(options)).map_err(ClickHouseSchemaError::from))
+                })
+                .await?;
+                #[cfg(target_family = "wasm")]
+                let id = {
+                    let api = options.kubernetes.as_ref();
+                    cluster_id::of_injected_executor(kube_config, |prop| async move {
+                        let api = wasm_kubernetes(api)?;
+                        let resolution = api.resolve(Some(prop)).await.map_err(kubernetes_error)?;
+                        Ok::<_, ClickHouseSchemaError>(resolution.endpoint.map(Into::into))
+                    })
+                    .await?
+                };
+                (Transport::Js(js, timers.clone()), id)
             }
+            #[cfg(not(target_family = "wasm"))]
             None => {
-                let connection = connect(config.kube_config.as_ref()).await?;
+                let connection = connect(kube_config).await?;
                 let id = connection.cluster_id();
                 (Transport::Kube(KubeTransport::from(&connection)), id)
+            }
+            #[cfg(target_family = "wasm")]
+            None => {
+                let api = wasm_kubernetes(options.kubernetes)?;
+                let resolution = api.resolve(kube_config).await.map_err(kubernetes_error)?;
+                let Some(endpoint) = resolution.endpoint else {
+                    return Err(kubernetes_error(cluster_id::no_context(&resolution.origin)));
+                };
+                let credentials: Vec<&str> = resolution.credentials.iter().map(String::as_str).collect();
+                if let Some(refusal) = clickhouse_schema_core::transport::credentials_over_plain_http(
+                    &endpoint.server,
+                    &resolution.server_source,
+                    &credentials,
+                ) {
+                    return Err(kubernetes_error(refusal));
+                }
+                let proxy = clickhouse_schema_core::proxy::select_for_server(
+                    &endpoint.server,
+                    resolution.proxy_url.as_deref(),
+                    |name| resolution.proxy_environment.get(name).cloned(),
+                )
+                .map_err(kubernetes_error)?;
+                api.connect(proxy).await.map_err(kubernetes_error)?;
+                let id = cluster_id::cluster_id(&endpoint.into());
+                (Transport::Kubernetes(api, timers.clone()), Some(id))
             }
         };
         Ok(Self {
             transport,
-            clock: SystemClock::new(),
+            clock: SystemClock::new(timers),
             cluster_id,
             cancel: options.cancel,
         })
@@ -212,10 +259,38 @@ impl Session {
     }
 }
 
-/// Either transport, so the lifecycle is instantiated once.
+/// A Kubernetes configuration problem found by the JavaScript transport
+/// (already redacted): the error the native transport gives for the same.
+#[cfg(target_family = "wasm")]
+fn kubernetes_error(message: String) -> ClickHouseSchemaError {
+    ClickHouseSchemaError::new(clickhouse_schema_core::ErrorKind::KubernetesApi, message)
+}
+
+/// The JavaScript Kubernetes transport, which the WASM build cannot do without.
+#[cfg(target_family = "wasm")]
+fn wasm_kubernetes<T>(api: Option<T>) -> std::result::Result<T, ClickHouseSchemaError> {
+    api.ok_or_else(|| wasm_host_missing("options.kubernetes"))
+}
+
+/// The WASM build called without what the package's entry point supplies.
+#[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+fn wasm_host_missing(what: &str) -> ClickHouseSchemaError {
+    ClickHouseSchemaError::new(
+        clickhouse_schema_core::ErrorKind::Internal,
+        format!(
+            "this is the WebAssembly build, which reaches Kubernetes and its timers through JavaScript: call it \
+             through the package's entry point, which supplies {what}"
+        ),
+    )
+}
+
+/// Every transport, so the lifecycle is instantiated once.
 pub(crate) enum Transport {
+    #[cfg(not(target_family = "wasm"))]
     Kube(KubeTransport),
-    Js(ClickHouseExecutor),
+    #[cfg(target_family = "wasm")]
+    Kubernetes(KubernetesApi, Timers),
+    Js(ClickHouseExecutor, Timers),
 }
 
 impl PodLister for Transport {
@@ -228,8 +303,11 @@ impl PodLister for Transport {
         clickhouse_schema_core::transport::TransportError,
     > {
         match self {
+            #[cfg(not(target_family = "wasm"))]
             Transport::Kube(t) => t.list_pods(namespace, selector).await,
-            Transport::Js(t) => t.list_pods(namespace, selector).await,
+            #[cfg(target_family = "wasm")]
+            Transport::Kubernetes(t, timers) => t.list_pods_within(timers, namespace, selector).await,
+            Transport::Js(t, _) => t.list_pods(namespace, selector).await,
         }
     }
 }
@@ -243,8 +321,11 @@ impl Executor for Transport {
         clickhouse_schema_core::transport::TransportError,
     > {
         match self {
+            #[cfg(not(target_family = "wasm"))]
             Transport::Kube(t) => t.exec(request).await,
-            Transport::Js(t) => t.exec(request).await,
+            #[cfg(target_family = "wasm")]
+            Transport::Kubernetes(t, timers) => t.exec_within(timers, request).await,
+            Transport::Js(t, timers) => t.exec_within(timers, request).await,
         }
     }
 }

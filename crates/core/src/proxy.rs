@@ -1,4 +1,5 @@
-//! Which proxy, if any, carries the connection to the API server.
+//! Which proxy, if any, carries the connection to the API server: one rule
+//! for the kube-rs transport and the WASM build's JavaScript one.
 //!
 //! Why not kube-rs's own choice: kube-rs 5 reads `HTTPS_PROXY` whatever the
 //! server's scheme, and matches `NO_PROXY` against the *proxy's* URL instead of
@@ -56,6 +57,19 @@ pub fn select(
         return Ok(None);
     }
     parse(&url, source).map(Some)
+}
+
+/// [`select`] for a server URL given as text: the proxy URL to use, if any.
+/// For a transport that holds the server as a string (the WASM build's).
+pub fn select_for_server(
+    server: &str,
+    cluster_proxy_url: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, String> {
+    let server: Uri = server
+        .parse()
+        .map_err(|_| "the API server's URL is not a valid URL".to_owned())?;
+    Ok(select(&server, cluster_proxy_url, env)?.map(|(uri, _)| uri.to_string()))
 }
 
 fn parse(url: &str, source: ProxySource) -> Result<(Uri, ProxySource), String> {

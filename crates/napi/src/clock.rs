@@ -1,28 +1,30 @@
-//! The real clock.
+//! The real clock, the same in both builds: natively, and under WASM, where
+//! `Instant` and the wall clock are WASI's clocks and tokio's timers run on
+//! napi's runtime. It lives in the binding rather than in the kube-rs
+//! transport because the WASM build has no kube-rs and still needs it.
 
 use std::time::{Duration, Instant};
 
 use clickhouse_schema_core::transport::Clock;
 
+use crate::timers::Timers;
+
 /// Monotonic time from the moment the clock was created (budgets must not
-/// jump with the wall clock), wall time for `appliedAt`, tokio for sleeping.
-#[derive(Debug, Clone, Copy)]
-pub struct SystemClock {
+/// jump with the wall clock), wall time for `appliedAt`, the call's timers for
+/// sleeping.
+#[derive(Clone)]
+pub(crate) struct SystemClock {
     origin: Instant,
+    timers: Timers,
 }
 
 impl SystemClock {
-    /// A clock whose `now_ms` counts from this call.
-    pub fn new() -> Self {
+    /// A clock whose `now` counts from this call.
+    pub(crate) fn new(timers: Timers) -> Self {
         Self {
             origin: Instant::now(),
+            timers,
         }
-    }
-}
-
-impl Default for SystemClock {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -36,13 +38,14 @@ impl Clock for SystemClock {
     }
 
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send {
-        tokio::time::sleep(duration)
+        let timers = self.timers.clone();
+        async move { timers.sleep(duration).await }
     }
 }
 
 /// RFC 3339 UTC with exactly three fractional digits: `2026-11-29T23:59:01.123Z`.
 /// A fixed width keeps the values sortable as text.
-pub fn iso8601(t: jiff::Timestamp) -> String {
+pub(crate) fn iso8601(t: jiff::Timestamp) -> String {
     // Truncate rather than round, so a time never reads as later than it was.
     let millis = t.as_millisecond();
     let t = jiff::Timestamp::from_millisecond(millis).unwrap_or(t);
@@ -52,6 +55,10 @@ pub fn iso8601(t: jiff::Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn native_timers() -> Timers {
+        Timers::tokio()
+    }
 
     #[test]
     fn formats_utc_with_milliseconds() {
@@ -65,7 +72,7 @@ mod tests {
 
     #[test]
     fn now_is_monotonic_and_wall_time_is_current() {
-        let c = SystemClock::new();
+        let c = SystemClock::new(native_timers());
         let a = c.now();
         let b = c.now();
         assert!(b >= a);
@@ -79,7 +86,7 @@ mod tests {
 
     #[tokio::test]
     async fn sleep_waits() {
-        let c = SystemClock::new();
+        let c = SystemClock::new(native_timers());
         let before = c.now();
         c.sleep(Duration::from_millis(20)).await;
         assert!(c.now() - before >= Duration::from_millis(20));
