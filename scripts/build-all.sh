@@ -193,14 +193,14 @@ done
 
 step "binaries"
 over=0
-printf '%-18s %10s %8s  %s\n' platform bytes MB "build s" >&2
+printf '%-18s %10s %8s  %s\n' platform bytes MiB "build s" >&2
 for r in "${RESULTS[@]}"; do
     read -r platform file seconds <<<"$r"
     size=$(stat -c %s "npm/$platform/$file")
     mark=""
-    if [ "$size" -gt "$MAX_SIZE" ]; then mark="  over 6 MB"; over=1; fi
+    if [ "$size" -gt "$MAX_SIZE" ]; then mark="  over 6 MiB"; over=1; fi
     printf '%-18s %10d %8s %8d%s\n' "$platform" "$size" \
         "$(awk -v s="$size" 'BEGIN { printf "%.2f", s / 1048576 }')" "$seconds" "$mark" >&2
 done
-[ "$over" -eq 0 ] || echo "build-all: warning: a binary is over 6 MB" >&2
+[ "$over" -eq 0 ] || echo "build-all: warning: a binary is over 6 MiB" >&2
 if [ "${#FAILED[@]}" -gt 0 ]; then die "failed: ${FAILED[*]}"; fi
