@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step shows the seconds since the start, so a slow step shows in CI's log.
+step() { printf '\n==> [%ss] %s\n' "$SECONDS" "$*"; }
 
 step "system packages (ClickHouse, ZooKeeper, iproute2)"
 bash scripts/install-deps.sh
@@ -27,6 +28,45 @@ rustup target add wasm32-wasip1-threads >/dev/null
 EMNAPI_LINK_DIR="$PWD/node_modules/emnapi/lib/wasm32-wasip1-threads" \
   cargo clippy --locked -p clickhouse-schema-napi --target wasm32-wasip1-threads -- -D warnings
 
+# The cross builds get their own target directory: cargo locks a target
+# directory for a whole build, and the other platforms' builds run in the
+# background while the tests below run.
+CROSS_TARGET_DIR="$PWD/target/cross"
+build_all() { CARGO_TARGET_DIR="$CROSS_TARGET_DIR" BUILD_ALL_PROFILE=cross-check bash scripts/build-all.sh "$@"; }
+
+step "the linux-x64-gnu addon (npm run build:all, cross-check profile); index.d.ts and index.js as committed"
+# Built the way a release builds it (glibc 2.17, see scripts/build-all.sh) but
+# unoptimised (Cargo.toml's cross-check profile); it is the addon every Node
+# test loads, from next to index.js.
+build_all linux-x64-gnu
+# The napi CLI regenerates index.d.ts (the JavaScript API's reference) from the
+# Rust declarations, and index.js from package.json's targets, on every build.
+for f in index.d.ts index.js; do
+  if ! diff -u "$f" "$CROSS_TARGET_DIR/napi-stage/linux-x64-gnu/$f"; then
+    cp "$CROSS_TARGET_DIR/napi-stage/linux-x64-gnu/$f" "$f"
+    echo "$f is out of date with the Rust declarations or package.json: it has now been regenerated; commit it." >&2
+    exit 1
+  fi
+done
+cp npm/linux-x64-gnu/clickhouse-schema.linux-x64-gnu.node .
+
+step "the other platforms' addons: started in the background (log: target/cross/build-all.log)"
+# Every other native target of package.json's napi.targets, the same way, for
+# tests/binaries.test.mjs, scripts/check-arm64.sh and tests/install.test.mjs at
+# the end. (linux-x64-gnu is built already: build-all finds it fresh.)
+# In a session of its own, so that stopping it stops cargo and the linkers too.
+CARGO_TARGET_DIR="$CROSS_TARGET_DIR" BUILD_ALL_PROFILE=cross-check \
+  setsid bash scripts/build-all.sh >"$CROSS_TARGET_DIR/build-all.log" 2>&1 &
+cross_pid=$!
+trap 'kill -- -"$cross_pid" 2>/dev/null || true' EXIT
+
+step "WebAssembly addon (release, wasm32-wasip1-threads)"
+# Its type declarations go to target/ (a WASI build declares only what it
+# exports, not index.d.ts), and it leaves the loader index.js alone (--no-js):
+# both stay the native build's, as checked above.
+npm run --silent build:wasm
+git diff --exit-code -- index.d.ts index.js
+
 # Runs `npm run <script>` and fails if it changed any of `files` (generated
 # files must be committed as generated). Usage: regenerated <source> <script> <files...>
 regenerated() {
@@ -46,18 +86,6 @@ regenerated() {
   rm -rf "$before"
 }
 
-step "native addon (release); index.d.ts and index.js as committed"
-# The napi CLI regenerates index.d.ts (the JavaScript API's reference) from the
-# Rust declarations on every build.
-regenerated "the Rust declarations" build:native index.d.ts index.js
-
-step "WebAssembly addon (release, wasm32-wasip1-threads)"
-# Its type declarations go to target/ (a WASI build declares only what it
-# exports, not index.d.ts), and it leaves the loader index.js alone (--no-js):
-# both stay the native build's, as checked above.
-npm run --silent build:wasm
-git diff --exit-code -- index.d.ts index.js
-
 step "generated prop types match schema/props.schema.json (npm run generate:types)"
 regenerated schema/props.schema.json generate:types src/generated/props.ts
 
@@ -68,23 +96,42 @@ step "TypeScript build (src/ to dist/, examples/ to dist/examples/)"
 npm run --silent build:ts
 
 step "sandbox binary (for the Node tests against real ClickHouse)"
-cargo build --release --locked -p clickhouse-schema-sandbox
+# The dev build, which the Rust tests below share; the Node tests find it
+# through SANDBOX_BIN (scripts/lib/sandbox-client.mjs).
+cargo build --locked -p clickhouse-schema-sandbox
+export SANDBOX_BIN="$PWD/target/debug/sandbox"
 # The Node sandbox tests run their sandboxes from fixed directories
 # (.sandbox-test, .sandbox-alchemy for the Alchemy end-to-end tests,
 # .sandbox-install for the install-from-tarballs test), so they are
 # stopped here even if the test process dies before its own teardown.
-trap 'target/release/sandbox stop --dir .sandbox-test >/dev/null 2>&1 || true
-      target/release/sandbox stop --dir .sandbox-alchemy >/dev/null 2>&1 || true
-      target/release/sandbox stop --dir .sandbox-install >/dev/null 2>&1 || true' EXIT
+trap 'kill -- -"$cross_pid" 2>/dev/null || true
+      for d in .sandbox-test .sandbox-alchemy .sandbox-install; do "$SANDBOX_BIN" stop --dir "$d" >/dev/null 2>&1 || true; done' EXIT
 
 step "Rust tests"
 cargo test --workspace --locked
 
 step "Node tests (native addon)"
-node --test --test-reporter=spec tests/*.test.mjs
+# binaries.test.mjs and install.test.mjs need every platform's build: they run
+# last.
+node --test --test-reporter=spec $(ls tests/*.test.mjs | grep -v -e tests/install.test.mjs -e tests/binaries.test.mjs)
 
 step "Node tests (WebAssembly addon)"
 # NAPI_RS_FORCE_WASI=error makes the loader take the WASI build or fail; each
-# test file also asserts which build it got.
-# install.test.mjs is left out: it deploys on both builds itself, from packed tarballs.
-NAPI_RS_FORCE_WASI=error node --test --test-reporter=spec $(ls tests/*.test.mjs | grep -v tests/install.test.mjs)
+# test file also asserts which build it got. binaries.test.mjs loads no addon,
+# and install.test.mjs deploys on both builds itself.
+NAPI_RS_FORCE_WASI=error node --test --test-reporter=spec \
+  $(ls tests/*.test.mjs | grep -v -e tests/install.test.mjs -e tests/binaries.test.mjs)
+
+step "the other platforms' addons: waiting for the background build"
+if ! wait "$cross_pid"; then
+  cat "$CROSS_TARGET_DIR/build-all.log" >&2
+  echo "the cross builds failed (log above)" >&2
+  exit 1
+fi
+sed -n '/==> binaries/,$p' "$CROSS_TARGET_DIR/build-all.log"
+
+step "the linux-arm64-gnu addon, loaded by an arm64 Node.js under qemu"
+bash scripts/check-arm64.sh
+
+step "Node tests of the packages: every platform's binary, and the release installed by name"
+node --test --test-reporter=spec tests/binaries.test.mjs tests/install.test.mjs

@@ -8,7 +8,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-export const sandboxBin = join(root, 'target/release/sandbox');
+// The release build (npm run sandbox:start, the demo, the benchmark), or the
+// one SANDBOX_BIN names: scripts/test.sh uses the dev build its Rust tests share.
+export const sandboxBin = process.env.SANDBOX_BIN || join(root, 'target/release/sandbox');
 
 /** Stops whatever sandbox runs from `dir`; quiet when none does. */
 export function stopSandbox(dir) {
