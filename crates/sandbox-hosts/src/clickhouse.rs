@@ -63,8 +63,9 @@ impl ServerPaths {
 }
 
 pub(crate) struct ServerConfig<'a> {
-    pub(crate) host: &'a str,
-    pub(crate) ip: Ipv4Addr,
+    /// The name the other hosts reach it by (interserver host, `{replica}` macro).
+    pub(crate) service: &'a str,
+    pub(crate) shard: u32,
     pub(crate) cluster: &'a str,
     pub(crate) zookeeper_ip: Ipv4Addr,
     pub(crate) zookeeper_port: u16,
@@ -119,8 +120,8 @@ pub(crate) fn write_config(paths: &ServerPaths, cfg: &ServerConfig<'_>) -> Resul
     <tcp_port>{tcp_port}</tcp_port>
     <http_port>{http_port}</http_port>
     <interserver_http_port>9009</interserver_http_port>
-    <!-- Every netns shares the machine's hostname, so replicas must be told each other's address. -->
-    <interserver_http_host>{ip}</interserver_http_host>
+    <!-- The name every host resolves (its hosts file), as the operator sets the replica's Service. -->
+    <interserver_http_host>{service}</interserver_http_host>
     <max_connections>1024</max_connections>
     <keep_alive_timeout>3</keep_alive_timeout>
     <max_concurrent_queries>100</max_concurrent_queries>
@@ -146,8 +147,8 @@ pub(crate) fn write_config(paths: &ServerPaths, cfg: &ServerConfig<'_>) -> Resul
     </zookeeper>
     <macros>
         <cluster>{cluster}</cluster>
-        <shard>1</shard>
-        <replica>{host}</replica>
+        <shard>{shard}</shard>
+        <replica>{service}</replica>
     </macros>
     <distributed_ddl>
         <path>/clickhouse/task_queue/ddl</path>
@@ -158,14 +159,14 @@ pub(crate) fn write_config(paths: &ServerPaths, cfg: &ServerConfig<'_>) -> Resul
         err_log = path(&paths.err_log),
         tcp_port = TCP_PORT,
         http_port = HTTP_PORT,
-        ip = cfg.ip,
+        service = xml_escape(cfg.service),
+        shard = cfg.shard,
         data = path(&paths.data),
         tmp = path(&paths.tmp),
         users = path(&paths.users),
         zk_ip = cfg.zookeeper_ip,
         zk_port = cfg.zookeeper_port,
         cluster = xml_escape(cfg.cluster),
-        host = xml_escape(cfg.host),
     );
     write_atomically(&paths.config, &config)?;
     let users = format!(
@@ -213,16 +214,35 @@ pub(crate) fn write_config(paths: &ServerPaths, cfg: &ServerConfig<'_>) -> Resul
     write_atomically(&paths.users, &users)
 }
 
-/// One shard holding every host as a replica: ON CLUSTER DDL then runs on every host, and
-/// ReplicatedMergeTree tables with `{shard}` in their path replicate across all of them.
+/// The cluster as it is: one `<shard>` per shard, in shard order, listing its replicas by service name
+/// with the `default` user's password (a Distributed query logs in to the other shards as that user).
+/// ON CLUSTER DDL runs on every host; ReplicatedMergeTree tables with `{shard}` in their path replicate
+/// within a shard (`internal_replication`: a Distributed table writes one replica, replication does the
+/// rest), and a Distributed table spans the shards.
 pub(crate) fn write_remote_servers(
     paths: &ServerPaths,
     cluster: &str,
-    ips: &[Ipv4Addr],
+    shards: &[(u32, Vec<&str>)],
+    password: &str,
 ) -> Result<(), HostsError> {
-    let replicas: String = ips
+    let shards: String = shards
         .iter()
-        .map(|ip| format!("                <replica><host>{ip}</host><port>{TCP_PORT}</port></replica>\n"))
+        .map(|(_, replicas)| {
+            let replicas: String = replicas
+                .iter()
+                .map(|host| {
+                    format!(
+                        "                <replica><host>{}</host><port>{TCP_PORT}</port>\
+                         <user>default</user><password>{}</password></replica>\n",
+                        xml_escape(host),
+                        xml_escape(password)
+                    )
+                })
+                .collect();
+            format!(
+                "            <shard>\n                <internal_replication>true</internal_replication>\n{replicas}            </shard>\n"
+            )
+        })
         .collect();
     let text = format!(
         r#"<?xml version="1.0"?>
@@ -230,10 +250,7 @@ pub(crate) fn write_remote_servers(
 <yandex>
     <remote_servers>
         <{cluster}>
-            <shard>
-                <internal_replication>true</internal_replication>
-{replicas}            </shard>
-        </{cluster}>
+{shards}        </{cluster}>
     </remote_servers>
 </yandex>
 "#,
@@ -243,12 +260,16 @@ pub(crate) fn write_remote_servers(
     write_atomically(&paths.remote_servers, &text)
 }
 
-pub(crate) fn spawn(netns: &str, paths: &ServerPaths) -> Result<Child, HostsError> {
+/// `enter` is the argv prefix that puts it in the host's UTS namespace (`identity::enter_uts`).
+pub(crate) fn spawn(netns: &str, enter: &[String], paths: &ServerPaths) -> Result<Child, HostsError> {
     let stderr =
         std::fs::File::create(&paths.stderr).context(|| format!("creating {}", paths.stderr.display()))?;
-    // `ip netns exec` enters the namespace and execs, so the child's PID is the server's PID.
+    // `ip netns exec` and `nsenter` enter their namespaces and exec, so the child's PID is the
+    // server's PID.
     Command::new("ip")
-        .args(["netns", "exec", netns, "clickhouse-server"])
+        .args(["netns", "exec", netns])
+        .args(enter)
+        .arg("clickhouse-server")
         .arg(format!("--config-file={}", paths.config.display()))
         .env_clear()
         .env("PATH", SANE_PATH)

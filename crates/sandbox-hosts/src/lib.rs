@@ -1,5 +1,7 @@
-//! Test bed only: runs real ClickHouse 18.16 servers, each in its own network namespace (a "pod"), plus
-//! one ZooKeeper, so the sandbox's Kubernetes API can expose them as pods.
+//! Test bed only: runs real ClickHouse 18.16 servers, each in its own network and UTS namespace (a
+//! "pod" with its own address and hostname), plus one ZooKeeper, so the sandbox's Kubernetes API can
+//! expose them as pods. Hosts are laid out in shards ([`HostSpec::shard`]): `remote_servers` lists each
+//! shard's replicas by name, and every server's `{shard}` and `{replica}` macros say where it is.
 //!
 //! Layout under `run_dir`: `zookeeper/` (zoo.cfg, data, log), `hosts/<name>/` (config.xml, users.xml,
 //! config.d/remote_servers.xml, data/, tmp/, log/, stderr.log), `pids/<what>.pid` for every process
@@ -12,6 +14,7 @@
 
 mod clickhouse;
 mod error;
+mod identity;
 mod netns;
 mod pids;
 mod zookeeper;
@@ -33,6 +36,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 const FIRST_HOST_OCTET: u16 = 10;
 const LAST_HOST_OCTET: u16 = 254;
 const MAX_HOST_NAME: usize = 200;
+/// A Linux hostname's limit, and the length Kubernetes truncates a pod's hostname to.
+const MAX_HOSTNAME: usize = 63;
 const ZOOKEEPER_PID: &str = "zookeeper";
 
 /// What `Hosts::start` needs besides the host names.
@@ -51,11 +56,39 @@ pub struct HostsOptions {
     pub writer_password: String,
 }
 
+/// One host to start or add: the pod it backs and its place in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostSpec {
+    /// The pod name: the host's hostname, and the name of its directory and namespaces.
+    pub name: String,
+    /// The name the cluster knows it by: `remote_servers` lists it, its `{replica}` macro and
+    /// interserver host are it, and every host resolves it (the ClickHouse operator's per-replica
+    /// Service). May equal `name`.
+    pub service: String,
+    /// Its shard, 0-based: the `{shard}` macro, and the `<shard>` of `remote_servers` it is listed in.
+    pub shard: u32,
+}
+
+impl HostSpec {
+    /// A host of shard 0 that the cluster knows by its own name.
+    pub fn named(name: &str) -> HostSpec {
+        HostSpec {
+            name: name.to_string(),
+            service: name.to_string(),
+            shard: 0,
+        }
+    }
+}
+
 /// A snapshot of one host, as `add` and `hosts` report it.
 #[derive(Clone, Debug)]
 pub struct HostInfo {
     /// The name it was started or added with (the pod name).
     pub name: String,
+    /// Its service name (see [`HostSpec::service`]).
+    pub service: String,
+    /// Its shard (see [`HostSpec::shard`]).
+    pub shard: u32,
     /// Its address in 10.250.<instance>.0/24, fixed for its lifetime (also across `wipe_and_restart`).
     pub ip: Ipv4Addr,
     /// Its network namespace, `chsbx<instance>-<name>`: `ip netns exec` it to reach the server.
@@ -66,6 +99,8 @@ pub struct HostInfo {
 
 struct Host {
     name: String,
+    service: String,
+    shard: u32,
     octet: u8,
     netns: String,
     veth: String,
@@ -74,6 +109,14 @@ struct Host {
 }
 
 impl Host {
+    fn spec(&self) -> HostSpec {
+        HostSpec {
+            name: self.name.clone(),
+            service: self.service.clone(),
+            shard: self.shard,
+        }
+    }
+
     fn pid_name(&self) -> String {
         format!("server-{}", self.name)
     }
@@ -97,6 +140,7 @@ pub struct Hosts {
     zookeeper_paths: ZooKeeperPaths,
     run_dir: PathBuf,
     zookeeper: Option<Child>,
+    zookeeper_paused: bool,
     hosts: Vec<Host>,
     next_octet: u16,
     torn_down: bool,
@@ -106,7 +150,7 @@ impl Hosts {
     /// Bridge + ZooKeeper (first, wait for `srvr` to report `Mode:`) + one netns/veth/clickhouse-server per
     /// name; returns once every server answers `SELECT 1` (via clickhouse-client in its netns with the
     /// password). On failure everything already created is torn down again.
-    pub fn start(opts: HostsOptions, host_names: &[String]) -> Result<Hosts, HostsError> {
+    pub fn start(opts: HostsOptions, specs: &[HostSpec]) -> Result<Hosts, HostsError> {
         if !(1..=200).contains(&opts.instance) {
             return Err(HostsError::InvalidOptions(format!(
                 "instance {} is not in 1..=200",
@@ -114,10 +158,10 @@ impl Hosts {
             )));
         }
         validate_cluster_name(&opts.cluster_name)?;
-        for (i, name) in host_names.iter().enumerate() {
-            validate_host_name(name)?;
-            if host_names[..i].contains(name) {
-                return Err(HostsError::DuplicateHost(name.clone()));
+        for (i, spec) in specs.iter().enumerate() {
+            validate_spec(spec)?;
+            if let Some(taken) = specs[..i].iter().find_map(|other| clash(other, spec)) {
+                return Err(HostsError::DuplicateHost(taken));
             }
         }
         std::fs::create_dir_all(&opts.run_dir).context(|| format!("creating {}", opts.run_dir.display()))?;
@@ -138,6 +182,7 @@ impl Hosts {
             zookeeper_paths: ZooKeeperPaths::new(&run_dir),
             run_dir,
             zookeeper: None,
+            zookeeper_paused: false,
             hosts: Vec::new(),
             next_octet: FIRST_HOST_OCTET,
             torn_down: false,
@@ -149,13 +194,10 @@ impl Hosts {
         hosts.zookeeper = Some(zk);
 
         // Namespaces are set up while the JVM boots.
-        for name in host_names {
-            hosts.create_host(name)?;
+        for spec in specs {
+            hosts.create_host(spec)?;
         }
-        let ips = hosts.ips();
-        for host in &hosts.hosts {
-            clickhouse::write_remote_servers(&host.paths, &hosts.cluster_name, &ips)?;
-        }
+        hosts.rewrite_clusters()?;
         hosts.wait_for_zookeeper()?;
         for i in 0..hosts.hosts.len() {
             hosts.spawn_server(i)?;
@@ -164,22 +206,24 @@ impl Hosts {
         Ok(hosts)
     }
 
-    /// New netns + server with EMPTY data; every host's remote_servers is rewritten to include it (and
-    /// reloaded at once with `SYSTEM RELOAD CONFIG`). Returns when it answers.
-    pub fn add(&mut self, name: &str) -> Result<HostInfo, HostsError> {
-        validate_host_name(name)?;
-        if self.index_of(name).is_ok() {
-            return Err(HostsError::DuplicateHost(name.to_string()));
+    /// New namespaces + server with EMPTY data in the spec's shard; every host's remote_servers and
+    /// hosts file are rewritten to include it (and the clusters reloaded at once with `SYSTEM RELOAD
+    /// CONFIG`). Returns when it answers.
+    pub fn add(&mut self, spec: &HostSpec) -> Result<HostInfo, HostsError> {
+        validate_spec(spec)?;
+        if let Some(taken) = self.hosts.iter().find_map(|h| clash(&h.spec(), spec)) {
+            return Err(HostsError::DuplicateHost(taken));
         }
-        let result = self.add_inner(name);
-        if result.is_err() && self.index_of(name).is_ok() {
-            let _ = self.remove(name);
+        let result = self.add_inner(spec);
+        if result.is_err() && self.index_of(&spec.name).is_ok() {
+            let _ = self.remove(&spec.name);
         }
         result
     }
 
-    fn add_inner(&mut self, name: &str) -> Result<HostInfo, HostsError> {
-        self.create_host(name)?;
+    fn add_inner(&mut self, spec: &HostSpec) -> Result<HostInfo, HostsError> {
+        let name = spec.name.as_str();
+        self.create_host(spec)?;
         let i = self.hosts.len() - 1;
         // A leftover data dir from an earlier host of the same name would not be an empty disk.
         wipe_data(&self.hosts[i].paths)?;
@@ -190,12 +234,15 @@ impl Hosts {
         Ok(self.info(&self.hosts[i]))
     }
 
-    /// Stop its server, delete its netns/veth and its whole directory (data, config, logs); the cluster
-    /// config of the other hosts is rewritten without it. Its address is not handed out again.
+    /// Stop its server, delete its namespaces, veth, hosts file and its whole directory (data, config,
+    /// logs); the cluster config and hosts files of the other hosts are rewritten without it. Its
+    /// address is not handed out again.
     pub fn remove(&mut self, name: &str) -> Result<(), HostsError> {
         let i = self.index_of(name)?;
         self.stop_at(i);
         let host = self.hosts.remove(i);
+        identity::delete_uts(&self.records, &host.netns)?;
+        identity::delete_etc(&self.records, &host.netns)?;
         netns::delete_host(&self.records, &host.netns, &host.veth)?;
         if host.paths.dir.exists() {
             std::fs::remove_dir_all(&host.paths.dir)
@@ -237,9 +284,9 @@ impl Hosts {
         self.wait_ready(&[i])
     }
 
-    /// A command that runs `argv` inside the host's network namespace with EXACTLY `env` (plus a sane
-    /// PATH, which `env` may override), like a container process: `ip netns exec <ns> argv...` with
-    /// that environment, working directory `/`. The caller spawns it,
+    /// A command that runs `argv` inside the host's network and UTS namespaces with EXACTLY `env` (plus
+    /// a sane PATH, which `env` may override), like a container process: `ip netns exec <ns> nsenter
+    /// --uts=<file> -- argv...` with that environment, working directory `/`. The caller spawns it,
     /// wires stdin/stdout/stderr and reads the exit status. argv[0] is e.g. `sh`.
     pub fn command(
         &self,
@@ -274,12 +321,45 @@ impl Hosts {
         // tell the product's leaks from their own.
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &host.netns])
+            .args(identity::enter_uts(&host.netns))
             .args(argv)
             .env_clear()
             .env("PATH", clickhouse::SANE_PATH)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir("/");
         Ok(cmd)
+    }
+
+    /// Freezes ZooKeeper (SIGSTOP): its connections stay open and nothing answers, as when it stalls
+    /// on a disk or a long pause, so ON CLUSTER DDL and replication wait. Sessions outlive a pause
+    /// shorter than their 30 s timeout. [`Hosts::resume_zookeeper`] undoes it; shutdown resumes it
+    /// first.
+    pub fn pause_zookeeper(&mut self) -> Result<(), HostsError> {
+        self.signal_zookeeper(libc::SIGSTOP)?;
+        self.zookeeper_paused = true;
+        Ok(())
+    }
+
+    /// Lets a paused ZooKeeper run again (SIGCONT); harmless when it runs.
+    pub fn resume_zookeeper(&mut self) -> Result<(), HostsError> {
+        self.signal_zookeeper(libc::SIGCONT)?;
+        self.zookeeper_paused = false;
+        Ok(())
+    }
+
+    /// Whether ZooKeeper is paused.
+    pub fn zookeeper_paused(&self) -> bool {
+        self.zookeeper_paused
+    }
+
+    fn signal_zookeeper(&mut self, sig: libc::c_int) -> Result<(), HostsError> {
+        let zk = self
+            .zookeeper
+            .as_ref()
+            .filter(|zk| pids::is_alive(zk.id() as i32))
+            .ok_or_else(|| HostsError::InvalidOptions("ZooKeeper is not running".into()))?;
+        pids::signal(zk.id() as i32, sig);
+        Ok(())
     }
 
     /// Every host, in creation order.
@@ -308,6 +388,9 @@ impl Hosts {
             return Ok(());
         }
         self.torn_down = true;
+        if self.zookeeper_paused {
+            let _ = self.resume_zookeeper();
+        }
         // Servers first, while ZooKeeper still answers, so they close their sessions cleanly.
         let mut servers: Vec<&mut Child> = self.hosts.iter_mut().filter_map(|h| h.server.as_mut()).collect();
         pids::stop_children(&mut servers, STOP_GRACE);
@@ -326,6 +409,8 @@ impl Hosts {
     fn info(&self, host: &Host) -> HostInfo {
         HostInfo {
             name: host.name.clone(),
+            service: host.service.clone(),
+            shard: host.shard,
             ip: netns::host_ip(self.instance, host.octet),
             netns: host.netns.clone(),
             server_running: host.is_running(),
@@ -339,15 +424,9 @@ impl Hosts {
             .ok_or_else(|| HostsError::UnknownHost(name.to_string()))
     }
 
-    fn ips(&self) -> Vec<Ipv4Addr> {
-        self.hosts
-            .iter()
-            .map(|h| netns::host_ip(self.instance, h.octet))
-            .collect()
-    }
-
-    /// Namespace, veth and config for a new host; its server is not started yet.
-    fn create_host(&mut self, name: &str) -> Result<(), HostsError> {
+    /// Namespaces, veth, hosts file and config for a new host; its server is not started yet.
+    fn create_host(&mut self, spec: &HostSpec) -> Result<(), HostsError> {
+        let name = spec.name.as_str();
         if self.next_octet > LAST_HOST_OCTET {
             return Err(HostsError::AddressesExhausted {
                 subnet: format!("10.250.{}.0/24", self.instance),
@@ -357,6 +436,8 @@ impl Hosts {
         self.next_octet += 1;
         let host = Host {
             name: name.to_string(),
+            service: spec.service.clone(),
+            shard: spec.shard,
             octet,
             netns: netns::netns_name(self.instance, name),
             veth: netns::veth_name(self.instance, octet),
@@ -364,13 +445,15 @@ impl Hosts {
             server: None,
         };
         netns::check_host_free(self.instance, &host.netns, &host.veth)?;
+        identity::check_free(&host.netns)?;
         let created = netns::create_host(
             &self.records,
             self.instance,
             &host.netns,
             &host.veth,
             netns::host_ip(self.instance, octet),
-        );
+        )
+        .and_then(|()| identity::create_uts(&self.records, &host.netns, name));
         // Tracked even when creation failed half-way, so removal/teardown deletes the remains.
         self.hosts.push(host);
         created?;
@@ -383,8 +466,8 @@ impl Hosts {
         clickhouse::write_config(
             &host.paths,
             &clickhouse::ServerConfig {
-                host: &host.name,
-                ip: netns::host_ip(self.instance, host.octet),
+                service: &host.service,
+                shard: host.shard,
                 cluster: &self.cluster_name,
                 zookeeper_ip: netns::bridge_ip(self.instance),
                 zookeeper_port: zk.port(),
@@ -394,10 +477,36 @@ impl Hosts {
         )
     }
 
+    /// Every host's remote_servers and hosts file, for the hosts there are now.
     fn rewrite_clusters(&self) -> Result<(), HostsError> {
-        let ips = self.ips();
+        let mut shards: Vec<(u32, Vec<&str>)> = Vec::new();
         for host in &self.hosts {
-            clickhouse::write_remote_servers(&host.paths, &self.cluster_name, &ips)?;
+            match shards.iter_mut().find(|(shard, _)| *shard == host.shard) {
+                Some((_, replicas)) => replicas.push(&host.service),
+                None => shards.push((host.shard, vec![&host.service])),
+            }
+        }
+        shards.sort_by_key(|(shard, _)| *shard);
+        let entries: Vec<identity::Entry<'_>> = self
+            .hosts
+            .iter()
+            .map(|h| identity::Entry {
+                ip: netns::host_ip(self.instance, h.octet),
+                names: if h.service == h.name {
+                    vec![&h.name]
+                } else {
+                    vec![&h.name, &h.service]
+                },
+            })
+            .collect();
+        for host in &self.hosts {
+            clickhouse::write_remote_servers(
+                &host.paths,
+                &self.cluster_name,
+                &shards,
+                &self.default_password,
+            )?;
+            identity::write_hosts(&self.records, &host.netns, &entries)?;
         }
         Ok(())
     }
@@ -418,7 +527,11 @@ impl Hosts {
     }
 
     fn spawn_server(&mut self, i: usize) -> Result<(), HostsError> {
-        let child = clickhouse::spawn(&self.hosts[i].netns, &self.hosts[i].paths)?;
+        let child = clickhouse::spawn(
+            &self.hosts[i].netns,
+            &identity::enter_uts(&self.hosts[i].netns),
+            &self.hosts[i].paths,
+        )?;
         let pid = child.id();
         self.hosts[i].server = Some(child);
         self.pid_dir.record(&self.hosts[i].pid_name(), pid)
@@ -569,8 +682,29 @@ fn wipe_data(paths: &ServerPaths) -> Result<(), HostsError> {
     Ok(())
 }
 
-/// Host names become netns names, directory names, XML text and ZooKeeper path parts: keep them to what a
-/// Kubernetes pod name allows.
+fn validate_spec(spec: &HostSpec) -> Result<(), HostsError> {
+    validate_host_name(&spec.name)?;
+    validate_host_name(&spec.service)?;
+    // It becomes the host's hostname, as a pod's name does.
+    if spec.name.len() > MAX_HOSTNAME {
+        return Err(HostsError::InvalidHostName {
+            name: spec.name.clone(),
+            reason: format!("is a hostname: at most {MAX_HOSTNAME} characters"),
+        });
+    }
+    Ok(())
+}
+
+/// The name two hosts would share (pod or service names resolve from every host, so none may repeat).
+fn clash(a: &HostSpec, b: &HostSpec) -> Option<String> {
+    [&b.name, &b.service]
+        .into_iter()
+        .find(|n| **n == a.name || **n == a.service)
+        .cloned()
+}
+
+/// Host names become netns names, hostnames, directory names, XML text and ZooKeeper path parts: keep
+/// them to what a Kubernetes pod name allows.
 fn validate_host_name(name: &str) -> Result<(), HostsError> {
     let bad = |reason: &str| {
         Err(HostsError::InvalidHostName {

@@ -3,7 +3,8 @@
 //! only ever reaches addresses created here.
 //!
 //! Every created name is written to `run_dir/netns.list` *before* it is created, so a crash at any point
-//! leaves a record that [`crate::cleanup_stale`] can act on.
+//! leaves a record that [`crate::cleanup_stale`] can act on. The same list records each host's UTS
+//! namespace and hosts file (see [`crate::identity`]), which outlive their processes just the same.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,10 @@ pub(crate) enum Kind {
     Bridge,
     Netns,
     Veth,
+    /// A persistent UTS namespace, named by the host's netns (see `identity::uts_file`).
+    Uts,
+    /// The `/etc/netns/<netns>/` directory with the host's hosts file.
+    Etc,
 }
 
 impl Kind {
@@ -46,6 +51,8 @@ impl Kind {
             Kind::Bridge => "bridge",
             Kind::Netns => "netns",
             Kind::Veth => "veth",
+            Kind::Uts => "uts",
+            Kind::Etc => "etc",
         }
     }
 }
@@ -72,6 +79,8 @@ impl Records {
                     "bridge" => Kind::Bridge,
                     "netns" => Kind::Netns,
                     "veth" => Kind::Veth,
+                    "uts" => Kind::Uts,
+                    "etc" => Kind::Etc,
                     _ => return None,
                 };
                 Some((kind, name.to_string()))
@@ -89,7 +98,7 @@ impl Records {
         std::fs::rename(&tmp, &self.path).context(|| format!("renaming to {}", self.path.display()))
     }
 
-    fn add(&self, kind: Kind, name: &str) -> Result<(), HostsError> {
+    pub(crate) fn add(&self, kind: Kind, name: &str) -> Result<(), HostsError> {
         let mut entries = self.read();
         if !entries.iter().any(|(k, n)| *k == kind && n == name) {
             entries.push((kind, name.to_string()));
@@ -98,7 +107,7 @@ impl Records {
         Ok(())
     }
 
-    fn remove(&self, kind: Kind, name: &str) -> Result<(), HostsError> {
+    pub(crate) fn remove(&self, kind: Kind, name: &str) -> Result<(), HostsError> {
         let mut entries = self.read();
         let before = entries.len();
         entries.retain(|(k, n)| !(*k == kind && n == name));
@@ -110,15 +119,20 @@ impl Records {
 }
 
 fn ip(args: &[&str]) -> Result<(), HostsError> {
-    let out = Command::new("ip")
+    run("ip", args, "iproute2")
+}
+
+/// Runs a system tool (`package` names where it comes from, for the error) and fails with its stderr.
+pub(crate) fn run(program: &str, args: &[&str], package: &str) -> Result<(), HostsError> {
+    let out = Command::new(program)
         .args(args)
         .output()
-        .context(|| "running `ip` (is iproute2 installed?)".into())?;
+        .context(|| format!("running `{program}` (is {package} installed?)"))?;
     if out.status.success() {
         return Ok(());
     }
     Err(HostsError::Command {
-        command: format!("ip {}", args.join(" ")),
+        command: format!("{program} {}", args.join(" ")),
         status: out.status.to_string(),
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
     })
@@ -220,12 +234,14 @@ pub(crate) fn delete_bridge(records: &Records, bridge: &str) -> Result<(), Hosts
     records.remove(Kind::Bridge, bridge)
 }
 
-/// Remove everything recorded, namespaces before the bridge they hang off.
+/// Remove everything recorded: each host's identity, then the namespaces, then the bridge they hang off.
 pub(crate) fn delete_recorded(records: &Records) -> Result<(), HostsError> {
     let mut first_error = None;
-    for kind in [Kind::Netns, Kind::Veth, Kind::Bridge] {
+    for kind in [Kind::Uts, Kind::Etc, Kind::Netns, Kind::Veth, Kind::Bridge] {
         for (_, name) in records.read().into_iter().filter(|(k, _)| *k == kind) {
             let res = match kind {
+                Kind::Uts => crate::identity::delete_uts(records, &name),
+                Kind::Etc => crate::identity::delete_etc(records, &name),
                 Kind::Netns => delete_netns(records, &name),
                 Kind::Veth => delete_veth(records, &name),
                 Kind::Bridge => delete_bridge(records, &name),

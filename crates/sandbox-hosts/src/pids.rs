@@ -72,7 +72,7 @@ pub(crate) fn belongs_to(pid: i32, marker: &str) -> bool {
     }
 }
 
-fn signal(pid: i32, sig: libc::c_int) {
+pub(crate) fn signal(pid: i32, sig: libc::c_int) {
     // SAFETY: kill(2) has no memory-safety preconditions.
     unsafe {
         libc::kill(pid, sig);

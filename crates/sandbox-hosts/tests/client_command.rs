@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clickhouse_schema_core::command::render;
 use clickhouse_schema_core::config::{ClientConfig, SettingValue};
-use clickhouse_schema_sandbox_hosts::{Hosts, HostsOptions};
+use clickhouse_schema_sandbox_hosts::{HostSpec, Hosts, HostsOptions};
 
 const INSTANCE: u8 = 190;
 const HOST: &str = "ch-0";
@@ -110,7 +110,7 @@ fn the_rendered_command_against_a_real_server() {
             default_password: "default-pw".into(),
             writer_password: WRITER_PW.into(),
         },
-        &[HOST.to_owned()],
+        &[HostSpec::named(HOST)],
     )
     .expect("a ClickHouse host starts");
     let no_settings = BTreeMap::new();

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use clickhouse_schema_sandbox_hosts::{Hosts, HostsError, HostsOptions, cleanup_stale};
+use clickhouse_schema_sandbox_hosts::{HostSpec, Hosts, HostsError, HostsOptions, cleanup_stale};
 
 const DEFAULT_PW: &str = "def'ault&<pw>";
 const WRITER_PW: &str = "writer-pw";
@@ -23,6 +23,11 @@ fn options(instance: u8, run_dir: &Path) -> HostsOptions {
 
 fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
+}
+
+/// Hosts of shard 0 known by their own names.
+fn specs(list: &[&str]) -> Vec<HostSpec> {
+    list.iter().map(|s| HostSpec::named(s)).collect()
 }
 
 struct Output {
@@ -123,6 +128,28 @@ fn assert_nothing_left(instance: u8, pids: &[i32]) {
     let links = String::from_utf8(Command::new("ip").args(["-o", "link"]).output().unwrap().stdout).unwrap();
     let veth = format!(" chsbx{instance}h");
     assert!(!links.lines().any(|l| l.contains(&veth)), "veth left: {links}");
+    // The hosts' identities: UTS namespace files, their bind mounts, hosts files.
+    let ours = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&prefix))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        ours("/run/chsbx-uts"),
+        Vec::<String>::new(),
+        "UTS namespace files left"
+    );
+    assert_eq!(ours("/etc/netns"), Vec::<String>::new(), "hosts files left");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.lines().any(|l| l.contains(&format!("/{prefix}"))),
+        "mounts left: {mounts}"
+    );
     for pid in pids {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let state = stat
@@ -140,7 +167,7 @@ fn cluster_lifecycle() {
     const INSTANCE: u8 = 181;
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["ch-0", "ch-1", "ch-2"])).unwrap();
+    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["ch-0", "ch-1", "ch-2"])).unwrap();
     eprintln!("3 hosts ready in {:?}", started.elapsed());
 
     let infos = hosts.hosts();
@@ -206,7 +233,7 @@ fn cluster_lifecycle() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 
-    let added = hosts.add("ch-3").unwrap();
+    let added = hosts.add(&HostSpec::named("ch-3")).unwrap();
     assert_eq!(added.ip.to_string(), format!("10.250.{INSTANCE}.13"));
     assert!(databases(&hosts, "ch-3").is_empty(), "a new host starts empty");
     let clusters = ok(
@@ -263,7 +290,7 @@ fn cluster_lifecycle() {
 fn remove_takes_host_out_of_cluster() {
     const INSTANCE: u8 = 182;
     let dir = tempfile::tempdir().unwrap();
-    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["a", "b"])).unwrap();
+    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["a", "b"])).unwrap();
     hosts.remove("b").unwrap();
     assert!(!netns_list().contains(&format!("chsbx{INSTANCE}-b")));
     assert!(!dir.path().join("hosts/b").exists());
@@ -280,9 +307,12 @@ fn remove_takes_host_out_of_cluster() {
     ok(&hosts, "a", "CREATE DATABASE x ON CLUSTER sandbox");
     assert!(matches!(hosts.remove("b"), Err(HostsError::UnknownHost(_))));
     // Addresses are never reused: a host added after a removal gets a fresh one.
-    let c = hosts.add("c").unwrap();
+    let c = hosts.add(&HostSpec::named("c")).unwrap();
     assert_eq!(c.ip.to_string(), format!("10.250.{INSTANCE}.12"));
-    assert!(matches!(hosts.add("c"), Err(HostsError::DuplicateHost(_))));
+    assert!(matches!(
+        hosts.add(&HostSpec::named("c")),
+        Err(HostsError::DuplicateHost(_))
+    ));
     hosts.shutdown().unwrap();
     assert_nothing_left(INSTANCE, &[]);
 }
@@ -291,7 +321,7 @@ fn remove_takes_host_out_of_cluster() {
 fn cleanup_stale_after_a_crash() {
     const INSTANCE: u8 = 183;
     let dir = tempfile::tempdir().unwrap();
-    let hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["a"])).unwrap();
+    let hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["a"])).unwrap();
     let pids = recorded_pids(hosts.run_dir());
     assert_eq!(pids.len(), 2);
     // A crashed serving process runs no destructors.
@@ -306,15 +336,15 @@ fn cleanup_stale_after_a_crash() {
 #[test]
 fn bad_options_are_refused_before_anything_is_created() {
     let dir = tempfile::tempdir().unwrap();
-    let err = Hosts::start(options(0, dir.path()), &names(&["a"]))
+    let err = Hosts::start(options(0, dir.path()), &specs(&["a"]))
         .err()
         .unwrap();
     assert!(err.to_string().contains("instance 0"), "{err}");
-    let err = Hosts::start(options(184, dir.path()), &names(&["Bad_Name"]))
+    let err = Hosts::start(options(184, dir.path()), &specs(&["Bad_Name"]))
         .err()
         .unwrap();
     assert!(matches!(err, HostsError::InvalidHostName { .. }), "{err}");
-    let err = Hosts::start(options(184, dir.path()), &names(&["a", "a"]))
+    let err = Hosts::start(options(184, dir.path()), &specs(&["a", "a"]))
         .err()
         .unwrap();
     assert!(matches!(err, HostsError::DuplicateHost(_)), "{err}");
@@ -325,11 +355,11 @@ fn bad_options_are_refused_before_anything_is_created() {
 fn failed_server_start_reports_its_log_and_second_sandbox_on_same_instance_is_refused() {
     const INSTANCE: u8 = 185;
     let dir = tempfile::tempdir().unwrap();
-    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &names(&["a"])).unwrap();
+    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["a"])).unwrap();
 
     // A second sandbox on the same instance must fail without touching the first one's network.
     let other = tempfile::tempdir().unwrap();
-    let err = Hosts::start(options(INSTANCE, other.path()), &names(&["a"]))
+    let err = Hosts::start(options(INSTANCE, other.path()), &specs(&["a"]))
         .err()
         .unwrap();
     assert!(err.to_string().contains("already exists"), "{err}");
@@ -366,4 +396,217 @@ fn hosts_can_move_between_threads() {
     fn assert_send_sync<T: Send + Sync + 'static>() {}
     assert_send_sync::<Hosts>();
     assert_send_sync::<HostsError>();
+}
+
+/// Runs a shell command in a host as an exec would; returns its stdout.
+fn shell(hosts: &Hosts, host: &str, script: &str) -> String {
+    let out = hosts
+        .command(host, &names(&["sh", "-c", script]), &[])
+        .unwrap()
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} on {host}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A ClickHouse string literal.
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+fn spec(name: &str, service: &str, shard: u32) -> HostSpec {
+    HostSpec {
+        name: name.into(),
+        service: service.into(),
+        shard,
+    }
+}
+
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Two shards of two replicas, named and wired as the ClickHouse operator does it: each host has its
+/// pod name as hostname, resolves every other by pod and service name, replicates within its shard, and
+/// a Distributed table spans both shards. A pod added to shard 1 joins it; a paused ZooKeeper stalls
+/// ON CLUSTER until it resumes.
+#[test]
+fn shards_and_replicas() {
+    const INSTANCE: u8 = 186;
+    let dir = tempfile::tempdir().unwrap();
+    let layout = [
+        spec("chi-x-c-0-0-0", "chi-x-c-0-0", 0),
+        spec("chi-x-c-0-1-0", "chi-x-c-0-1", 0),
+        spec("chi-x-c-1-0-0", "chi-x-c-1-0", 1),
+        spec("chi-x-c-1-1-0", "chi-x-c-1-1", 1),
+    ];
+    let started = Instant::now();
+    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &layout).unwrap();
+    eprintln!("2x2 hosts ready in {:?}", started.elapsed());
+
+    for host in &layout {
+        assert_eq!(shell(&hosts, &host.name, "hostname").trim(), host.name);
+        assert_eq!(ok(&hosts, &host.name, "SELECT hostName()").trim(), host.name);
+        let macros = ok(
+            &hosts,
+            &host.name,
+            "SELECT macro, substitution FROM system.macros ORDER BY macro",
+        );
+        assert_eq!(
+            macros,
+            format!(
+                "cluster\tsandbox\nreplica\t{}\nshard\t{}\n",
+                host.service, host.shard
+            ),
+            "macros of {}",
+            host.name
+        );
+    }
+    // Every host resolves every other by both names, and reaches its server by them.
+    let resolved = shell(&hosts, "chi-x-c-0-0-0", "getent hosts chi-x-c-1-1-0 chi-x-c-1-1");
+    let ip = hosts.hosts()[3].ip.to_string();
+    assert_eq!(
+        resolved
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect::<Vec<_>>(),
+        [ip.as_str(), ip.as_str()]
+    );
+    assert_eq!(
+        ok(
+            &hosts,
+            "chi-x-c-0-0-0",
+            &format!(
+                "SELECT hostName() FROM remote('chi-x-c-1-1', system.one, 'default', {})",
+                quoted(DEFAULT_PW)
+            )
+        )
+        .trim(),
+        "chi-x-c-1-1-0"
+    );
+    assert_eq!(
+        ok(
+            &hosts,
+            "chi-x-c-0-0-0",
+            "SELECT shard_num, host_name FROM system.clusters WHERE cluster = 'sandbox' ORDER BY shard_num, replica_num"
+        ),
+        "1\tchi-x-c-0-0\n1\tchi-x-c-0-1\n2\tchi-x-c-1-0\n2\tchi-x-c-1-1\n"
+    );
+
+    // Replicated within a shard, distributed across shards.
+    ok(&hosts, "chi-x-c-0-0-0", "CREATE DATABASE d ON CLUSTER sandbox");
+    ok(
+        &hosts,
+        "chi-x-c-0-0-0",
+        "CREATE TABLE d.t ON CLUSTER sandbox (x UInt32) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/d/t', '{replica}') ORDER BY x",
+    );
+    ok(
+        &hosts,
+        "chi-x-c-0-0-0",
+        "CREATE TABLE d.all ON CLUSTER sandbox AS d.t ENGINE = Distributed(sandbox, d, t, x)",
+    );
+    ok(&hosts, "chi-x-c-0-0-0", "INSERT INTO d.t VALUES (1), (2)");
+    ok(&hosts, "chi-x-c-1-0-0", "INSERT INTO d.t VALUES (3)");
+    let count = |host: &str, table: &str| {
+        ok(&hosts, host, &format!("SELECT count() FROM d.{table}"))
+            .trim()
+            .to_string()
+    };
+    eventually("rows replicate within shard 0", || {
+        count("chi-x-c-0-1-0", "t") == "2"
+    });
+    eventually("rows replicate within shard 1", || {
+        count("chi-x-c-1-1-0", "t") == "1"
+    });
+    for host in &layout {
+        assert_eq!(
+            count(&host.name, "all"),
+            "3",
+            "the Distributed table on {}",
+            host.name
+        );
+    }
+
+    // A replica added to shard 1 joins the cluster there and resolves from the others.
+    let added = hosts.add(&spec("chi-x-c-1-2-0", "chi-x-c-1-2", 1)).unwrap();
+    assert_eq!(added.shard, 1);
+    assert_eq!(shell(&hosts, "chi-x-c-1-2-0", "hostname").trim(), "chi-x-c-1-2-0");
+    assert_eq!(
+        ok(
+            &hosts,
+            "chi-x-c-0-0-0",
+            &format!(
+                "SELECT hostName() FROM remote('chi-x-c-1-2', system.one, 'default', {})",
+                quoted(DEFAULT_PW)
+            )
+        )
+        .trim(),
+        "chi-x-c-1-2-0",
+        "an existing host resolves the new one (its hosts file was rewritten in place)"
+    );
+    assert_eq!(
+        ok(
+            &hosts,
+            "chi-x-c-0-0-0",
+            "SELECT count() FROM system.clusters WHERE cluster = 'sandbox' AND shard_num = 2"
+        )
+        .trim(),
+        "3"
+    );
+    assert!(matches!(
+        hosts.add(&spec("chi-x-c-9-9-0", "chi-x-c-1-2", 1)),
+        Err(HostsError::DuplicateHost(n)) if n == "chi-x-c-1-2"
+    ));
+
+    // ZooKeeper paused: ON CLUSTER cannot queue its task and fails once the ZooKeeper operation times
+    // out (10 s in 18.16); resumed, it works again once the server has a new session.
+    hosts.pause_zookeeper().unwrap();
+    assert!(hosts.zookeeper_paused());
+    let paused_at = Instant::now();
+    let waiting = client(
+        &hosts,
+        "chi-x-c-0-0-0",
+        "default",
+        DEFAULT_PW,
+        "CREATE DATABASE stalled ON CLUSTER sandbox",
+    );
+    let waited = paused_at.elapsed();
+    hosts.resume_zookeeper().unwrap();
+    assert_ne!(
+        waiting.code, 0,
+        "ON CLUSTER went through a paused ZooKeeper: {}",
+        waiting.stdout
+    );
+    assert!(
+        waited >= std::time::Duration::from_secs(2),
+        "it failed at once ({waited:?})"
+    );
+    eprintln!(
+        "ON CLUSTER with ZooKeeper paused: {waited:.1?}, {}",
+        waiting.stderr.trim()
+    );
+    eventually("ON CLUSTER after ZooKeeper resumed", || {
+        client(
+            &hosts,
+            "chi-x-c-0-0-0",
+            "default",
+            DEFAULT_PW,
+            "CREATE DATABASE IF NOT EXISTS resumed ON CLUSTER sandbox",
+        )
+        .code
+            == 0
+    });
+
+    let pids = recorded_pids(hosts.run_dir());
+    hosts.shutdown().unwrap();
+    assert_nothing_left(INSTANCE, &pids);
 }
