@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts or stops the local sandbox: a Kubernetes API subset served by the
 # project whose pods are real ClickHouse servers (see crates/sandbox).
-#   scripts/sandbox.sh start   # SANDBOX_PODS=N for another size; writes .sandbox/kubeconfig
+#   scripts/sandbox.sh start   # SANDBOX_LAYOUT=2,2 for two shards of two replicas (default 3:
+#                              # one shard of three); writes .sandbox/kubeconfig
 #   scripts/sandbox.sh stop
 # SANDBOX_DIR overrides the directory (default .sandbox), so tests can run their own.
 set -euo pipefail
@@ -12,7 +13,8 @@ case "${1:-}" in
   start)
     bash scripts/install-deps.sh
     cargo build --quiet --release -p clickhouse-schema-sandbox
-    exec target/release/sandbox start --dir "$dir" --pods "${SANDBOX_PODS:-3}"
+    # SANDBOX_LAYOUT reaches `sandbox start` through its environment.
+    exec target/release/sandbox start --dir "$dir"
     ;;
   stop)
     if [ -x target/release/sandbox ]; then

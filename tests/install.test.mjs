@@ -34,7 +34,7 @@ const timeout = 600_000;
 let sandbox;
 let registry;
 let release;
-const pods = ['chi-sandbox-0-0-0', 'chi-sandbox-0-1-0'];
+const pods = ['chi-sandbox-sandbox-0-0-0', 'chi-sandbox-sandbox-0-1-0'];
 const { name, version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 
 /** PATH without any Rust toolchain, as on a machine that never installed one. */

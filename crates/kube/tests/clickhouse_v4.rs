@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use clickhouse_schema_core::transport::Executor;
-use clickhouse_schema_sandbox::{ExecProtocol, Sandbox, SandboxOptions};
+use clickhouse_schema_sandbox::{ExecProtocol, Layout, Sandbox, SandboxOptions};
 use common::*;
 
 const INSTANCE: u8 = 80;
@@ -17,7 +17,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_run_on_real_clickhouse_over_v4() {
     let sb = Sandbox::start(SandboxOptions {
-        pods: 1,
+        layout: Layout::replicas(1),
         instance: Some(INSTANCE),
         exec_protocols: vec![ExecProtocol::V4],
         ..SandboxOptions::default()

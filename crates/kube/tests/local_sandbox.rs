@@ -25,7 +25,7 @@ async fn transport(sb: &Sandbox, context: &str) -> KubeTransport {
     KubeTransport::from(&conn)
 }
 
-const POD: &str = "chi-sandbox-0-0-0";
+const POD: &str = "chi-sandbox-sandbox-0-0-0";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeconfig_path_identifies_the_selected_cluster() {
@@ -140,7 +140,11 @@ async fn lists_pods_by_selector_with_their_state() {
     let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,
-        ["chi-sandbox-0-0-0", "chi-sandbox-0-1-0", "chi-sandbox-0-2-0"]
+        [
+            "chi-sandbox-sandbox-0-0-0",
+            "chi-sandbox-sandbox-0-1-0",
+            "chi-sandbox-sandbox-0-2-0"
+        ]
     );
     for p in &pods {
         let real = sb.pod(&p.name).expect("exists");
@@ -151,31 +155,33 @@ async fn lists_pods_by_selector_with_their_state() {
         assert_eq!(p.containers, ["clickhouse"]);
     }
 
-    sb.set_pod_state("chi-sandbox-0-1-0", PodState::Pending)
+    sb.set_pod_state("chi-sandbox-sandbox-0-1-0", PodState::Pending)
         .expect("set");
-    sb.set_pod_state("chi-sandbox-0-2-0", PodState::Terminating)
+    sb.set_pod_state("chi-sandbox-sandbox-0-2-0", PodState::Terminating)
         .expect("set");
-    sb.set_pod_state("chi-sandbox-0-0-0", PodState::NotReady)
+    sb.set_pod_state("chi-sandbox-sandbox-0-0-0", PodState::NotReady)
         .expect("set");
     let pods = t.list_pods(NAMESPACE, &selector()).await.expect("lists");
     let get = |n: &str| pods.iter().find(|p| p.name == n).expect("listed").clone();
-    let pending = get("chi-sandbox-0-1-0");
+    let pending = get("chi-sandbox-sandbox-0-1-0");
     assert_eq!(pending.phase.as_deref(), Some("Pending"));
     assert!(!pending.ready);
-    let terminating = get("chi-sandbox-0-2-0");
+    let terminating = get("chi-sandbox-sandbox-0-2-0");
     assert!(terminating.terminating);
     assert!(terminating.is_on_its_way_out());
-    let not_ready = get("chi-sandbox-0-0-0");
+    let not_ready = get("chi-sandbox-sandbox-0-0-0");
     assert_eq!(not_ready.phase.as_deref(), Some("Running"));
     assert!(!not_ready.ready);
 
     // Replacement: same name, new uid.
-    let before = get("chi-sandbox-0-1-0").uid;
-    sb.replace_pod("chi-sandbox-0-1-0").await.expect("replaced");
+    let before = get("chi-sandbox-sandbox-0-1-0").uid;
+    sb.replace_pod("chi-sandbox-sandbox-0-1-0")
+        .await
+        .expect("replaced");
     let pods = t.list_pods(NAMESPACE, &selector()).await.expect("lists");
     let after = pods
         .iter()
-        .find(|p| p.name == "chi-sandbox-0-1-0")
+        .find(|p| p.name == "chi-sandbox-sandbox-0-1-0")
         .expect("listed");
     assert_ne!(after.uid, before);
 
@@ -307,7 +313,7 @@ async fn refusals_are_refused_with_the_apis_words() {
 
     // A renamed container (changed operator template) is the same refusal.
     sb.set_containers(
-        "chi-sandbox-0-1-0",
+        "chi-sandbox-sandbox-0-1-0",
         vec![Container {
             name: "server".into(),
             image: "clickhouse/clickhouse-server:24.8".into(),
@@ -316,15 +322,23 @@ async fn refusals_are_refused_with_the_apis_words() {
     )
     .expect("set");
     let e = admin
-        .exec(shell_exec("chi-sandbox-0-1-0", "true", Duration::from_secs(20)))
+        .exec(shell_exec(
+            "chi-sandbox-sandbox-0-1-0",
+            "true",
+            Duration::from_secs(20),
+        ))
         .await
         .expect_err("400");
     assert_eq!(e.kind, TransportErrorKind::Refused);
 
-    sb.set_pod_state("chi-sandbox-0-2-0", PodState::Pending)
+    sb.set_pod_state("chi-sandbox-sandbox-0-2-0", PodState::Pending)
         .expect("set");
     let e = admin
-        .exec(shell_exec("chi-sandbox-0-2-0", "true", Duration::from_secs(20)))
+        .exec(shell_exec(
+            "chi-sandbox-sandbox-0-2-0",
+            "true",
+            Duration::from_secs(20),
+        ))
         .await
         .expect_err("pending");
     assert_eq!((e.kind, e.http_status), (TransportErrorKind::Refused, Some(400)));

@@ -25,7 +25,7 @@ const USER: &str = "proxy-user";
 const PASSWORD: &str = "pr0xy-s3cret";
 /// `Basic base64("proxy-user:pr0xy-s3cret")`.
 const AUTHORIZATION: &str = "Basic cHJveHktdXNlcjpwcjB4eS1zM2NyZXQ=";
-const POD: &str = "chi-sandbox-0-0-0";
+const POD: &str = "chi-sandbox-sandbox-0-0-0";
 
 /// A CONNECT proxy that requires [`AUTHORIZATION`] and counts what it saw.
 #[derive(Clone, Default)]

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::exec::ExecProtocol;
 use crate::sandbox::{RuntimeKind, Sandbox, SandboxInfo, SandboxOptions};
+use crate::topology::Layout;
 
 #[derive(Parser)]
 #[command(
@@ -36,8 +37,18 @@ enum Cmd {
 
 #[derive(Args, Clone)]
 struct StartArgs {
-    #[arg(long, env = "SANDBOX_PODS", default_value_t = 3)]
-    pods: usize,
+    /// Replicas per shard, comma-separated: `2,1` is shard 0 with two replicas and shard 1 with one.
+    #[arg(long, env = "SANDBOX_LAYOUT", conflicts_with_all = ["pods", "shards", "replicas"])]
+    layout: Option<Layout>,
+    /// One shard of this many replicas (the default: 3).
+    #[arg(long, conflicts_with_all = ["shards", "replicas"])]
+    pods: Option<u32>,
+    /// This many shards (of `--replicas` replicas, default 1).
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Replicas per shard (of `--shards` shards, default 1).
+    #[arg(long)]
+    replicas: Option<u32>,
     #[arg(long, default_value = ".sandbox")]
     dir: PathBuf,
     /// Hosts instance 1..=200 (subnet 10.250.<K>.0/24); default: first free one.
@@ -83,6 +94,24 @@ pub fn main() -> ExitCode {
     }
 }
 
+impl StartArgs {
+    /// The one layout the options describe.
+    fn layout(&self) -> Result<Layout, String> {
+        let layout = match (&self.layout, self.pods, self.shards, self.replicas) {
+            (Some(layout), ..) => layout.clone(),
+            (None, Some(pods), ..) => Layout::replicas(pods),
+            (None, None, None, None) => Layout::replicas(3),
+            (None, None, shards, replicas) => Layout::grid(shards.unwrap_or(1), replicas.unwrap_or(1)),
+        };
+        if layout.pods() == 0 {
+            return Err(format!(
+                "layout {layout} has no pod: give at least one shard of one replica"
+            ));
+        }
+        Ok(layout)
+    }
+}
+
 fn pid_file(dir: &Path) -> PathBuf {
     dir.join("sandbox.pid")
 }
@@ -116,10 +145,11 @@ fn start(a: StartArgs) -> Result<(), String> {
     let log_path = dir.join("sandbox.log");
     let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let layout = a.layout()?;
     let mut cmd = Command::new(exe);
     cmd.arg("serve")
-        .arg("--pods")
-        .arg(a.pods.to_string())
+        .arg("--layout")
+        .arg(layout.to_string())
         .arg("--dir")
         .arg(&dir);
     cmd.arg("--port").arg(a.port.to_string());
@@ -134,7 +164,7 @@ fn start(a: StartArgs) -> Result<(), String> {
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)
-        .env_remove("SANDBOX_PODS");
+        .env_remove("SANDBOX_LAYOUT");
     // Its own session: the sandbox outlives this command and the terminal's signals.
     unsafe {
         cmd.pre_exec(|| {
@@ -151,9 +181,10 @@ fn start(a: StartArgs) -> Result<(), String> {
             && info.pid == child.id()
         {
             println!(
-                "sandbox ready in {:.2}s: {} pods ({}), API {}\nexport KUBECONFIG={}",
+                "sandbox ready in {:.2}s: {} pods, layout {} (replicas per shard): {}; API {}\nexport KUBECONFIG={}",
                 begun.elapsed().as_secs_f64(),
                 info.pods.len(),
+                info.layout,
                 info.pods.join(", "),
                 info.server,
                 info.kubeconfig.display()
@@ -186,7 +217,7 @@ fn serve(a: StartArgs) -> Result<(), String> {
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let opts = SandboxOptions {
-            pods: a.pods,
+            layout: a.layout()?,
             dir: Some(a.dir.clone()),
             instance: a.instance,
             port: a.port,

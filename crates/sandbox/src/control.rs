@@ -2,9 +2,12 @@
 //! only. Same operations as the Rust `Sandbox` methods (both call `State`). JSON in and out:
 //!
 //! - `GET /sandbox/info`: namespace, cluster, tokens, passwords, pod names
-//! - `GET|POST /sandbox/pods`: list internal pod records / add (`AddPod`; empty body = next replica)
+//! - `GET|POST /sandbox/pods`: list internal pod records / add (`AddPod`; empty body = next replica of
+//!   shard 0; `{"shard": 1}` = next replica of shard 1)
 //! - `GET|DELETE /sandbox/pods/{name}`
 //! - `POST /sandbox/pods/{name}/replace`: same name, new uid, empty server
+//! - `POST /sandbox/pods/{name}/wipe`: same pod and uid, the server restarted on an empty disk
+//! - `POST /sandbox/zookeeper/pause|resume`: freeze ZooKeeper (ON CLUSTER and replication wait), and thaw it
 //! - `PUT /sandbox/pods/{name}/state` `{"state": "running|not_ready|pending|terminating|succeeded|failed"}`
 //! - `PUT /sandbox/pods/{name}/containers` `[{"name","image","env":[[k,v]]}]`, `PUT .../labels` `{k: v}`
 //! - `POST /sandbox/pods/{name}/server/stop|start`
@@ -38,6 +41,9 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/sandbox/pods", get(list).post(add))
         .route("/sandbox/pods/{name}", get(one).delete(remove))
         .route("/sandbox/pods/{name}/replace", post(replace))
+        .route("/sandbox/pods/{name}/wipe", post(wipe))
+        .route("/sandbox/zookeeper/pause", post(pause_zookeeper))
+        .route("/sandbox/zookeeper/resume", post(resume_zookeeper))
         .route("/sandbox/pods/{name}/state", put(set_state))
         .route("/sandbox/pods/{name}/containers", put(set_containers))
         .route("/sandbox/pods/{name}/labels", put(set_labels))
@@ -121,6 +127,31 @@ async fn remove(AxState(state): S, headers: HeaderMap, Path(name): Path<String>)
 async fn replace(AxState(state): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
     guard!(state, headers);
     pod(state.replace_pod(&name).await)
+}
+
+async fn wipe(AxState(state): S, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    guard!(state, headers);
+    pod(state.wipe_pod(&name).await)
+}
+
+async fn pause_zookeeper(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(
+        state
+            .pause_zookeeper(true)
+            .await
+            .map(|()| json!({"zookeeper": "paused"})),
+    )
+}
+
+async fn resume_zookeeper(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(
+        state
+            .pause_zookeeper(false)
+            .await
+            .map(|()| json!({"zookeeper": "running"})),
+    )
 }
 
 #[derive(serde::Deserialize)]

@@ -1,6 +1,7 @@
 //! Test bed only: a Kubernetes API subset (discovery, pods, pods/exec over WebSocket v5/v4,
 //! bearer tokens with RBAC-like rules) whose pods are real ClickHouse servers from
-//! `clickhouse-schema-sandbox-hosts`. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
+//! `clickhouse-schema-sandbox-hosts`, laid out in shards and replicas as the ClickHouse operator
+//! names them. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
 
 mod api;
 mod api_log;
@@ -19,6 +20,7 @@ mod server;
 mod state;
 mod status;
 mod tls;
+mod topology;
 
 pub use api_log::ApiRequest;
 pub use auth::Tokens;
@@ -29,3 +31,4 @@ pub use pods::{Container, Phase, Pod};
 pub use runtime::{LocalProcess, PodRuntime};
 pub use sandbox::{RuntimeKind, Sandbox, SandboxError, SandboxInfo, SandboxOptions};
 pub use state::{AddPod, Passwords, PodState};
+pub use topology::Layout;

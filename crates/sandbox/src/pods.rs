@@ -75,6 +75,9 @@ pub struct Pod {
     pub created: SystemTime,
     /// `metadata.labels`, what label selectors match.
     pub labels: BTreeMap<String, String>,
+    /// The ClickHouse shard its server belongs to (0-based); `None` for a pod without a server. Kept
+    /// apart from the labels, which a test may change.
+    pub shard: Option<u32>,
     /// `deletionTimestamp`: set while the pod is Terminating.
     #[serde(skip)]
     pub deletion: Option<SystemTime>,

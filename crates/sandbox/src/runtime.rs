@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use clickhouse_schema_sandbox_hosts::{Hosts, HostsOptions};
+use clickhouse_schema_sandbox_hosts::{HostSpec, Hosts, HostsOptions};
 
 /// A pod runtime failure, carried as its message.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -18,8 +18,8 @@ pub struct RuntimeError(pub String);
 pub trait PodRuntime: Send + Sync + 'static {
     /// A command that runs `argv` inside the pod with exactly `env`.
     fn command(&self, pod: &str, argv: &[String], env: &[(String, String)]) -> Result<Command, RuntimeError>;
-    /// Creates the pod's backing machine; returns its IP.
-    fn add(&self, pod: &str) -> Result<Ipv4Addr, RuntimeError>;
+    /// Creates the pod's backing machine in its place of the cluster; returns its IP.
+    fn add(&self, pod: &HostSpec) -> Result<Ipv4Addr, RuntimeError>;
     /// Deletes the pod's backing machine with its data.
     fn remove(&self, pod: &str) -> Result<(), RuntimeError>;
     /// Same name and IP, empty data: what a replaced pod looks like from inside.
@@ -28,6 +28,8 @@ pub trait PodRuntime: Send + Sync + 'static {
     fn stop_server(&self, pod: &str) -> Result<(), RuntimeError>;
     /// Starts the pod's server again; returns once it answers.
     fn start_server(&self, pod: &str) -> Result<(), RuntimeError>;
+    /// Freezes (`true`) or resumes the ZooKeeper the servers share.
+    fn pause_zookeeper(&self, paused: bool) -> Result<(), RuntimeError>;
     /// The IP of the pod's backing machine, if the runtime keeps track of it (`LocalProcess` does not).
     fn ip(&self, pod: &str) -> Option<Ipv4Addr>;
     /// Stops everything the runtime started; later calls do nothing.
@@ -67,7 +69,7 @@ impl PodRuntime for LocalProcess {
     ) -> Result<Command, RuntimeError> {
         local_command(argv, env)
     }
-    fn add(&self, _pod: &str) -> Result<Ipv4Addr, RuntimeError> {
+    fn add(&self, _pod: &HostSpec) -> Result<Ipv4Addr, RuntimeError> {
         Ok(Ipv4Addr::new(
             10,
             244,
@@ -86,6 +88,9 @@ impl PodRuntime for LocalProcess {
     }
     fn start_server(&self, _pod: &str) -> Result<(), RuntimeError> {
         Ok(())
+    }
+    fn pause_zookeeper(&self, _paused: bool) -> Result<(), RuntimeError> {
+        Err(RuntimeError("the local runtime has no ZooKeeper".into()))
     }
     fn ip(&self, _pod: &str) -> Option<Ipv4Addr> {
         None
@@ -113,7 +118,7 @@ fn err(e: impl std::fmt::Display) -> RuntimeError {
 }
 
 impl HostsRuntime {
-    pub(crate) fn start(config: HostsConfig, pods: &[String]) -> Result<Self, RuntimeError> {
+    pub(crate) fn start(config: HostsConfig, pods: &[HostSpec]) -> Result<Self, RuntimeError> {
         let hosts = Hosts::start(
             HostsOptions {
                 instance: config.instance,
@@ -146,7 +151,7 @@ impl PodRuntime for HostsRuntime {
     fn command(&self, pod: &str, argv: &[String], env: &[(String, String)]) -> Result<Command, RuntimeError> {
         self.with(|h| h.command(pod, argv, env))
     }
-    fn add(&self, pod: &str) -> Result<Ipv4Addr, RuntimeError> {
+    fn add(&self, pod: &HostSpec) -> Result<Ipv4Addr, RuntimeError> {
         self.with(|h| h.add(pod)).map(|info| info.ip)
     }
     fn remove(&self, pod: &str) -> Result<(), RuntimeError> {
@@ -160,6 +165,15 @@ impl PodRuntime for HostsRuntime {
     }
     fn start_server(&self, pod: &str) -> Result<(), RuntimeError> {
         self.with(|h| h.start_server(pod))
+    }
+    fn pause_zookeeper(&self, paused: bool) -> Result<(), RuntimeError> {
+        self.with(|h| {
+            if paused {
+                h.pause_zookeeper()
+            } else {
+                h.resume_zookeeper()
+            }
+        })
     }
     fn ip(&self, pod: &str) -> Option<Ipv4Addr> {
         self.with(|h| Ok(h.hosts()))

@@ -16,8 +16,10 @@ use crate::kubeconfig::{self, KubeconfigInput};
 use crate::pods::{Container, Pod};
 use crate::runtime::{HostsConfig, HostsRuntime, LocalProcess, PodRuntime, RuntimeError};
 use crate::server::Server;
-use crate::state::{AddPod, ControlError, Passwords, PodState, State, replica_name};
+use crate::state::{AddPod, ControlError, Passwords, PodState, State};
+use crate::topology::{self, Layout};
 use crate::{api, api_log, control, tls};
+use clickhouse_schema_sandbox_hosts::HostSpec;
 
 /// What backs the pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,11 +30,12 @@ pub enum RuntimeKind {
     Local,
 }
 
-/// How `Sandbox::start` sets the sandbox up; the default is three ClickHouse pods on real hosts.
+/// How `Sandbox::start` sets the sandbox up; the default is one shard of three ClickHouse replicas
+/// on real hosts.
 #[derive(Debug, Clone)]
 pub struct SandboxOptions {
-    /// Number of ClickHouse pods `chi-sandbox-0-<n>-0` at start.
-    pub pods: usize,
+    /// The ClickHouse pods at start: replicas per shard, each pod `chi-sandbox-<cluster>-<shard>-<replica>-0`.
+    pub layout: Layout,
     /// Where the kubeconfig, `sandbox.json` and the hosts' run directory go. `None`: a fresh
     /// temporary directory, removed on shutdown.
     pub dir: Option<PathBuf>,
@@ -56,7 +59,7 @@ pub struct SandboxOptions {
 impl Default for SandboxOptions {
     fn default() -> Self {
         Self {
-            pods: 3,
+            layout: Layout::replicas(3),
             dir: None,
             instance: None,
             port: 0,
@@ -69,10 +72,10 @@ impl Default for SandboxOptions {
 }
 
 impl SandboxOptions {
-    /// No ClickHouse: pods exec on this machine.
-    pub fn local(pods: usize) -> Self {
+    /// No ClickHouse: `pods` pods (one shard) exec on this machine.
+    pub fn local(pods: u32) -> Self {
         Self {
-            pods,
+            layout: Layout::replicas(pods),
             runtime: RuntimeKind::Local,
             ..Self::default()
         }
@@ -121,6 +124,8 @@ pub struct SandboxInfo {
     pub passwords: Passwords,
     /// Pod names when this was taken (for sandbox.json: at start).
     pub pods: Vec<String>,
+    /// The layout it started with (replicas per shard).
+    pub layout: Layout,
     /// Hosts instance (subnet 10.250.<instance>.0/24); `None` with the local runtime.
     pub instance: Option<u8>,
     /// The serving process: `sandbox start` waits for a sandbox.json naming the child it launched.
@@ -133,6 +138,7 @@ pub struct SandboxInfo {
 /// A running sandbox: pod runtime, HTTPS API server and the state both share. Dropping it tears
 /// everything down; `shutdown` does the same and reports failures.
 pub struct Sandbox {
+    layout: Layout,
     state: Arc<State>,
     server: Server,
     dir: PathBuf,
@@ -193,7 +199,16 @@ impl Sandbox {
             default: random_secret(),
             writer: random_secret(),
         };
-        let names: Vec<String> = (0..opts.pods).map(replica_name).collect();
+        let specs: Vec<HostSpec> = opts
+            .layout
+            .places()
+            .into_iter()
+            .map(|(shard, replica)| HostSpec {
+                name: topology::pod_name(&opts.cluster_name, shard, replica),
+                service: topology::service_name(&opts.cluster_name, shard, replica),
+                shard,
+            })
+            .collect();
 
         let (runtime, instance, lock): (Arc<dyn PodRuntime>, _, _) = match opts.runtime {
             RuntimeKind::Local => (Arc::new(LocalProcess::new()), None, None),
@@ -206,8 +221,8 @@ impl Sandbox {
                     default_password: passwords.default.clone(),
                     writer_password: passwords.writer.clone(),
                 };
-                let hosts_names = names.clone();
-                let rt = tokio::task::spawn_blocking(move || HostsRuntime::start(config, &hosts_names))
+                let hosts_specs = specs.clone();
+                let rt = tokio::task::spawn_blocking(move || HostsRuntime::start(config, &hosts_specs))
                     .await
                     .map_err(|e| RuntimeError(e.to_string()))??;
                 (Arc::new(rt), Some(instance), Some(lock))
@@ -225,14 +240,19 @@ impl Sandbox {
         );
         state.exec_protocols = opts.exec_protocols.clone();
         let state = Arc::new(state);
-        for name in &names {
+        for spec in &specs {
+            let name = &spec.name;
             let ip = match opts.runtime {
                 RuntimeKind::Hosts => runtime
                     .ip(name)
                     .ok_or_else(|| RuntimeError(format!("host {name} has no IP")))?,
-                RuntimeKind::Local => runtime.add(name)?,
+                RuntimeKind::Local => runtime.add(spec)?,
             };
-            state.insert_pod(&AddPod::clickhouse(), name.clone(), ip)?;
+            let req = AddPod {
+                shard: Some(spec.shard),
+                ..AddPod::clickhouse()
+            };
+            state.insert_pod(&req, name.clone(), ip)?;
         }
 
         let tls = tls::generate()?;
@@ -258,6 +278,7 @@ impl Sandbox {
             }),
         )?;
         let sandbox = Sandbox {
+            layout: opts.layout.clone(),
             state,
             server,
             dir,
@@ -286,6 +307,7 @@ impl Sandbox {
             tokens: self.tokens(),
             passwords: self.passwords(),
             pods: self.pod_names(),
+            layout: self.layout.clone(),
             instance: self.instance,
             pid: std::process::id(),
             exec_protocols: self.state.exec_protocols.clone(),
@@ -341,7 +363,7 @@ impl Sandbox {
         self.state.pods()
     }
 
-    /// Adds a pod; with `AddPod::clickhouse()` a new empty server that joins the cluster.
+    /// Adds a pod; with `AddPod::clickhouse()` a new empty server that joins its shard (`AddPod::shard`).
     pub async fn add_pod(&self, req: AddPod) -> Result<Pod, SandboxError> {
         Ok(self.state.add_pod(req).await?)
     }
@@ -352,6 +374,18 @@ impl Sandbox {
     /// Same name, new uid, empty server.
     pub async fn replace_pod(&self, name: &str) -> Result<Pod, SandboxError> {
         Ok(self.state.replace_pod(name).await?)
+    }
+    /// Same pod (same uid), data gone: the server restarts on an empty disk.
+    pub async fn wipe_pod(&self, name: &str) -> Result<Pod, SandboxError> {
+        Ok(self.state.wipe_pod(name).await?)
+    }
+    /// Freezes ZooKeeper until [`Sandbox::resume_zookeeper`]: ON CLUSTER DDL and replication wait.
+    pub async fn pause_zookeeper(&self) -> Result<(), SandboxError> {
+        Ok(self.state.pause_zookeeper(true).await?)
+    }
+    /// Lets a paused ZooKeeper run again.
+    pub async fn resume_zookeeper(&self) -> Result<(), SandboxError> {
+        Ok(self.state.pause_zookeeper(false).await?)
     }
     /// Changes what the API reports (phase, readiness, deletionTimestamp); the server is left alone.
     pub fn set_pod_state(&self, name: &str, state: PodState) -> Result<Pod, SandboxError> {

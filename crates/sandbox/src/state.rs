@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use clickhouse_schema_sandbox_hosts::HostSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::api_log::ApiRequest;
@@ -16,6 +17,7 @@ use crate::exec_log::ExecRecord;
 use crate::faults::{Fault, Faults};
 use crate::pods::{Backing, Container, Phase, Pod};
 use crate::runtime::{PodRuntime, RuntimeError};
+use crate::topology;
 
 pub(crate) const CLICKHOUSE_CONTAINER: &str = "clickhouse";
 pub(crate) const CLICKHOUSE_IMAGE: &str = "clickhouse/clickhouse-server:18.16.1";
@@ -45,9 +47,12 @@ pub struct Passwords {
 /// What `add_pod` creates; every field has a ClickHouse-replica default.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AddPod {
-    /// Default: the next free `chi-sandbox-0-<n>-0`.
+    /// Default: the next free replica of the shard, `chi-sandbox-<cluster>-<shard>-<n>-0`.
     #[serde(default)]
     pub name: Option<String>,
+    /// The shard (0-based) a ClickHouse pod joins; default 0. A new shard number starts a new shard.
+    #[serde(default)]
+    pub shard: Option<u32>,
     /// Default: the sandbox's namespace.
     #[serde(default)]
     pub namespace: Option<String>,
@@ -127,10 +132,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-pub(crate) fn replica_name(n: usize) -> String {
-    format!("chi-sandbox-0-{n}-0")
-}
-
 impl State {
     pub(crate) fn new(
         auth: Authorizer,
@@ -162,19 +163,10 @@ impl State {
         lock(&self.store)
     }
 
-    pub(crate) fn default_labels(&self, replica: Option<usize>) -> BTreeMap<String, String> {
-        let mut l = BTreeMap::new();
-        let mut put = |k: &str, v: &str| l.insert(k.to_string(), v.to_string());
-        put("clickhouse.altinity.com/app", "chop");
-        put("clickhouse.altinity.com/chi", "sandbox");
-        put("clickhouse.altinity.com/cluster", &self.cluster_name);
-        put("clickhouse.altinity.com/namespace", &self.namespace);
-        put("clickhouse.altinity.com/shard", "0");
-        put("clickhouse.altinity.com/ready", "yes");
-        if let Some(r) = replica {
-            put("clickhouse.altinity.com/replica", &r.to_string());
-        }
-        l
+    /// The operator's labels for a pod of `shard`; the replica label only when the name says which.
+    pub(crate) fn default_labels(&self, name: &str, shard: u32) -> BTreeMap<String, String> {
+        let replica = topology::place_of(&self.cluster_name, name).map(|(_, r)| r);
+        topology::labels(&self.namespace, &self.cluster_name, shard, replica)
     }
 
     pub(crate) fn default_containers(&self) -> Vec<Container> {
@@ -193,10 +185,11 @@ impl State {
 
     /// Puts a pod object in the store; the backing host must already exist.
     pub(crate) fn insert_pod(&self, req: &AddPod, name: String, ip: Ipv4Addr) -> Result<Pod, ControlError> {
-        let replica = name
-            .strip_prefix("chi-sandbox-0-")
-            .and_then(|s| s.strip_suffix("-0"))
-            .and_then(|s| s.parse::<usize>().ok());
+        let shard = req.shard.unwrap_or(0);
+        let labels = req
+            .labels
+            .clone()
+            .unwrap_or_else(|| self.default_labels(&name, shard));
         let mut store = self.store();
         if store.pods.contains_key(&name) {
             return Err(ControlError::AlreadyExists(name));
@@ -207,7 +200,8 @@ impl State {
             uid: uuid::Uuid::new_v4().to_string(),
             resource_version: store.bump(),
             created: SystemTime::now(),
-            labels: req.labels.clone().unwrap_or_else(|| self.default_labels(replica)),
+            labels,
+            shard: req.clickhouse.then_some(shard),
             deletion: None,
             phase: Phase::Running,
             ready: true,
@@ -227,10 +221,11 @@ impl State {
         Ok(pod)
     }
 
-    pub(crate) fn next_pod_name(&self) -> String {
+    /// The first replica name of `shard` no pod has.
+    pub(crate) fn next_pod_name(&self, shard: u32) -> String {
         let store = self.store();
         (0..)
-            .map(replica_name)
+            .map(|replica| topology::pod_name(&self.cluster_name, shard, replica))
             .find(|n| !store.pods.contains_key(n))
             .expect("unbounded")
     }
@@ -267,13 +262,20 @@ impl State {
     }
 
     pub(crate) async fn add_pod(&self, req: AddPod) -> Result<Pod, ControlError> {
-        let name = req.name.clone().unwrap_or_else(|| self.next_pod_name());
+        let name = req
+            .name
+            .clone()
+            .unwrap_or_else(|| self.next_pod_name(req.shard.unwrap_or(0)));
         if self.pod(&name).is_some() {
             return Err(ControlError::AlreadyExists(name));
         }
         let ip = if req.clickhouse {
-            let n = name.clone();
-            self.blocking(move |rt| rt.add(&n)).await?
+            let spec = HostSpec {
+                service: topology::service_of(&name),
+                name: name.clone(),
+                shard: req.shard.unwrap_or(0),
+            };
+            self.blocking(move |rt| rt.add(&spec)).await?
         } else {
             Ipv4Addr::new(10, 244, 1, self.next_local_ip.fetch_add(1, Ordering::Relaxed))
         };
@@ -314,6 +316,25 @@ impl State {
             p.phase = Phase::Running;
             p.ready = true;
         })
+    }
+
+    /// The same pod (same uid) whose disk was lost: its server restarts with empty data, as when a
+    /// node's local volume is wiped under a pod that keeps running. Its restart count goes up.
+    pub(crate) async fn wipe_pod(&self, name: &str) -> Result<Pod, ControlError> {
+        let pod = self.update(name, |p| p.ready = false)?;
+        if pod.backing == Backing::Host {
+            let n = name.to_string();
+            self.blocking(move |rt| rt.wipe_and_restart(&n)).await?;
+        }
+        self.update(name, |p| {
+            p.ready = true;
+            p.restart_count += 1;
+        })
+    }
+
+    /// Freezes (or lets go of) the runtime's ZooKeeper; see `Hosts::pause_zookeeper`.
+    pub(crate) async fn pause_zookeeper(&self, paused: bool) -> Result<(), ControlError> {
+        self.blocking(move |rt| rt.pause_zookeeper(paused)).await
     }
 
     pub(crate) fn set_pod_state(&self, name: &str, state: PodState) -> Result<Pod, ControlError> {

@@ -39,12 +39,12 @@ async fn start_and_stop_leave_nothing_running() {
     let listed = kubectl(KUBECTL_133, &kc, &["get", "pods", "-o", "name"], "").await;
     assert_eq!(
         names(&listed),
-        vec!["pod/chi-sandbox-0-0-0", "pod/chi-sandbox-0-1-0"]
+        vec!["pod/chi-sandbox-sandbox-0-0-0", "pod/chi-sandbox-sandbox-0-1-0"]
     );
     let exec = [
         "exec",
         "-i",
-        "chi-sandbox-0-1-0",
+        "chi-sandbox-sandbox-0-1-0",
         "--",
         "sh",
         "-c",
@@ -61,23 +61,80 @@ async fn start_and_stop_leave_nothing_running() {
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "serve still runs"
     );
-    let instance = info["instance"].as_u64().unwrap();
-    let netns = text(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    );
-    assert!(
-        !netns.contains(&format!("chsbx{instance}-")),
-        "namespaces left: {netns}"
-    );
+    let instance = info["instance"].as_u64().unwrap() as u8;
+    assert_nothing_left(instance, dir.path());
     let quiet = sandbox(&["stop", "--dir", d]);
     assert!(
         quiet.status.success() && quiet.stdout.is_empty(),
         "stop is idempotent and quiet"
     );
+}
+
+#[test]
+fn a_layout_is_given_one_way_and_must_hold_a_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for (args, says) in [
+        (&["--layout", "2,0"][..], "every shard needs at least one replica"),
+        (&["--layout", "two"][..], "\"two\" is not a number of replicas"),
+        (&["--pods", "2", "--shards", "2"][..], "cannot be used with"),
+        (&["--layout", "2", "--replicas", "2"][..], "cannot be used with"),
+        (&["--shards", "0"][..], "has no pod"),
+    ] {
+        let out = sandbox(&[&["start", "--local", "--dir", d], args].concat());
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert!(!dir.path().join("sandbox.json").exists(), "nothing started");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_flags_reach_the_served_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for (args, layout, pods) in [
+        (
+            &["--layout", "2,1"][..],
+            "2,1",
+            &[
+                "chi-sandbox-sandbox-0-0-0",
+                "chi-sandbox-sandbox-0-1-0",
+                "chi-sandbox-sandbox-1-0-0",
+            ][..],
+        ),
+        (
+            &["--shards", "2", "--replicas", "1"][..],
+            "1,1",
+            &["chi-sandbox-sandbox-0-0-0", "chi-sandbox-sandbox-1-0-0"][..],
+        ),
+    ] {
+        let started = sandbox(&[&["start", "--local", "--dir", d], args].concat());
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        assert!(
+            text(&started.stdout).contains(&format!("layout {layout} (replicas per shard)")),
+            "{}",
+            text(&started.stdout)
+        );
+        let info: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("sandbox.json")).unwrap()).unwrap();
+        assert!(sandbox(&["stop", "--dir", d]).status.success());
+        assert_eq!(info["pods"], serde_json::json!(pods), "{args:?}");
+    }
+    // SANDBOX_LAYOUT, as `npm run sandbox:start` passes it on.
+    let started = Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["start", "--local", "--dir", d])
+        .env("SANDBOX_LAYOUT", "1,2")
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("sandbox.json")).unwrap()).unwrap();
+    assert!(sandbox(&["stop", "--dir", d]).status.success());
+    assert_eq!(info["layout"], serde_json::json!([1, 2]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,7 +31,7 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
         let exec = [
             "exec",
             "-i",
-            "chi-sandbox-0-0-0",
+            "chi-sandbox-sandbox-0-0-0",
             "-c",
             "clickhouse",
             "--",
@@ -61,7 +61,15 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
         let wrong = kubectl(
             bin,
             &kc,
-            &["exec", "-i", "chi-sandbox-0-0-0", "-c", "server", "--", "true"],
+            &[
+                "exec",
+                "-i",
+                "chi-sandbox-sandbox-0-0-0",
+                "-c",
+                "server",
+                "--",
+                "true",
+            ],
             "",
         )
         .await;
@@ -74,18 +82,18 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
 
     // The product's client and permissions: list pods + create pods/exec only.
     let minimal = client(&sb, "sandbox-minimal").await;
-    let one = sql(&minimal, "chi-sandbox-0-1-0", "SELECT 1").await;
+    let one = sql(&minimal, "chi-sandbox-sandbox-0-1-0", "SELECT 1").await;
     assert_eq!(
         (one.stdout.as_str(), one.exit_code()),
         ("1\n", Some(0)),
         "{one:?}"
     );
-    let syntax = sql(&minimal, "chi-sandbox-0-1-0", "SELEC 1").await;
+    let syntax = sql(&minimal, "chi-sandbox-sandbox-0-1-0", "SELEC 1").await;
     assert_eq!(syntax.exit_code(), Some(62), "{syntax:?}");
     assert!(syntax.stderr.contains("Syntax error"));
     let cluster = sql(
         &minimal,
-        "chi-sandbox-0-2-0",
+        "chi-sandbox-sandbox-0-2-0",
         "SELECT count() FROM system.clusters WHERE cluster = 'sandbox'",
     )
     .await;
@@ -93,7 +101,13 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
     let forbidden = kubectl(
         KUBECTL_133,
         &kc,
-        &["--context", "sandbox-minimal", "get", "pod", "chi-sandbox-0-0-0"],
+        &[
+            "--context",
+            "sandbox-minimal",
+            "get",
+            "pod",
+            "chi-sandbox-sandbox-0-0-0",
+        ],
         "",
     )
     .await;
@@ -105,7 +119,7 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
     let no_exec = client(&sb, "sandbox-no-exec").await;
     let refused = kube_exec(
         &no_exec,
-        "chi-sandbox-0-0-0",
+        "chi-sandbox-sandbox-0-0-0",
         "clickhouse",
         &["sh", "-c", CLIENT],
         b"SELECT 1",
@@ -149,35 +163,53 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
 
     // A replaced pod: same name, new uid, a server without the data the old one had.
     let admin = client(&sb, "sandbox").await;
-    let created = sql(&admin, "chi-sandbox-0-0-0", "CREATE DATABASE sbx_replaced").await;
+    let created = sql(
+        &admin,
+        "chi-sandbox-sandbox-0-0-0",
+        "CREATE DATABASE sbx_replaced",
+    )
+    .await;
     assert_eq!(created.exit_code(), Some(0), "{created:?}");
-    let before = pods(&admin).get("chi-sandbox-0-0-0").await.unwrap().metadata.uid;
-    sb.replace_pod("chi-sandbox-0-0-0").await.unwrap();
-    let after = pods(&admin).get("chi-sandbox-0-0-0").await.unwrap().metadata.uid;
+    let before = pods(&admin)
+        .get("chi-sandbox-sandbox-0-0-0")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    sb.replace_pod("chi-sandbox-sandbox-0-0-0").await.unwrap();
+    let after = pods(&admin)
+        .get("chi-sandbox-sandbox-0-0-0")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
     assert_ne!(before, after);
-    let dbs = sql(&admin, "chi-sandbox-0-0-0", "SHOW DATABASES").await;
+    let dbs = sql(&admin, "chi-sandbox-sandbox-0-0-0", "SHOW DATABASES").await;
     assert_eq!(dbs.exit_code(), Some(0), "{dbs:?}");
     assert!(!dbs.stdout.contains("sbx_replaced"), "{}", dbs.stdout);
 
     // A stopped server: the pod still execs, clickhouse-client cannot connect (210).
-    sb.stop_server("chi-sandbox-0-1-0").await.unwrap();
-    let down = sql(&admin, "chi-sandbox-0-1-0", "SELECT 1").await;
+    sb.stop_server("chi-sandbox-sandbox-0-1-0").await.unwrap();
+    let down = sql(&admin, "chi-sandbox-sandbox-0-1-0", "SELECT 1").await;
     assert_eq!(down.exit_code(), Some(210), "{down:?}");
-    sb.start_server("chi-sandbox-0-1-0").await.unwrap();
-    assert_eq!(sql(&admin, "chi-sandbox-0-1-0", "SELECT 1").await.stdout, "1\n");
+    sb.start_server("chi-sandbox-sandbox-0-1-0").await.unwrap();
+    assert_eq!(
+        sql(&admin, "chi-sandbox-sandbox-0-1-0", "SELECT 1").await.stdout,
+        "1\n"
+    );
 
     // A dropped connection in the middle of a statement is an error for kube-rs, not a success.
     sb.inject(Fault::DropExec {
-        pod: Some("chi-sandbox-0-2-0".into()),
+        pod: Some("chi-sandbox-sandbox-0-2-0".into()),
         count: 1,
         after: DropPoint::AfterStart,
     });
-    let dropped = sql(&admin, "chi-sandbox-0-2-0", "SELECT sleep(2)").await;
+    let dropped = sql(&admin, "chi-sandbox-sandbox-0-2-0", "SELECT sleep(2)").await;
     assert!(dropped.status.is_none() && dropped.joined.is_err(), "{dropped:?}");
 
     // A new replica joins with an empty server.
     let added = sb.add_pod(AddPod::clickhouse()).await.unwrap();
-    assert_eq!(added.name, "chi-sandbox-0-3-0");
+    assert_eq!(added.name, "chi-sandbox-sandbox-0-3-0");
     assert_eq!(sql(&admin, &added.name, "SELECT 1").await.stdout, "1\n");
     let deleted = kubectl(KUBECTL_133, &kc, &["delete", "pod", &added.name], "").await;
     assert!(deleted.status.success(), "{}", text(&deleted.stderr));

@@ -31,7 +31,7 @@ async fn kube_rs_exec_streams_stdin_and_reports_exit_codes() {
     let c = client(&sb, "sandbox-minimal").await;
     let ok = kube_exec(
         &c,
-        "chi-sandbox-0-0-0",
+        "chi-sandbox-sandbox-0-0-0",
         "clickhouse",
         &["sh", "-c", "cat; echo err >&2"],
         b"SELECT 1\n",
@@ -45,7 +45,7 @@ async fn kube_rs_exec_streams_stdin_and_reports_exit_codes() {
 
     let failed = kube_exec(
         &c,
-        "chi-sandbox-0-1-0",
+        "chi-sandbox-sandbox-0-1-0",
         "clickhouse",
         &["sh", "-c", "cat >/dev/null; exit 62"],
         b"x",
@@ -60,7 +60,7 @@ async fn kube_rs_exec_streams_stdin_and_reports_exit_codes() {
     // The container env reaches the process, and only it (plus the image's PATH/HOME/HOSTNAME).
     let env = kube_exec(
         &c,
-        "chi-sandbox-0-0-0",
+        "chi-sandbox-sandbox-0-0-0",
         "clickhouse",
         &["sh", "-c", "env | sort"],
         b"",
@@ -73,7 +73,7 @@ async fn kube_rs_exec_streams_stdin_and_reports_exit_codes() {
         "{}",
         env.stdout
     );
-    assert!(env.stdout.contains("HOSTNAME=chi-sandbox-0-0-0"));
+    assert!(env.stdout.contains("HOSTNAME=chi-sandbox-sandbox-0-0-0"));
     assert!(
         !env.stdout.contains("CARGO"),
         "host environment leaked: {}",
@@ -104,7 +104,7 @@ async fn rbac_tokens_mirror_the_products_role() {
             .len(),
         3
     );
-    match pods(&minimal).get("chi-sandbox-0-0-0").await {
+    match pods(&minimal).get("chi-sandbox-sandbox-0-0-0").await {
         Err(kube::Error::Api(s)) => {
             assert_eq!(s.code, 403);
             assert!(
@@ -116,7 +116,15 @@ async fn rbac_tokens_mirror_the_products_role() {
         other => panic!("expected 403, got {other:?}"),
     }
     let no_exec = client(&sb, "sandbox-no-exec").await;
-    match kube_exec(&no_exec, "chi-sandbox-0-0-0", "clickhouse", &["true"], b"").await {
+    match kube_exec(
+        &no_exec,
+        "chi-sandbox-sandbox-0-0-0",
+        "clickhouse",
+        &["true"],
+        b"",
+    )
+    .await
+    {
         Err(e) => assert!(e.to_string().contains("403"), "{e}"),
         Ok(o) => panic!("exec allowed without pods/exec: {o:?}"),
     }
@@ -126,7 +134,7 @@ async fn rbac_tokens_mirror_the_products_role() {
         other => panic!("expected 401, got {other:?}"),
     }
     let admin = client(&sb, "sandbox").await;
-    let p = pods(&admin).get("chi-sandbox-0-2-0").await.unwrap();
+    let p = pods(&admin).get("chi-sandbox-sandbox-0-2-0").await.unwrap();
     assert_eq!(
         p.metadata.labels.unwrap()["clickhouse.altinity.com/chi"],
         "sandbox"
@@ -143,7 +151,7 @@ async fn rbac_tokens_mirror_the_products_role() {
 async fn exec_is_refused_like_kubernetes() {
     let sb = local().await;
     let c = client(&sb, "sandbox").await;
-    let err = kube_exec(&c, "chi-sandbox-0-0-0", "nope", &["true"], b"")
+    let err = kube_exec(&c, "chi-sandbox-sandbox-0-0-0", "nope", &["true"], b"")
         .await
         .unwrap_err();
     assert!(err.to_string().contains("400"), "{err}");
@@ -151,21 +159,28 @@ async fn exec_is_refused_like_kubernetes() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("404"), "{err}");
-    sb.set_pod_state("chi-sandbox-0-1-0", PodState::Pending).unwrap();
-    let err = kube_exec(&c, "chi-sandbox-0-1-0", "clickhouse", &["true"], b"")
+    sb.set_pod_state("chi-sandbox-sandbox-0-1-0", PodState::Pending)
+        .unwrap();
+    let err = kube_exec(&c, "chi-sandbox-sandbox-0-1-0", "clickhouse", &["true"], b"")
         .await
         .unwrap_err();
     assert!(err.to_string().contains("400"), "{err}");
     // Terminating and not-Ready pods still run commands, as in Kubernetes.
-    sb.set_pod_state("chi-sandbox-0-2-0", PodState::Terminating)
+    sb.set_pod_state("chi-sandbox-sandbox-0-2-0", PodState::Terminating)
         .unwrap();
-    let out = kube_exec(&c, "chi-sandbox-0-2-0", "clickhouse", &["echo", "hi"], b"")
-        .await
-        .unwrap();
+    let out = kube_exec(
+        &c,
+        "chi-sandbox-sandbox-0-2-0",
+        "clickhouse",
+        &["echo", "hi"],
+        b"",
+    )
+    .await
+    .unwrap();
     assert_eq!(out.stdout, "hi\n");
     // A renamed container is what a changed operator template looks like.
     sb.set_containers(
-        "chi-sandbox-0-0-0",
+        "chi-sandbox-sandbox-0-0-0",
         vec![Container {
             name: "server".into(),
             image: "clickhouse/clickhouse-server:24.8".into(),
@@ -173,11 +188,11 @@ async fn exec_is_refused_like_kubernetes() {
         }],
     )
     .unwrap();
-    let err = kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["true"], b"")
+    let err = kube_exec(&c, "chi-sandbox-sandbox-0-0-0", "clickhouse", &["true"], b"")
         .await
         .unwrap_err();
     assert!(err.to_string().contains("400"), "{err}");
-    let p = pods(&c).get("chi-sandbox-0-2-0").await.unwrap();
+    let p = pods(&c).get("chi-sandbox-sandbox-0-2-0").await.unwrap();
     assert!(p.metadata.deletion_timestamp.is_some());
     sb.shutdown().await.unwrap();
 }
@@ -294,7 +309,7 @@ async fn v4_only_server_serves_kube_rs_over_v4_and_refuses_v5_alone() {
     // kube-rs offers v5 then v4 and gets v4; stdout, stderr and the exit status all come back.
     let out = kube_exec_framed(
         &c,
-        "chi-sandbox-0-0-0",
+        "chi-sandbox-sandbox-0-0-0",
         "cat; echo err >&2; exit 3",
         b"SELECT 1\n",
     )
@@ -303,12 +318,12 @@ async fn v4_only_server_serves_kube_rs_over_v4_and_refuses_v5_alone() {
     assert_eq!(out.stderr, "err\n");
     assert_eq!(out.exit_code(), Some(3), "{out:?}");
     assert!(out.joined.is_ok(), "{:?}", out.joined);
-    let ok = kube_exec_framed(&c, "chi-sandbox-0-1-0", "cat", b"").await;
+    let ok = kube_exec_framed(&c, "chi-sandbox-sandbox-0-1-0", "cat", b"").await;
     assert_eq!((ok.stdout.as_str(), ok.exit_code()), ("", Some(0)), "{ok:?}");
 
     // Why the product never closes stdin: on v4 kube-rs closes the whole WebSocket instead, the
     // server ends the process and the status is lost.
-    let closed = kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["cat"], b"x")
+    let closed = kube_exec(&c, "chi-sandbox-sandbox-0-0-0", "clickhouse", &["cat"], b"x")
         .await
         .unwrap();
     assert!(closed.status.is_none(), "{closed:?}");
@@ -356,18 +371,24 @@ async fn injected_faults_reach_the_client() {
     let c = client(&sb, "sandbox-minimal").await;
 
     sb.inject(Fault::DropExec {
-        pod: Some("chi-sandbox-0-1-0".into()),
+        pod: Some("chi-sandbox-sandbox-0-1-0".into()),
         count: 1,
         after: DropPoint::AfterStdout,
     });
     // Scoped: another pod is unaffected.
-    let ok = kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["echo", "fine"], b"")
-        .await
-        .unwrap();
+    let ok = kube_exec(
+        &c,
+        "chi-sandbox-sandbox-0-0-0",
+        "clickhouse",
+        &["echo", "fine"],
+        b"",
+    )
+    .await
+    .unwrap();
     assert_eq!(ok.exit_code(), Some(0));
     let dropped = kube_exec(
         &c,
-        "chi-sandbox-0-1-0",
+        "chi-sandbox-sandbox-0-1-0",
         "clickhouse",
         &["sh", "-c", "echo first; sleep 5; echo never"],
         b"",
@@ -382,9 +403,15 @@ async fn injected_faults_reach_the_client() {
     assert!(!dropped.stdout.contains("never"));
     assert_eq!(sb.exec_log().last().unwrap().outcome, "fault_drop");
     // Used up: the next exec on that pod works.
-    let again = kube_exec(&c, "chi-sandbox-0-1-0", "clickhouse", &["echo", "back"], b"")
-        .await
-        .unwrap();
+    let again = kube_exec(
+        &c,
+        "chi-sandbox-sandbox-0-1-0",
+        "clickhouse",
+        &["echo", "back"],
+        b"",
+    )
+    .await
+    .unwrap();
     assert_eq!(again.stdout, "back\n");
 
     sb.inject(Fault::StallExec {
@@ -394,7 +421,7 @@ async fn injected_faults_reach_the_client() {
     });
     let stalled = tokio::time::timeout(
         Duration::from_secs(2),
-        kube_exec(&c, "chi-sandbox-0-0-0", "clickhouse", &["true"], b""),
+        kube_exec(&c, "chi-sandbox-sandbox-0-0-0", "clickhouse", &["true"], b""),
     )
     .await;
     assert!(stalled.is_err(), "a stalled exec must hit the client's timeout");
@@ -442,7 +469,7 @@ async fn disconnecting_client_kills_the_process() {
         .stderr(false);
     let script = format!("sleep 3; touch {marker}");
     let p = api
-        .exec("chi-sandbox-0-0-0", vec!["sh", "-c", &script], &params)
+        .exec("chi-sandbox-sandbox-0-0-0", vec!["sh", "-c", &script], &params)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -478,7 +505,7 @@ async fn kubectl_both_versions_exec_list_and_select() {
             &[
                 "exec",
                 "-i",
-                "chi-sandbox-0-0-0",
+                "chi-sandbox-sandbox-0-0-0",
                 "-c",
                 "clickhouse",
                 "--",
@@ -501,14 +528,14 @@ async fn kubectl_both_versions_exec_list_and_select() {
             async move { names(&kubectl(bin, &kc, &["get", "pods", "-l", sel, "-o", "name"], "").await) }
         };
         let all3 = vec![
-            "pod/chi-sandbox-0-0-0",
-            "pod/chi-sandbox-0-1-0",
-            "pod/chi-sandbox-0-2-0",
+            "pod/chi-sandbox-sandbox-0-0-0",
+            "pod/chi-sandbox-sandbox-0-1-0",
+            "pod/chi-sandbox-sandbox-0-2-0",
         ];
         assert_eq!(list("clickhouse.altinity.com/chi=sandbox").await, all3);
         assert_eq!(
             list("clickhouse.altinity.com/replica in (0, 2)").await,
-            vec!["pod/chi-sandbox-0-0-0", "pod/chi-sandbox-0-2-0"]
+            vec!["pod/chi-sandbox-sandbox-0-0-0", "pod/chi-sandbox-sandbox-0-2-0"]
         );
         assert_eq!(
             list("clickhouse.altinity.com/replica!=1").await.len(),
@@ -522,7 +549,7 @@ async fn kubectl_both_versions_exec_list_and_select() {
 
         let table = kubectl(bin, &kc, &["get", "pods"], "").await;
         assert!(
-            text(&table.stdout).contains("chi-sandbox-0-1-0   1/1     Running"),
+            text(&table.stdout).contains("chi-sandbox-sandbox-0-1-0   1/1     Running"),
             "{}",
             text(&table.stdout)
         );
@@ -530,17 +557,25 @@ async fn kubectl_both_versions_exec_list_and_select() {
         let wrong = kubectl(
             bin,
             &kc,
-            &["exec", "chi-sandbox-0-0-0", "-c", "nope", "--", "true"],
+            &["exec", "chi-sandbox-sandbox-0-0-0", "-c", "nope", "--", "true"],
             "",
         )
         .await;
         assert!(!wrong.status.success());
-        assert!(text(&wrong.stderr).contains("container nope is not valid for pod chi-sandbox-0-0-0"));
+        assert!(
+            text(&wrong.stderr).contains("container nope is not valid for pod chi-sandbox-sandbox-0-0-0")
+        );
 
         let forbidden = kubectl(
             bin,
             &kc,
-            &["--context", "sandbox-minimal", "get", "pod", "chi-sandbox-0-0-0"],
+            &[
+                "--context",
+                "sandbox-minimal",
+                "get",
+                "pod",
+                "chi-sandbox-sandbox-0-0-0",
+            ],
             "",
         )
         .await;
@@ -556,7 +591,7 @@ async fn kubectl_both_versions_exec_list_and_select() {
                 "--context",
                 "sandbox-no-exec",
                 "exec",
-                "chi-sandbox-0-0-0",
+                "chi-sandbox-sandbox-0-0-0",
                 "--",
                 "true",
             ],
@@ -639,16 +674,16 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
         .unwrap(),
     )
     .unwrap();
-    assert_eq!(added["name"], "chi-sandbox-0-3-0");
+    assert_eq!(added["name"], "chi-sandbox-sandbox-0-3-0");
     control(
         &admin,
         "PUT",
-        "/sandbox/pods/chi-sandbox-0-3-0/state",
+        "/sandbox/pods/chi-sandbox-sandbox-0-3-0/state",
         serde_json::json!({"state": "not_ready"}),
     )
     .await
     .unwrap();
-    let p = pods(&admin).get("chi-sandbox-0-3-0").await.unwrap();
+    let p = pods(&admin).get("chi-sandbox-sandbox-0-3-0").await.unwrap();
     let ready = p
         .status
         .unwrap()
@@ -662,13 +697,18 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
     control(
         &admin,
         "POST",
-        "/sandbox/pods/chi-sandbox-0-3-0/replace",
+        "/sandbox/pods/chi-sandbox-sandbox-0-3-0/replace",
         serde_json::Value::Null,
     )
     .await
     .unwrap();
     assert_ne!(
-        pods(&admin).get("chi-sandbox-0-3-0").await.unwrap().metadata.uid,
+        pods(&admin)
+            .get("chi-sandbox-sandbox-0-3-0")
+            .await
+            .unwrap()
+            .metadata
+            .uid,
         uid
     );
 
@@ -684,7 +724,7 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
 
     kube_exec(
         &minimal,
-        "chi-sandbox-0-0-0",
+        "chi-sandbox-sandbox-0-0-0",
         "clickhouse",
         &["cat"],
         b"SELECT 42",
@@ -707,7 +747,7 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
     control(
         &admin,
         "DELETE",
-        "/sandbox/pods/chi-sandbox-0-3-0",
+        "/sandbox/pods/chi-sandbox-sandbox-0-3-0",
         serde_json::Value::Null,
     )
     .await
@@ -716,7 +756,7 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
     sb.shutdown().await.unwrap();
 }
 
-/// A raw WebSocket exec request to pod chi-sandbox-0-0-0 as the admin token,
+/// A raw WebSocket exec request to pod chi-sandbox-sandbox-0-0-0 as the admin token,
 /// offering exactly `protocol`; `query` is the exec query string.
 fn exec_request(
     sb: &Sandbox,
@@ -724,7 +764,7 @@ fn exec_request(
     protocol: &str,
 ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
     let url = format!(
-        "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-0-0-0/exec?{query}",
+        "wss://127.0.0.1:{}/api/v1/namespaces/sandbox/pods/chi-sandbox-sandbox-0-0-0/exec?{query}",
         sb.port()
     );
     let mut req = url.into_client_request().unwrap();

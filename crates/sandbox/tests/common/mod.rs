@@ -175,3 +175,50 @@ pub(crate) fn names(out: &Output) -> Vec<String> {
     v.sort();
     v
 }
+
+/// After a sandbox of hosts `instance` stopped: no network namespace, bridge, UTS namespace file, hosts
+/// file or mount of that instance, and no process whose command line names `dir` (its servers and
+/// ZooKeeper run with their config under it).
+pub(crate) fn assert_nothing_left(instance: u8, dir: &Path) {
+    let prefix = format!("chsbx{instance}-");
+    let netns = text(
+        &std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(!netns.contains(&prefix), "namespaces left: {netns}");
+    assert!(
+        !Path::new("/sys/class/net")
+            .join(format!("chsbx{instance}"))
+            .exists(),
+        "bridge chsbx{instance} left"
+    );
+    for parent in ["/run/chsbx-uts", "/etc/netns"] {
+        let left: Vec<String> = std::fs::read_dir(parent)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&prefix))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(left.is_empty(), "left in {parent}: {left:?}");
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.lines().any(|l| l.contains(&format!("/{prefix}"))),
+        "mounts left: {mounts}"
+    );
+    let dir = dir.display().to_string();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!cmdline.contains(&dir), "process {pid} left: {cmdline}");
+    }
+}
