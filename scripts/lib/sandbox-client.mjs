@@ -17,11 +17,15 @@ export function stopSandbox(dir) {
   spawnSync(sandboxBin, ['stop', '--dir', dir], { encoding: 'utf8' });
 }
 
-/** Starts a fresh sandbox of `pods` pods from `dir` (stopping and wiping any previous one). */
-export function startSandbox(dir, pods = 3) {
+/**
+ * Starts a fresh sandbox from `dir` (stopping and wiping any previous one):
+ * `layout` is a number of pods in one shard, or replicas per shard ('2,2').
+ */
+export function startSandbox(dir, layout = 3) {
   stopSandbox(dir);
   rmSync(dir, { recursive: true, force: true });
-  const started = spawnSync(sandboxBin, ['start', '--dir', dir, '--pods', String(pods)], { encoding: 'utf8' });
+  const size = typeof layout === 'number' ? ['--pods', String(layout)] : ['--layout', layout];
+  const started = spawnSync(sandboxBin, ['start', '--dir', dir, ...size], { encoding: 'utf8' });
   if (started.status !== 0) throw new Error(`sandbox start failed:\n${started.stdout}\n${started.stderr}`);
   return openSandbox(dir);
 }
