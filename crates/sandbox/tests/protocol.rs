@@ -702,15 +702,57 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
     )
     .await
     .unwrap();
-    assert_ne!(
-        pods(&admin)
-            .get("chi-sandbox-sandbox-0-3-0")
-            .await
-            .unwrap()
-            .metadata
-            .uid,
-        uid
-    );
+    let replaced_uid = pods(&admin)
+        .get("chi-sandbox-sandbox-0-3-0")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert_ne!(replaced_uid, uid);
+    // Wiped: the same pod (uid) restarted on an empty disk.
+    let wiped: serde_json::Value = serde_json::from_str(
+        &control(
+            &admin,
+            "POST",
+            "/sandbox/pods/chi-sandbox-sandbox-0-3-0/wipe",
+            serde_json::Value::Null,
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(wiped["uid"].as_str(), replaced_uid.as_deref());
+    assert_eq!(wiped["restart_count"], 1);
+    // A pod of another shard gets that shard's first free name and labels.
+    let shard1: serde_json::Value = serde_json::from_str(
+        &control(
+            &admin,
+            "POST",
+            "/sandbox/pods",
+            serde_json::json!({"clickhouse": false, "shard": 1}),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(shard1["name"], "chi-sandbox-sandbox-1-0-0");
+    assert_eq!(shard1["labels"]["clickhouse.altinity.com/shard"], "1");
+    assert_eq!(shard1["labels"]["clickhouse.altinity.com/replica"], "0");
+    // The local runtime has no ZooKeeper to pause, and says so.
+    match control(
+        &admin,
+        "POST",
+        "/sandbox/zookeeper/pause",
+        serde_json::Value::Null,
+    )
+    .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 500);
+            assert!(s.message.contains("no ZooKeeper"), "{}", s.message);
+        }
+        other => panic!("pausing ZooKeeper of the local runtime: {other:?}"),
+    }
 
     control(
         &admin,
@@ -744,14 +786,16 @@ async fn control_http_api_needs_admin_and_drives_the_sandbox() {
         .await
         .unwrap();
     assert!(sb.exec_log().is_empty());
-    control(
-        &admin,
-        "DELETE",
-        "/sandbox/pods/chi-sandbox-sandbox-0-3-0",
-        serde_json::Value::Null,
-    )
-    .await
-    .unwrap();
+    for added in ["chi-sandbox-sandbox-0-3-0", "chi-sandbox-sandbox-1-0-0"] {
+        control(
+            &admin,
+            "DELETE",
+            &format!("/sandbox/pods/{added}"),
+            serde_json::Value::Null,
+        )
+        .await
+        .unwrap();
+    }
     assert_eq!(sb.pod_names().len(), 3);
     sb.shutdown().await.unwrap();
 }
