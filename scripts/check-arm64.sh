@@ -70,20 +70,11 @@ if [ -f "npm/linux-x64-gnu/$BINARY.linux-x64-gnu.node" ]; then
     install_packed npm/linux-x64-gnu "$NAME-linux-x64-gnu"
 fi
 
+cp scripts/lib/addon-answers.cjs "$WORK/"
 cat >"$WORK/check.mjs" <<EOF
+import answers from './addon-answers.cjs'
 import * as addon from './node_modules/$NAME/index.js'
-const props = {
-  target: { namespace: 'example-observability', podSelector: { app: 'clickhouse' } },
-  statements: ['CREATE DATABASE IF NOT EXISTS orders'],
-}
-let invalid
-try { addon.validateConfig('orders-schema', { statements: [] }) } catch (e) { invalid = { code: e.code, message: e.message } }
-console.log(JSON.stringify({
-  fingerprint: addon.fingerprint(props, 'orders-schema'),
-  validateConfig: addon.validateConfig('orders-schema', props),
-  configWarnings: addon.configWarnings('orders-schema', props),
-  invalid,
-}))
+console.log(answers(addon))
 EOF
 # The loader must take the binary from the platform package, not from anything lying around.
 unset NAPI_RS_NATIVE_LIBRARY_PATH NAPI_RS_FORCE_WASI

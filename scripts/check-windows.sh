@@ -69,20 +69,9 @@ fi
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+cp scripts/lib/addon-answers.cjs "$WORK/"
 cat >"$WORK/check.cjs" <<'EOF'
-const addon = require(process.argv[2])
-const props = {
-  target: { namespace: 'example-observability', podSelector: { app: 'clickhouse' } },
-  statements: ['CREATE DATABASE IF NOT EXISTS orders'],
-}
-let invalid
-try { addon.validateConfig('orders-schema', { statements: [] }) } catch (e) { invalid = { code: e.code, message: e.message } }
-console.log(JSON.stringify({
-  fingerprint: addon.fingerprint(props, 'orders-schema'),
-  validateConfig: addon.validateConfig('orders-schema', props),
-  configWarnings: addon.configWarnings('orders-schema', props),
-  invalid,
-}))
+console.log(require('./addon-answers.cjs')(require(process.argv[2])))
 EOF
 # Wine's console gives node.exe no usable stdout pipe: write to a file.
 echo "node.exe $(cd "$WORK" && wine "$NODE_DIR/bin/node.exe" -e 'require("fs").writeFileSync("v.txt", process.version + " " + process.arch + " " + process.platform)' </dev/null >/dev/null 2>&1; cat "$WORK/v.txt")" >&2

@@ -133,5 +133,8 @@ sed -n '/==> binaries/,$p' "$CROSS_TARGET_DIR/build-all.log"
 step "the linux-arm64-gnu addon, loaded by an arm64 Node.js under qemu"
 bash scripts/check-arm64.sh
 
+step "the win32-x64-gnu addon, loaded by the official node.exe under Wine"
+bash scripts/check-windows.sh
+
 step "Node tests of the packages: every platform's binary, and the release installed by name"
 node --test --test-reporter=spec tests/binaries.test.mjs tests/install.test.mjs
