@@ -32,12 +32,48 @@
 import { existsSync, readFileSync } from 'node:fs';
 import * as http from 'node:http';
 import * as https from 'node:https';
+import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
 import { delimiter, isAbsolute } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
-import { KubeConfig, type Cluster } from '@kubernetes/client-node';
-import yaml from 'js-yaml';
-import WebSocket from 'ws';
+import type { Cluster, KubeConfig as KubeConfigType } from '@kubernetes/client-node';
+import type WebSocketType from 'ws';
+
+/**
+ * This transport's dependencies belong to the WebAssembly package
+ * (`alchemy-clickhouse-schema-wasm32-wasi`), so a project on the native build
+ * does not install `@kubernetes/client-node` and its dependencies (about 60 MB)
+ * for nothing. They are resolved from that package's own directory, which
+ * holds under any package manager's layout; in this repository, where the
+ * WebAssembly build is loaded from the working tree, they are its development
+ * dependencies.
+ */
+async function importDependency<T>(name: string): Promise<T> {
+  const here = createRequire(import.meta.url);
+  const anchors: Array<() => string> = [
+    () => here.resolve('alchemy-clickhouse-schema-wasm32-wasi/package.json'),
+    () => import.meta.url,
+  ];
+  let lastError: unknown;
+  for (const anchor of anchors) {
+    try {
+      return (await import(pathToFileURL(createRequire(anchor()).resolve(name)).href)) as T;
+    } catch (e) {
+      lastError = e;
+    }
+  }
+  throw new Error(
+    `the WebAssembly build's Kubernetes transport needs ${name}, a dependency of the alchemy-clickhouse-schema-wasm32-wasi package: install that package (npm install --cpu=wasm32 alchemy-clickhouse-schema)`,
+    { cause: lastError },
+  );
+}
+
+const { KubeConfig } = await importDependency<typeof import('@kubernetes/client-node')>('@kubernetes/client-node');
+const yaml = (await importDependency<{ default: typeof import('js-yaml') }>('js-yaml')).default;
+const WebSocket = (await importDependency<{ default: typeof WebSocketType }>('ws')).default;
+type WebSocket = WebSocketType;
+type KubeConfig = KubeConfigType;
 
 import type {
   ExecutorPod,
@@ -550,7 +586,7 @@ async function exec(connection: Connection, request: KubernetesExecRequest, open
   const base = connection.server.replace(/^http/, 'ws');
   const url = `${base}/api/v1/namespaces/${encodeURIComponent(request.namespace)}/pods/${encodeURIComponent(request.pod)}/exec?${query}`;
   return new Promise<KubernetesExecOutcome>((resolve) => {
-    const ws = new WebSocket(url, CHANNEL_PROTOCOLS, { ...(opts as unknown as WebSocket.ClientOptions), perMessageDeflate: false });
+    const ws = new WebSocket(url, CHANNEL_PROTOCOLS, { ...(opts as unknown as WebSocketType.ClientOptions), perMessageDeflate: false });
     open.add(ws);
     const stdout = new CappedText(request.maxOutputBytes);
     const stderr = new CappedText(request.maxOutputBytes);

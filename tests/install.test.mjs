@@ -13,7 +13,7 @@
 // Nothing of this repository is on the projects' module path.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
@@ -203,6 +203,15 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
     assert.deepEqual(binaries(projects.native, `${name}-linux-x64-gnu`), ['clickhouse-schema.linux-x64-gnu.node']);
     assert.deepEqual(platformPackages(projects.wasm), [`${name}-wasm32-wasi`]);
     assert.deepEqual(binaries(projects.wasm, `${name}-wasm32-wasi`), ['clickhouse-schema.wasm32-wasi.wasm']);
+    // The WebAssembly build's Kubernetes client comes with its package only.
+    assert.ok(
+      !existsSync(join(projects.native, 'node_modules', '@kubernetes', 'client-node')),
+      'a native project has no @kubernetes/client-node',
+    );
+    assert.ok(
+      existsSync(join(projects.wasm, 'node_modules', '@kubernetes', 'client-node')),
+      'the WebAssembly project has @kubernetes/client-node',
+    );
     // npm found them through the registry, as it would on npmjs.com.
     assert.ok(registry.requested.has(`${name}-linux-x64-gnu`));
     assert.ok(registry.requested.has(`${name}-wasm32-wasi`));
