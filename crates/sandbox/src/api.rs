@@ -139,6 +139,7 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
         &headers,
         Attributes {
             verb,
+            group: "",
             resource: "pods",
             namespace: ns.as_deref(),
             name: None,
@@ -231,6 +232,7 @@ async fn get_pod(
         &headers,
         Attributes {
             verb: "get",
+            group: "",
             resource: "pods",
             namespace: Some(&ns),
             name: Some(&name),
@@ -266,6 +268,7 @@ async fn delete_pod(
         &headers,
         Attributes {
             verb: "delete",
+            group: "",
             resource: "pods",
             namespace: Some(&ns),
             name: Some(&name),

@@ -54,7 +54,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
 fn admin(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
     match state.auth.authenticate(headers) {
         None => Err(Denied::Unauthorized),
-        Some(u) if u.allows("*", "*") => Ok(()),
+        Some(u) if u.allows("*", "*", "*") => Ok(()),
         Some(u) => Err(Denied::Forbidden {
             message: format!("User \"{}\" cannot use the sandbox control API", u.name),
             details: json!({}),
