@@ -1,4 +1,6 @@
-//! The Kubernetes API subset: discovery (what kubectl reads before anything else) and pods.
+//! The Kubernetes API subset: discovery (what kubectl reads before anything else) and pods; the
+//! `coordination.k8s.io` leases (`leases.rs`) and the OpenAPI kubectl validates with (`openapi.rs`)
+//! are merged in here.
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use crate::auth::{Attributes, Denied};
 use crate::pods::{Pod, pod_list, pod_table};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::State;
-use crate::{exec, status};
+use crate::{exec, leases, openapi, status};
 
 type S = AxState<Arc<State>>;
 
@@ -26,6 +28,8 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api", get(api_versions))
         .route("/apis", get(api_groups))
         .route("/api/v1", get(api_v1))
+        .route("/apis/coordination.k8s.io", get(coordination_group))
+        .route("/apis/coordination.k8s.io/v1", get(coordination_v1))
         .route("/api/v1/pods", get(list_all_pods))
         .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
         .route(
@@ -36,6 +40,8 @@ pub(crate) fn routes() -> Router<Arc<State>> {
             "/api/v1/namespaces/{ns}/pods/{name}/exec",
             get(exec::handle).post(exec::handle),
         )
+        .merge(leases::routes())
+        .merge(openapi::routes())
 }
 
 pub(crate) async fn not_found_route() -> Response {
@@ -63,7 +69,7 @@ async fn version() -> Response {
 }
 
 /// Discovery needs a valid token (any role), as `system:discovery` grants it to authenticated users.
-fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
+pub(crate) fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
     state
         .auth
         .authenticate(headers)
@@ -85,10 +91,30 @@ async fn api_groups(AxState(state): S, headers: HeaderMap) -> Response {
     if let Err(r) = authenticated(&state, &headers) {
         return r.into_response();
     }
+    // Plain `application/json` whatever the Accept: kubectl 1.32/1.33 ask for the aggregated
+    // `apidiscovery.k8s.io/v2` list first, see this content type and fall back to reading
+    // `/apis/<group>/<version>` for each group listed here.
     status::json_response(
         StatusCode::OK,
-        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [leases::api_group()]}),
     )
+}
+
+async fn coordination_group(AxState(state): S, headers: HeaderMap) -> Response {
+    if let Err(r) = authenticated(&state, &headers) {
+        return r.into_response();
+    }
+    let mut group = leases::api_group();
+    group["kind"] = json!("APIGroup");
+    group["apiVersion"] = json!("v1");
+    status::json_response(StatusCode::OK, &group)
+}
+
+async fn coordination_v1(AxState(state): S, headers: HeaderMap) -> Response {
+    if let Err(r) = authenticated(&state, &headers) {
+        return r.into_response();
+    }
+    status::json_response(StatusCode::OK, &leases::api_resource_list())
 }
 
 async fn api_v1(AxState(state): S, headers: HeaderMap) -> Response {
@@ -113,13 +139,13 @@ async fn api_v1(AxState(state): S, headers: HeaderMap) -> Response {
     )
 }
 
-fn query_pairs(q: &Option<String>) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(q: &Option<String>) -> Vec<(String, String)> {
     form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes())
         .into_owned()
         .collect()
 }
 
-fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub(crate) fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
     pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
@@ -190,7 +216,7 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
         (items, store.resource_version)
     };
     if watch {
-        return watch_response(&items, rv);
+        return watch_events(items.iter().map(Pod::to_json).collect());
     }
     let accept = headers
         .get(header::ACCEPT)
@@ -205,10 +231,10 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
 
 /// Watches are not a product need; an answer with the current objects and an immediate end lets
 /// clients that open one (kubectl's `--wait`) see the state and move on.
-fn watch_response(items: &[Pod], _rv: u64) -> Response {
-    let body: String = items
-        .iter()
-        .map(|p| json!({"type": "ADDED", "object": p.to_json()}).to_string() + "\n")
+pub(crate) fn watch_events(objects: Vec<Value>) -> Response {
+    let body: String = objects
+        .into_iter()
+        .map(|o| json!({"type": "ADDED", "object": o}).to_string() + "\n")
         .collect();
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut()
@@ -216,7 +242,7 @@ fn watch_response(items: &[Pod], _rv: u64) -> Response {
     r
 }
 
-fn wants_table(accept: &str) -> bool {
+pub(crate) fn wants_table(accept: &str) -> bool {
     accept
         .split(',')
         .next()
