@@ -30,6 +30,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api/v1", get(api_v1))
         .route("/apis/coordination.k8s.io", get(coordination_group))
         .route("/apis/coordination.k8s.io/v1", get(coordination_v1))
+        .route("/api/v1/namespaces/{name}", get(get_namespace))
         .route("/api/v1/pods", get(list_all_pods))
         .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
         .route(
@@ -135,6 +136,49 @@ async fn api_v1(AxState(state): S, headers: HeaderMap) -> Response {
                 {"name": "pods/status", "singularName": "", "namespaced": true, "kind": "Pod",
                  "verbs": ["get", "patch", "update"]},
             ],
+        }),
+    )
+}
+
+/// Namespaces are no resource of the sandbox (not in discovery, no list), but kubectl reads one:
+/// when a GET of a namespaced object is 404, cli-runtime GETs the object's namespace and, if that
+/// is 404 too, reports `namespaces "x" not found` instead of the object's own NotFound. So the
+/// namespaces that exist are answered: the sandbox's, Kubernetes' own four, and any holding a pod
+/// or a lease.
+async fn get_namespace(AxState(state): S, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    if let Err(r) = state.auth.authorize(
+        &headers,
+        Attributes {
+            verb: "get",
+            group: "",
+            resource: "namespaces",
+            namespace: None,
+            name: Some(&name),
+        },
+    ) {
+        return r.into_response();
+    }
+    let exists = [
+        state.namespace.as_str(),
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+    ]
+    .contains(&name.as_str())
+        || state.pods().iter().any(|p| p.namespace == name)
+        || !state.leases.list(Some(&name)).is_empty();
+    if !exists {
+        return status::not_found("namespaces", &name);
+    }
+    status::json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
         }),
     )
 }
