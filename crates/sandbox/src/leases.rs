@@ -875,6 +875,25 @@ fn authorize(
         .map_err(IntoResponse::into_response)
 }
 
+/// An armed `LeaseError` fault answers instead of the request: 409 as a lost race, else an
+/// InternalError with its code.
+fn injected(state: &State, ns: Option<&str>, name: Option<&str>, verb: &str) -> Result<(), Response> {
+    match state.faults().take_lease(ns.unwrap_or(""), name, verb) {
+        None => Ok(()),
+        Some(409) => Err(Refusal::Conflict {
+            name: name.unwrap_or("").to_string(),
+            why: OPTIMISTIC_LOCK.to_string(),
+        }
+        .into_response()),
+        Some(code) => Err(status::failure(
+            code,
+            "InternalError",
+            "Internal error occurred: injected by the sandbox",
+            Some(json!({"causes": [{"message": "injected by the sandbox"}]})),
+        )),
+    }
+}
+
 fn accept(headers: &HeaderMap) -> &str {
     headers
         .get(header::ACCEPT)
@@ -933,6 +952,7 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
     let watch = param(&pairs, "watch").is_some_and(|w| w == "true" || w == "1");
     let verb = if watch { "watch" } else { "list" };
     attempt!(authorize(&state, &headers, verb, ns.as_deref(), None));
+    attempt!(injected(&state, ns.as_deref(), None, verb));
     let labels = match LabelSelector::parse(param(&pairs, "labelSelector").unwrap_or("")) {
         Ok(s) => s,
         Err(e) => return status::bad_request(&format!("unable to parse requirement: {e}")),
@@ -970,6 +990,7 @@ async fn get_one(
     headers: HeaderMap,
 ) -> Response {
     attempt!(authorize(&state, &headers, "get", Some(&ns), Some(&name)));
+    attempt!(injected(&state, Some(&ns), Some(&name), "get"));
     let lease = attempt!(
         state
             .leases
@@ -995,6 +1016,8 @@ async fn create(
     attempt!(no_dry_run(&pairs, None));
     let mode = attempt!(FieldValidation::from_query(&pairs));
     let body = attempt!(parse_body(&body));
+    let named = body["metadata"]["name"].as_str().filter(|n| !n.is_empty());
+    attempt!(injected(&state, Some(&ns), named, "create"));
     let (decoded, unknown) = attempt!(decode(&body));
     let warnings = attempt!(unknown_fields(unknown, mode));
     let obj = attempt!(state.leases.create(&ns, decoded, || state.store().bump()));
@@ -1009,6 +1032,7 @@ async fn replace(
     body: Bytes,
 ) -> Response {
     attempt!(authorize(&state, &headers, "update", Some(&ns), Some(&name)));
+    attempt!(injected(&state, Some(&ns), Some(&name), "update"));
     let pairs = query_pairs(&q);
     attempt!(no_dry_run(&pairs, None));
     let mode = attempt!(FieldValidation::from_query(&pairs));
@@ -1030,6 +1054,7 @@ async fn patch(
     body: Bytes,
 ) -> Response {
     attempt!(authorize(&state, &headers, "patch", Some(&ns), Some(&name)));
+    attempt!(injected(&state, Some(&ns), Some(&name), "patch"));
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -1067,6 +1092,7 @@ async fn delete(
     body: Bytes,
 ) -> Response {
     attempt!(authorize(&state, &headers, "delete", Some(&ns), Some(&name)));
+    attempt!(injected(&state, Some(&ns), Some(&name), "delete"));
     // DeleteOptions; kubectl sends `{"propagationPolicy":"Background"}`, kube-rs `{}` or more.
     let options: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
