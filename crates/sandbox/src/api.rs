@@ -1,4 +1,6 @@
-//! The Kubernetes API subset: discovery (what kubectl reads before anything else) and pods.
+//! The Kubernetes API subset: discovery (what kubectl reads before anything else) and pods; the
+//! `coordination.k8s.io` leases (`leases.rs`) and the OpenAPI kubectl validates with (`openapi.rs`)
+//! are merged in here.
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use crate::auth::{Attributes, Denied};
 use crate::pods::{Pod, pod_list, pod_table};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::State;
-use crate::{exec, status};
+use crate::{exec, leases, openapi, status};
 
 type S = AxState<Arc<State>>;
 
@@ -26,6 +28,9 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/api", get(api_versions))
         .route("/apis", get(api_groups))
         .route("/api/v1", get(api_v1))
+        .route("/apis/coordination.k8s.io", get(coordination_group))
+        .route("/apis/coordination.k8s.io/v1", get(coordination_v1))
+        .route("/api/v1/namespaces/{name}", get(get_namespace))
         .route("/api/v1/pods", get(list_all_pods))
         .route("/api/v1/namespaces/{ns}/pods", get(list_pods))
         .route(
@@ -36,6 +41,8 @@ pub(crate) fn routes() -> Router<Arc<State>> {
             "/api/v1/namespaces/{ns}/pods/{name}/exec",
             get(exec::handle).post(exec::handle),
         )
+        .merge(leases::routes())
+        .merge(openapi::routes())
 }
 
 pub(crate) async fn not_found_route() -> Response {
@@ -63,7 +70,7 @@ async fn version() -> Response {
 }
 
 /// Discovery needs a valid token (any role), as `system:discovery` grants it to authenticated users.
-fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
+pub(crate) fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
     state
         .auth
         .authenticate(headers)
@@ -85,10 +92,30 @@ async fn api_groups(AxState(state): S, headers: HeaderMap) -> Response {
     if let Err(r) = authenticated(&state, &headers) {
         return r.into_response();
     }
+    // Plain `application/json` whatever the Accept: kubectl 1.32/1.33 ask for the aggregated
+    // `apidiscovery.k8s.io/v2` list first, see this content type and fall back to reading
+    // `/apis/<group>/<version>` for each group listed here.
     status::json_response(
         StatusCode::OK,
-        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [leases::api_group()]}),
     )
+}
+
+async fn coordination_group(AxState(state): S, headers: HeaderMap) -> Response {
+    if let Err(r) = authenticated(&state, &headers) {
+        return r.into_response();
+    }
+    let mut group = leases::api_group();
+    group["kind"] = json!("APIGroup");
+    group["apiVersion"] = json!("v1");
+    status::json_response(StatusCode::OK, &group)
+}
+
+async fn coordination_v1(AxState(state): S, headers: HeaderMap) -> Response {
+    if let Err(r) = authenticated(&state, &headers) {
+        return r.into_response();
+    }
+    status::json_response(StatusCode::OK, &leases::api_resource_list())
 }
 
 async fn api_v1(AxState(state): S, headers: HeaderMap) -> Response {
@@ -113,13 +140,56 @@ async fn api_v1(AxState(state): S, headers: HeaderMap) -> Response {
     )
 }
 
-fn query_pairs(q: &Option<String>) -> Vec<(String, String)> {
+/// Namespaces are no resource of the sandbox (not in discovery, no list), but kubectl reads one:
+/// when a GET of a namespaced object is 404, cli-runtime GETs the object's namespace and, if that
+/// is 404 too, reports `namespaces "x" not found` instead of the object's own NotFound. So the
+/// namespaces that exist are answered: the sandbox's, Kubernetes' own four, and any holding a pod
+/// or a lease.
+async fn get_namespace(AxState(state): S, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    if let Err(r) = state.auth.authorize(
+        &headers,
+        Attributes {
+            verb: "get",
+            group: "",
+            resource: "namespaces",
+            namespace: None,
+            name: Some(&name),
+        },
+    ) {
+        return r.into_response();
+    }
+    let exists = [
+        state.namespace.as_str(),
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+    ]
+    .contains(&name.as_str())
+        || state.pods().iter().any(|p| p.namespace == name)
+        || !state.leases.list(Some(&name)).is_empty();
+    if !exists {
+        return status::not_found("namespaces", &name);
+    }
+    status::json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }),
+    )
+}
+
+pub(crate) fn query_pairs(q: &Option<String>) -> Vec<(String, String)> {
     form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes())
         .into_owned()
         .collect()
 }
 
-fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub(crate) fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
     pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
@@ -139,6 +209,7 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
         &headers,
         Attributes {
             verb,
+            group: "",
             resource: "pods",
             namespace: ns.as_deref(),
             name: None,
@@ -189,7 +260,7 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
         (items, store.resource_version)
     };
     if watch {
-        return watch_response(&items, rv);
+        return watch_events(items.iter().map(Pod::to_json).collect());
     }
     let accept = headers
         .get(header::ACCEPT)
@@ -204,10 +275,10 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
 
 /// Watches are not a product need; an answer with the current objects and an immediate end lets
 /// clients that open one (kubectl's `--wait`) see the state and move on.
-fn watch_response(items: &[Pod], _rv: u64) -> Response {
-    let body: String = items
-        .iter()
-        .map(|p| json!({"type": "ADDED", "object": p.to_json()}).to_string() + "\n")
+pub(crate) fn watch_events(objects: Vec<Value>) -> Response {
+    let body: String = objects
+        .into_iter()
+        .map(|o| json!({"type": "ADDED", "object": o}).to_string() + "\n")
         .collect();
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut()
@@ -215,7 +286,7 @@ fn watch_response(items: &[Pod], _rv: u64) -> Response {
     r
 }
 
-fn wants_table(accept: &str) -> bool {
+pub(crate) fn wants_table(accept: &str) -> bool {
     accept
         .split(',')
         .next()
@@ -231,6 +302,7 @@ async fn get_pod(
         &headers,
         Attributes {
             verb: "get",
+            group: "",
             resource: "pods",
             namespace: Some(&ns),
             name: Some(&name),
@@ -266,6 +338,7 @@ async fn delete_pod(
         &headers,
         Attributes {
             verb: "delete",
+            group: "",
             resource: "pods",
             namespace: Some(&ns),
             name: Some(&name),

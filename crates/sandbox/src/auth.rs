@@ -1,5 +1,6 @@
 //! Bearer tokens with RBAC-like per-verb rules. The product needs exactly `list pods` and
 //! `create pods/exec`; the `minimal` user has just those, so a test proves nothing more is used.
+//! The `lease` user adds what taking a `coordination.k8s.io` Lease against concurrent deploys needs.
 
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -12,11 +13,12 @@ use crate::status;
 pub(crate) struct User {
     pub(crate) name: String,
     pub(crate) token: String,
-    /// `(verb, resource)` pairs; `("*", "*")` allows everything.
-    pub(crate) rules: Vec<(String, String)>,
+    /// `(verb, API group, resource)` triples as a Role's rules spell them (core group `""`);
+    /// `("*", "*", "*")` allows everything.
+    pub(crate) rules: Vec<(String, String, String)>,
 }
 
-/// Bearer tokens of the sandbox's three users, random per sandbox; the kubeconfig has a context for
+/// Bearer tokens of the sandbox's four users, random per sandbox; the kubeconfig has a context for
 /// each.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tokens {
@@ -26,14 +28,28 @@ pub struct Tokens {
     pub minimal: String,
     /// `sandbox-no-exec` (context `sandbox-no-exec`): list, get and watch pods, but no exec.
     pub no_exec: String,
+    /// `sandbox-lease` (context `sandbox-lease`): the minimal user's rights plus get, list, watch,
+    /// create, update, patch and delete on `coordination.k8s.io` leases. Empty in a sandbox.json
+    /// written before the user existed.
+    #[serde(default)]
+    pub lease: String,
 }
 
 pub(crate) const ADMIN_USER: &str = "sandbox-admin";
 pub(crate) const MINIMAL_USER: &str = "sandbox-minimal";
 pub(crate) const NO_EXEC_USER: &str = "sandbox-no-exec";
+pub(crate) const LEASE_USER: &str = "sandbox-lease";
 
-fn rule(verb: &str, resource: &str) -> (String, String) {
-    (verb.to_string(), resource.to_string())
+/// The API group of Lease objects.
+pub(crate) const COORDINATION: &str = "coordination.k8s.io";
+
+/// A rule on the core API group (pods).
+fn rule(verb: &str, resource: &str) -> (String, String, String) {
+    group_rule(verb, "", resource)
+}
+
+fn group_rule(verb: &str, group: &str, resource: &str) -> (String, String, String) {
+    (verb.to_string(), group.to_string(), resource.to_string())
 }
 
 pub(crate) fn default_users() -> Vec<User> {
@@ -42,7 +58,7 @@ pub(crate) fn default_users() -> Vec<User> {
         User {
             name: ADMIN_USER.into(),
             token: token(),
-            rules: vec![rule("*", "*")],
+            rules: vec![group_rule("*", "*", "*")],
         },
         User {
             name: MINIMAL_USER.into(),
@@ -56,14 +72,27 @@ pub(crate) fn default_users() -> Vec<User> {
             token: token(),
             rules: vec![rule("list", "pods"), rule("get", "pods"), rule("watch", "pods")],
         },
+        // Exactly what a deploy guarded by a Lease needs on top of the minimal role.
+        User {
+            name: LEASE_USER.into(),
+            token: token(),
+            rules: [rule("list", "pods"), rule("create", "pods/exec")]
+                .into_iter()
+                .chain(
+                    ["get", "list", "watch", "create", "update", "patch", "delete"]
+                        .iter()
+                        .map(|v| group_rule(v, COORDINATION, "leases")),
+                )
+                .collect(),
+        },
     ]
 }
 
 impl User {
-    pub(crate) fn allows(&self, verb: &str, resource: &str) -> bool {
-        self.rules
-            .iter()
-            .any(|(v, r)| (v == "*" || v == verb) && (r == "*" || r == resource))
+    pub(crate) fn allows(&self, verb: &str, group: &str, resource: &str) -> bool {
+        self.rules.iter().any(|(v, g, r)| {
+            (v == "*" || v == verb) && (g == "*" || g == group) && (r == "*" || r == resource)
+        })
     }
 }
 
@@ -95,6 +124,8 @@ pub(crate) struct Authorizer {
 /// What a request wants to do, for the authorization check and its message.
 pub(crate) struct Attributes<'a> {
     pub(crate) verb: &'a str,
+    /// API group; `""` for the core group (pods).
+    pub(crate) group: &'a str,
     pub(crate) resource: &'a str,
     pub(crate) namespace: Option<&'a str>,
     pub(crate) name: Option<&'a str>,
@@ -113,6 +144,7 @@ impl Authorizer {
             admin: find(ADMIN_USER),
             minimal: find(MINIMAL_USER),
             no_exec: find(NO_EXEC_USER),
+            lease: find(LEASE_USER),
         }
     }
 
@@ -128,10 +160,17 @@ impl Authorizer {
     /// 401 without a known token, 403 with a message in the apiserver's words.
     pub(crate) fn authorize(&self, headers: &HeaderMap, attrs: Attributes<'_>) -> Result<User, Denied> {
         let user = self.authenticate(headers).ok_or(Denied::Unauthorized)?;
-        if user.allows(attrs.verb, attrs.resource) {
+        if user.allows(attrs.verb, attrs.group, attrs.resource) {
             return Ok(user.clone());
         }
-        let group_resource = attrs.resource.split('/').next().unwrap_or(attrs.resource);
+        // The apiserver names the resource with its group (`leases.coordination.k8s.io`) in the
+        // subject and in details.kind, without the subresource.
+        let resource = attrs.resource.split('/').next().unwrap_or(attrs.resource);
+        let group_resource = if attrs.group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{}", attrs.group)
+        };
         let subject = match attrs.name {
             Some(n) => format!("{group_resource} \"{n}\""),
             None => group_resource.to_string(),
@@ -141,12 +180,15 @@ impl Authorizer {
             None => " at the cluster scope".to_string(),
         };
         let message = format!(
-            "{subject} is forbidden: User \"{}\" cannot {} resource \"{}\" in API group \"\"{scope}",
-            user.name, attrs.verb, attrs.resource
+            "{subject} is forbidden: User \"{}\" cannot {} resource \"{}\" in API group \"{}\"{scope}",
+            user.name, attrs.verb, attrs.resource, attrs.group
         );
-        let mut details = json!({"kind": group_resource});
+        let mut details = json!({"kind": resource});
         if let Some(n) = attrs.name {
             details["name"] = json!(n);
+        }
+        if !attrs.group.is_empty() {
+            details["group"] = json!(attrs.group);
         }
         Err(Denied::Forbidden { message, details })
     }

@@ -15,7 +15,9 @@
 //! - `GET|DELETE /sandbox/api-log`: every Kubernetes API request served (`{method, path, query}`)
 //! - `GET|POST|DELETE /sandbox/faults`: `{"kind":"drop_exec","pod":?,"count":1,"after":"after_start|after_stdout"}`,
 //!   `{"kind":"stall_exec","pod":?,"count":1,"seconds":3600}`,
-//!   `{"kind":"list_error","namespace":?,"count":1,"status":500|429,"retry_after_seconds":?}`
+//!   `{"kind":"list_error","namespace":?,"count":1,"status":500|429,"retry_after_seconds":?}`,
+//!   `{"kind":"lease_error","namespace":?,"name":?,"verb":?,"count":1,"status":409|500}` (verb:
+//!   `get|list|watch|create|update|patch|delete`; 409 is the stale-resourceVersion Conflict)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,7 +62,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
 fn admin(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
     match state.auth.authenticate(headers) {
         None => Err(Denied::Unauthorized),
-        Some(u) if u.allows("*", "*") => Ok(()),
+        Some(u) if u.allows("*", "*", "*") => Ok(()),
         Some(u) => Err(Denied::Forbidden {
             message: format!("User \"{}\" cannot use the sandbox control API", u.name),
             details: json!({}),

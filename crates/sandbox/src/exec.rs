@@ -157,6 +157,7 @@ pub(crate) async fn handle(
         req.headers(),
         Attributes {
             verb: "create",
+            group: "",
             resource: "pods/exec",
             namespace: Some(&namespace),
             name: Some(&name),

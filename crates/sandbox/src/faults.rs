@@ -59,6 +59,28 @@ pub enum Fault {
         #[serde(default)]
         retry_after_seconds: Option<u64>,
     },
+    /// Answer lease requests with this HTTP status: 409 is the Conflict a stale resourceVersion
+    /// gets (another writer won), 500 an InternalError. Checked after authorization, before the
+    /// request does anything (a create has only parsed its body, for the name).
+    LeaseError {
+        /// Only leases in this namespace; `None`: any, the all-namespaces list included.
+        #[serde(default)]
+        namespace: Option<String>,
+        /// Only requests naming this lease (in the URL, or in the body of a create); `None`: any,
+        /// lists included.
+        #[serde(default)]
+        name: Option<String>,
+        /// Only this verb: `get`, `list`, `watch`, `create`, `update` (PUT), `patch` or `delete`;
+        /// `None`: any.
+        #[serde(default)]
+        verb: Option<String>,
+        /// How many requests fail before it is used up.
+        #[serde(default = "one")]
+        count: u32,
+        /// 409 answers Conflict; any other status an InternalError with that code.
+        #[serde(default = "status_409")]
+        status: u16,
+    },
 }
 
 fn one() -> u32 {
@@ -69,6 +91,9 @@ fn stall_default() -> u64 {
 }
 fn status_500() -> u16 {
     500
+}
+fn status_409() -> u16 {
+    409
 }
 
 /// What an exec must suffer.
@@ -109,7 +134,7 @@ impl Faults {
             Fault::DropExec { pod: p, count, .. } | Fault::StallExec { pod: p, count, .. } => {
                 *count > 0 && scoped(p, pod)
             }
-            Fault::ListError { .. } => false,
+            Fault::ListError { .. } | Fault::LeaseError { .. } => false,
         })?;
         let out = match &mut self.armed[idx] {
             Fault::DropExec { count, after, .. } => {
@@ -120,7 +145,7 @@ impl Faults {
                 *count -= 1;
                 ExecFault::Stall(*seconds)
             }
-            Fault::ListError { .. } => unreachable!(),
+            Fault::ListError { .. } | Fault::LeaseError { .. } => unreachable!(),
         };
         self.armed.retain(|f| {
             !matches!(
@@ -153,6 +178,26 @@ impl Faults {
             .retain(|f| !matches!(f, Fault::ListError { count: 0, .. }));
         Some(out)
     }
+
+    /// The status a lease request must get; `namespace` is `""` for the all-namespaces list and
+    /// `name` `None` for lists and for a create whose body names none.
+    pub(crate) fn take_lease(&mut self, namespace: &str, name: Option<&str>, verb: &str) -> Option<u16> {
+        let idx = self.armed.iter().position(|f| {
+            matches!(f, Fault::LeaseError { namespace: n, name: l, verb: v, count, .. }
+                if *count > 0
+                    && scoped(n, namespace)
+                    && l.as_deref().is_none_or(|l| Some(l) == name)
+                    && scoped(v, verb))
+        })?;
+        let Fault::LeaseError { count, status, .. } = &mut self.armed[idx] else {
+            unreachable!()
+        };
+        *count -= 1;
+        let out = *status;
+        self.armed
+            .retain(|f| !matches!(f, Fault::LeaseError { count: 0, .. }));
+        Some(out)
+    }
 }
 
 #[cfg(test)]
@@ -179,6 +224,32 @@ mod tests {
         assert_eq!(f.take_exec("a"), None);
         assert_eq!(f.take_list("x").map(|l| l.status), Some(429));
         assert_eq!(f.take_list("x"), None);
+        assert!(f.armed().is_empty());
+    }
+
+    #[test]
+    fn lease_faults_match_namespace_name_and_verb() {
+        let mut f = Faults::default();
+        f.arm(serde_json::from_str(r#"{"kind":"lease_error","name":"deploy","verb":"update"}"#).unwrap());
+        f.arm(Fault::LeaseError {
+            namespace: Some("a".into()),
+            name: None,
+            verb: None,
+            count: 2,
+            status: 500,
+        });
+        assert_eq!(f.take_lease("b", Some("deploy"), "get"), None);
+        assert_eq!(f.take_lease("b", Some("other"), "update"), None);
+        assert_eq!(f.take_lease("b", None, "update"), None, "a list names no lease");
+        assert_eq!(f.take_lease("b", Some("deploy"), "update"), Some(409));
+        assert_eq!(f.take_lease("b", Some("deploy"), "update"), None);
+        assert_eq!(
+            f.take_lease("", None, "list"),
+            None,
+            "all namespaces is not namespace a"
+        );
+        assert_eq!(f.take_lease("a", None, "list"), Some(500));
+        assert_eq!(f.take_lease("a", Some("x"), "delete"), Some(500));
         assert!(f.armed().is_empty());
     }
 }

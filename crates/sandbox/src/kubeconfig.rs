@@ -15,6 +15,7 @@ pub(crate) struct KubeconfigInput<'a> {
 pub(crate) const CONTEXT_ADMIN: &str = "sandbox";
 pub(crate) const CONTEXT_MINIMAL: &str = "sandbox-minimal";
 pub(crate) const CONTEXT_NO_EXEC: &str = "sandbox-no-exec";
+pub(crate) const CONTEXT_LEASE: &str = "sandbox-lease";
 /// No credentials: every request but /version is 401.
 pub(crate) const CONTEXT_ANONYMOUS: &str = "sandbox-anonymous";
 /// Admin token, `insecure-skip-tls-verify` instead of the CA.
@@ -40,6 +41,7 @@ pub(crate) fn render(i: &KubeconfigInput<'_>) -> String {
         ("sandbox-admin", &i.tokens.admin),
         ("sandbox-minimal", &i.tokens.minimal),
         ("sandbox-no-exec", &i.tokens.no_exec),
+        ("sandbox-lease", &i.tokens.lease),
     ] {
         out.push_str(&format!("- name: {user}\n  user:\n    token: {token}\n"));
     }
@@ -48,6 +50,7 @@ pub(crate) fn render(i: &KubeconfigInput<'_>) -> String {
     out.push_str(&ctx(CONTEXT_ADMIN, "sandbox", "sandbox-admin"));
     out.push_str(&ctx(CONTEXT_MINIMAL, "sandbox", "sandbox-minimal"));
     out.push_str(&ctx(CONTEXT_NO_EXEC, "sandbox", "sandbox-no-exec"));
+    out.push_str(&ctx(CONTEXT_LEASE, "sandbox", "sandbox-lease"));
     out.push_str(&ctx(CONTEXT_ANONYMOUS, "sandbox", "sandbox-anonymous"));
     out.push_str(&ctx(CONTEXT_INSECURE, "sandbox-insecure", "sandbox-admin"));
     out.push_str(&format!("current-context: {CONTEXT_ADMIN}\n"));

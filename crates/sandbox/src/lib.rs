@@ -1,7 +1,7 @@
 //! Test bed only: a Kubernetes API subset (discovery, pods, pods/exec over WebSocket v5/v4,
-//! bearer tokens with RBAC-like rules) whose pods are real ClickHouse servers from
-//! `clickhouse-schema-sandbox-hosts`, laid out in shards and replicas as the ClickHouse operator
-//! names them. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
+//! `coordination.k8s.io` leases, bearer tokens with RBAC-like rules) whose pods are real ClickHouse
+//! servers from `clickhouse-schema-sandbox-hosts`, laid out in shards and replicas as the ClickHouse
+//! operator names them. kubectl and kube-rs talk to it unchanged through the kubeconfig it writes.
 
 mod api;
 mod api_log;
@@ -12,6 +12,8 @@ mod exec;
 mod exec_log;
 mod faults;
 mod kubeconfig;
+mod leases;
+mod openapi;
 mod pods;
 mod runtime;
 mod sandbox;

@@ -95,7 +95,8 @@ pub struct Pod {
     pub restart_count: u32,
 }
 
-fn ts(t: SystemTime) -> String {
+/// A `metav1.Time` as the apiserver writes it: RFC 3339, whole seconds, UTC.
+pub(crate) fn ts(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
@@ -241,7 +242,8 @@ pub(crate) fn pod_list(items: &[Pod], resource_version: u64) -> Value {
     })
 }
 
-fn age(created: SystemTime) -> String {
+/// The AGE column of server-side printing.
+pub(crate) fn age(created: SystemTime) -> String {
     let secs = SystemTime::now()
         .duration_since(created)
         .map(|d| d.as_secs())

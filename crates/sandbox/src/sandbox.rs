@@ -118,7 +118,7 @@ pub struct SandboxInfo {
     pub cluster: String,
     /// The kubeconfig for kubectl and kube-rs, one context per token.
     pub kubeconfig: PathBuf,
-    /// Bearer tokens of the three users.
+    /// Bearer tokens of the four users.
     pub tokens: Tokens,
     /// Passwords of the ClickHouse users.
     pub passwords: Passwords,
@@ -334,7 +334,7 @@ impl Sandbox {
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
     }
-    /// Bearer tokens of the admin, minimal and no-exec users.
+    /// Bearer tokens of the admin, minimal, no-exec and lease users.
     pub fn tokens(&self) -> Tokens {
         self.state.auth.tokens()
     }

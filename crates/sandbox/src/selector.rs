@@ -262,7 +262,7 @@ fn is_label_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|part| {
@@ -379,8 +379,17 @@ pub(crate) const POD_FIELDS: &[&str] = &[
     "spec.nodeName",
 ];
 
+/// Fields a lease list can be filtered by: the apiserver's for every object without its own.
+pub(crate) const METADATA_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+
 impl FieldSelector {
+    /// A selector over pod fields.
     pub(crate) fn parse(input: &str) -> Result<Self, SelectorError> {
+        Self::parse_for(input, POD_FIELDS)
+    }
+
+    /// A selector over the fields `supported` names; any other is refused as the apiserver does.
+    pub(crate) fn parse_for(input: &str, supported: &[&str]) -> Result<Self, SelectorError> {
         let mut terms = Vec::new();
         for part in split_unescaped(input, ',') {
             if part.is_empty() {
@@ -398,7 +407,7 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim().to_string();
-            if !POD_FIELDS.contains(&field.as_str()) {
+            if !supported.contains(&field.as_str()) {
                 return Err(SelectorError(format!("field label not supported: {field}")));
             }
             terms.push(FieldTerm {

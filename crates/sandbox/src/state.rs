@@ -15,6 +15,7 @@ use crate::auth::Authorizer;
 use crate::exec::ExecProtocol;
 use crate::exec_log::ExecRecord;
 use crate::faults::{Fault, Faults};
+use crate::leases::Leases;
 use crate::pods::{Backing, Container, Phase, Pod};
 use crate::runtime::{PodRuntime, RuntimeError};
 use crate::topology;
@@ -106,7 +107,9 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    fn bump(&mut self) -> u64 {
+    /// The next resourceVersion: one counter for pods and leases alike, as etcd's revision is one
+    /// for the whole cluster.
+    pub(crate) fn bump(&mut self) -> u64 {
         self.resource_version += 1;
         self.resource_version
     }
@@ -119,6 +122,8 @@ pub(crate) struct State {
     pub(crate) cluster_name: String,
     pub(crate) passwords: Passwords,
     pub(crate) store: Mutex<Store>,
+    /// The `coordination.k8s.io` Lease objects; their resourceVersions come from `store`'s counter.
+    pub(crate) leases: Leases,
     pub(crate) faults: Mutex<Faults>,
     /// Exec subprotocols the server accepts, in its order of preference.
     pub(crate) exec_protocols: Vec<ExecProtocol>,
@@ -150,6 +155,7 @@ impl State {
                 pods: BTreeMap::new(),
                 resource_version: 1000,
             }),
+            leases: Leases::default(),
             faults: Mutex::new(Faults::default()),
             exec_protocols: ExecProtocol::ALL.to_vec(),
             exec_log: Mutex::new(Vec::new()),
