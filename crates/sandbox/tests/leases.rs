@@ -452,7 +452,7 @@ async fn only_the_lease_user_and_the_admin_touch_leases() {
     );
     let exec = kube_exec(
         &lease_user,
-        "chi-sandbox-0-0-0",
+        "chi-sandbox-sandbox-0-0-0",
         "clickhouse",
         &["echo", "ok"],
         b"",
@@ -461,7 +461,7 @@ async fn only_the_lease_user_and_the_admin_touch_leases() {
     .unwrap();
     assert_eq!(exec.stdout, "ok\n");
     assert_eq!(
-        api_error(pods(&lease_user).get("chi-sandbox-0-0-0").await).code,
+        api_error(pods(&lease_user).get("chi-sandbox-sandbox-0-0-0").await).code,
         403
     );
     assert_eq!(sb.exec_log()[0].user, "sandbox-lease");
