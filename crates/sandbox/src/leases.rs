@@ -817,38 +817,26 @@ fn lease_list(items: Vec<Value>, resource_version: u64) -> Value {
 
 /// Server-side printing as kubectl shows leases: NAME, HOLDER, AGE.
 fn lease_table(items: &[Value], resource_version: u64, include_object: &str) -> Value {
-    let col = |name: &str, format: &str, description: &str| json!({"name": name, "type": "string", "format": format, "description": description, "priority": 0});
+    use crate::table::{AGE, Column, NAME, render, row};
     let rows: Vec<Value> = items
         .iter()
         .map(|l| {
             let created = humantime::parse_rfc3339_weak(meta_str(l, "creationTimestamp"))
                 .unwrap_or_else(|_| SystemTime::now());
-            let object = match include_object {
-                "None" => Value::Null,
-                "Object" => l.clone(),
-                _ => json!({
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": l["metadata"].clone(),
-                }),
-            };
-            json!({
-                "cells": [meta_str(l, "name"), l["spec"]["holderIdentity"].as_str().unwrap_or(""), age(created)],
-                "object": object,
-            })
+            let cells = json!([
+                meta_str(l, "name"),
+                l["spec"]["holderIdentity"].as_str().unwrap_or(""),
+                age(created)
+            ]);
+            row(cells, l, include_object)
         })
         .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": resource_version.to_string()},
-        "columnDefinitions": [
-            col("Name", "name", "Name must be unique within a namespace."),
-            col("Holder", "", "holderIdentity contains the identity of the holder of a current lease."),
-            col("Age", "", "CreationTimestamp is a timestamp representing the server time when this object was created."),
-        ],
-        "rows": rows,
-    })
+    let holder = Column {
+        name: "Holder",
+        format: "",
+        description: "holderIdentity contains the identity of the holder of a current lease.",
+    };
+    render(&[NAME, holder, AGE], rows, resource_version)
 }
 
 /// Authorization, for every lease route.

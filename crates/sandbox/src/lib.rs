@@ -21,6 +21,7 @@ mod selector;
 mod server;
 mod state;
 mod status;
+mod table;
 mod tls;
 mod topology;
 

@@ -257,38 +257,41 @@ pub(crate) fn age(created: SystemTime) -> String {
 
 /// The server-side printing kubectl asks for with `Accept: application/json;as=Table;...`.
 pub(crate) fn pod_table(items: &[Pod], resource_version: u64, include_object: &str) -> Value {
-    let col = |name: &str, ty: &str, format: &str, description: &str| json!({"name": name, "type": ty, "format": format, "description": description, "priority": 0});
+    use crate::table::{AGE, Column, NAME, render, row};
     let rows: Vec<Value> = items
         .iter()
         .map(|p| {
             let ready = usize::from(p.ready && p.phase == Phase::Running) * p.containers.len();
-            let object = match include_object {
-                "None" => Value::Null,
-                "Object" => p.to_json(),
-                _ => json!({
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": p.to_json()["metadata"].clone(),
-                }),
-            };
-            json!({
-                "cells": [p.name, format!("{ready}/{}", p.containers.len()), p.display_status(),
-                          p.restart_count, age(p.created)],
-                "object": object,
-            })
+            let cells = json!([
+                p.name,
+                format!("{ready}/{}", p.containers.len()),
+                p.display_status(),
+                p.restart_count,
+                age(p.created)
+            ]);
+            row(cells, &p.to_json(), include_object)
         })
         .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": resource_version.to_string()},
-        "columnDefinitions": [
-            col("Name", "string", "name", "Name must be unique within a namespace."),
-            col("Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic."),
-            col("Status", "string", "", "The aggregate status of the containers in this pod."),
-            col("Restarts", "string", "", "The number of times the containers in this pod have been restarted."),
-            col("Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created."),
+    let column = |name, description| Column {
+        name,
+        format: "",
+        description,
+    };
+    render(
+        &[
+            NAME,
+            column(
+                "Ready",
+                "The aggregate readiness state of this pod for accepting traffic.",
+            ),
+            column("Status", "The aggregate status of the containers in this pod."),
+            column(
+                "Restarts",
+                "The number of times the containers in this pod have been restarted.",
+            ),
+            AGE,
         ],
-        "rows": rows,
-    })
+        rows,
+        resource_version,
+    )
 }
