@@ -18,6 +18,7 @@ pub mod cluster_id;
 pub mod command;
 pub mod config;
 pub mod credential_literals;
+pub mod declared;
 pub(crate) mod error;
 pub mod fingerprint;
 pub mod lexer;
