@@ -19,6 +19,7 @@ pub mod command;
 pub mod config;
 pub mod credential_literals;
 pub mod declared;
+pub mod definition;
 pub(crate) mod error;
 pub mod fingerprint;
 pub mod lexer;
