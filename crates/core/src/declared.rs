@@ -200,14 +200,7 @@ struct Cursor<'a> {
 impl Cursor<'_> {
     /// Takes `keyword` (any case) if it comes next.
     fn keyword(&mut self, keyword: &str) -> bool {
-        let hit = self
-            .tokens
-            .get(self.pos)
-            .is_some_and(|t| t.is_keyword(self.sql, keyword));
-        if hit {
-            self.pos += 1;
-        }
-        hit
+        self.keywords(&[keyword])
     }
 
     /// Takes all of `keywords` if they come next, in order; otherwise takes nothing.
