@@ -90,10 +90,39 @@ pub fn render(
     statement_bytes: usize,
     statement_timeout: Duration,
 ) -> Vec<String> {
+    render_with(client, settings, statement_bytes, statement_timeout, "")
+}
+
+/// argv for running a script of several statements of `script_bytes` UTF-8 bytes: the same
+/// command with `--multiquery --ignore-error`, so every statement of the script runs even when
+/// one before it failed (live-schema verification relies on its last statements always running:
+/// they drop the scratch database and mark the end of the output).
+pub fn render_script(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    script_bytes: usize,
+    statement_timeout: Duration,
+) -> Vec<String> {
+    render_with(
+        client,
+        settings,
+        script_bytes,
+        statement_timeout,
+        " --multiquery --ignore-error",
+    )
+}
+
+fn render_with(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    statement_bytes: usize,
+    statement_timeout: Duration,
+    flags: &str,
+) -> Vec<String> {
     let secs = bound_secs(statement_timeout);
     let pod_secs = pod_timeout_secs(statement_timeout);
     let mut client_args = format!(
-        "--config-file=/dev/fd/4 --user={} --database={} --port={}",
+        "--config-file=/dev/fd/4 --user={} --database={} --port={}{flags}",
         shell_quote(&client.user),
         shell_quote(&client.database),
         client.port,

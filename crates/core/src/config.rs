@@ -55,6 +55,8 @@ pub struct ResolvedConfig {
     pub on_delete: OnDelete,
     /// Non-empty exactly when `on_delete` is [`OnDelete::Run`]; empty otherwise.
     pub delete_statements: Vec<String>,
+    /// What a mismatch between the declared and the live objects does; outside the fingerprint.
+    pub verify: VerifyMode,
     /// How long the pods may take to become Ready.
     pub wait_for_pod: WaitForPod,
     /// Only meaningful under fanout.
@@ -198,6 +200,29 @@ impl OnDelete {
         match self {
             OnDelete::Retain => "retain",
             OnDelete::Run => "run",
+        }
+    }
+}
+
+/// What a mismatch between the declared objects and what a pod holds does after an apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum VerifyMode {
+    /// Fail the apply with `E_SCHEMA_MISMATCH`; nothing is recorded.
+    Fail,
+    /// Report the mismatch as an event and record the apply.
+    Warn,
+    /// Do not look.
+    Off,
+}
+
+impl VerifyMode {
+    /// The value as users write it in props.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyMode::Fail => "fail",
+            VerifyMode::Warn => "warn",
+            VerifyMode::Off => "off",
         }
     }
 }
@@ -355,6 +380,8 @@ struct Props {
     #[serde(default)]
     delete_statements: Vec<String>,
     #[serde(default)]
+    verify: Option<VerifyMode>,
+    #[serde(default)]
     wait_for_pod: PropsWaitForPod,
     #[serde(default, deserialize_with = "integral")]
     max_reconcile_passes: Option<u32>,
@@ -464,6 +491,7 @@ pub(crate) fn resolve(props: &Value) -> Result<ResolvedConfig, String> {
         settings: props.settings,
         on_delete: props.on_delete.unwrap_or(OnDelete::Retain),
         delete_statements: props.delete_statements,
+        verify: props.verify.unwrap_or(VerifyMode::Fail),
         wait_for_pod: WaitForPod {
             timeout_ms: props
                 .wait_for_pod

@@ -1,18 +1,22 @@
-//! A table's definition as clauses, so two definitions can be compared clause by clause.
+//! A table's or view's definition as parts (columns and clauses), so two definitions can be compared
+//! part by part and a difference can be shown the way the user wrote it.
 //!
 //! Verification compares what the statements declare with what a pod holds, both as the server
-//! itself prints them (`SHOW CREATE TABLE` of the live table, and of a scratch table created from
-//! the declaration). The server's printing removes most spelling differences; what is left (names,
-//! the scratch database, comments, spacing, keyword case) is removed here by reading tokens:
-//! whitespace and comments go, keywords are compared upper case, and the object's own name is not a
-//! clause. Each clause keeps its tokens' text joined by single spaces, which is also what a
-//! difference shows to the user.
+//! itself prints them (`system.tables.create_table_query` of the live object, and of a scratch copy
+//! created from the declaration). The server's printing removes most spelling differences (`1.0`
+//! becomes `1.`, quotes and line breaks go); what is left is removed here by reading tokens:
+//! whitespace and comments go, keywords are compared upper case, a quoted identifier is compared by
+//! its name, numbers by their value, and the object's name, `ON CLUSTER` and `UUID` are not part of
+//! the definition. Each part keeps two texts: a key, which is what is compared, and the source text
+//! with its spacing collapsed, which is what a difference shows.
 //!
-//! Clauses: the column list (one entry per column: name, type, default, comment, codec, as a whole),
-//! `ENGINE`, `PARTITION BY`, `PRIMARY KEY`, `ORDER BY`, `SAMPLE BY`, `TTL`, `SETTINGS`, and for
-//! views `AS SELECT ...` and `TO target`. Not yet used by the apply path.
+//! What counts as a difference: a column (name, type, `DEFAULT`/`MATERIALIZED`/`ALIAS` expression,
+//! `COMMENT`, `CODEC`, TTL: the whole entry), the order of the columns, and each clause: `ENGINE`
+//! with its arguments, `PARTITION BY`, `PRIMARY KEY`, `ORDER BY`, `SAMPLE BY`, `TTL`, `SETTINGS`,
+//! `COMMENT`, and for views `TO` (a materialized view's target) and `AS` (the query). `POPULATE`
+//! is not part of a definition (the server does not keep it).
 
-use crate::lexer::{Token, TokenKind, significant};
+use crate::lexer::{Token, TokenKind, significant, tokenize};
 
 /// The clause keywords that start a new clause after the column list, in ClickHouse's order.
 const CLAUSES: &[&[&str]] = &[
@@ -23,123 +27,154 @@ const CLAUSES: &[&[&str]] = &[
     &["SAMPLE", "BY"],
     &["TTL"],
     &["SETTINGS"],
+    &["POPULATE"],
+    &["EMPTY"],
     &["TO"],
     &["AS"],
     &["COMMENT"],
 ];
 
-/// One table or view definition, clause by clause.
+/// Words whose case the server ignores, compared upper case. Identifiers keep their case.
+const KEYWORDS: &[&str] = &[
+    "DEFAULT",
+    "MATERIALIZED",
+    "ALIAS",
+    "EPHEMERAL",
+    "COMMENT",
+    "CODEC",
+    "BY",
+    "KEY",
+    "AS",
+    "SELECT",
+    "DISTINCT",
+    "FROM",
+    "WHERE",
+    "PREWHERE",
+    "GROUP",
+    "ORDER",
+    "HAVING",
+    "LIMIT",
+    "OFFSET",
+    "UNION",
+    "ALL",
+    "JOIN",
+    "LEFT",
+    "RIGHT",
+    "INNER",
+    "OUTER",
+    "FULL",
+    "CROSS",
+    "ANY",
+    "ON",
+    "USING",
+    "WITH",
+    "AND",
+    "OR",
+    "NOT",
+    "NULL",
+    "IS",
+    "CASE",
+    "WHEN",
+    "THEN",
+    "ELSE",
+    "END",
+    "BETWEEN",
+    "LIKE",
+    "ILIKE",
+    "ENGINE",
+    "SETTINGS",
+    "TTL",
+    "PARTITION",
+    "PRIMARY",
+    "SAMPLE",
+    "TO",
+    "IN",
+    "ASC",
+    "DESC",
+    "INTERVAL",
+    "INDEX",
+    "TYPE",
+    "GRANULARITY",
+    "CONSTRAINT",
+    "CHECK",
+    "PROJECTION",
+    "DELETE",
+    "RECOMPRESS",
+    "VOLUME",
+    "DISK",
+];
+
+/// One part of a definition: what is compared, and what is shown.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Definition {
-    /// The columns, in order, each as `name type [DEFAULT …] [COMMENT …] [CODEC(…)]`.
-    pub columns: Vec<String>,
-    /// Every other clause present: its name (`ENGINE`, `ORDER BY`, ...) and its text.
-    pub clauses: Vec<(String, String)>,
+pub struct Part {
+    /// The comparison form: significant tokens, normalized, joined by single spaces.
+    pub key: String,
+    /// The source text with comments removed and whitespace collapsed, for messages.
+    pub text: String,
 }
 
-/// One clause whose text differs between two definitions.
+/// One entry of the column list (a column, or an `INDEX`/`CONSTRAINT`/`PROJECTION`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// The column's name as the server reads it, or `INDEX name` and the like.
+    pub name: String,
+    /// The whole entry.
+    pub part: Part,
+}
+
+/// One clause after the column list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clause {
+    /// `ENGINE`, `ORDER BY`, `AS`, ...
+    pub name: String,
+    /// The clause's text after its keywords.
+    pub part: Part,
+}
+
+/// One table or view definition, part by part.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Definition {
+    /// The column list, in order; empty when the statement has none.
+    pub columns: Vec<Column>,
+    /// Every other clause present, in the order written.
+    pub clauses: Vec<Clause>,
+}
+
+impl Definition {
+    /// The clause named `name`, if present.
+    pub fn clause(&self, name: &str) -> Option<&Part> {
+        self.clauses.iter().find(|c| c.name == name).map(|c| &c.part)
+    }
+}
+
+/// One part whose definition differs between the declaration and the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Difference {
-    /// `columns`, `column <name>`, or a clause name (`ORDER BY`).
+    /// `column <name>`, `column order`, or a clause name (`ORDER BY`, `ENGINE`, `AS`).
     pub clause: String,
-    /// The declared text; empty when the declaration lacks the clause.
+    /// The declared text; empty when the declaration lacks the part.
     pub declared: String,
     /// The live text; empty when the live object lacks it.
     pub live: String,
 }
 
-fn spelled(sql: &str, tokens: &[Token]) -> String {
-    tokens
-        .iter()
-        .map(|t| {
-            let text = t.text(sql);
-            if t.kind == TokenKind::Word && is_keyword_like(text) {
-                text.to_ascii_uppercase()
-            } else {
-                text.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Words whose case the server ignores. Identifiers keep their case.
-fn is_keyword_like(word: &str) -> bool {
-    const WORDS: &[&str] = &[
-        "DEFAULT",
-        "MATERIALIZED",
-        "ALIAS",
-        "COMMENT",
-        "CODEC",
-        "BY",
-        "KEY",
-        "AS",
-        "SELECT",
-        "FROM",
-        "WHERE",
-        "GROUP",
-        "ORDER",
-        "HAVING",
-        "LIMIT",
-        "AND",
-        "OR",
-        "NOT",
-        "NULL",
-        "ENGINE",
-        "SETTINGS",
-        "TTL",
-        "PARTITION",
-        "PRIMARY",
-        "SAMPLE",
-        "TO",
-        "IN",
-        "ASC",
-        "DESC",
-        "INTERVAL",
-    ];
-    WORDS.iter().any(|k| k.eq_ignore_ascii_case(word))
-}
-
-/// Splits a `CREATE TABLE|VIEW|MATERIALIZED VIEW ... name [(columns)] clauses...` into clauses.
-/// The statement's keywords and the object's name are skipped; the name is not part of the
-/// definition.
+/// Splits `CREATE|ATTACH [OR REPLACE] TABLE|VIEW|MATERIALIZED VIEW|DICTIONARY [IF NOT EXISTS] name
+/// [UUID '…'] [ON CLUSTER c] [TO target] [(columns)] clauses…` into parts. Also reads the form the
+/// server prints.
 pub fn parse(sql: &str) -> Definition {
     let tokens: Vec<Token> = significant(sql).collect();
-    let mut pos = 0;
-    // Skip the leading keywords and the (possibly qualified) name.
-    while pos < tokens.len()
-        && tokens[pos].kind == TokenKind::Word
-        && [
-            "CREATE",
-            "ATTACH",
-            "OR",
-            "REPLACE",
-            "TABLE",
-            "VIEW",
-            "MATERIALIZED",
-            "IF",
-            "NOT",
-            "EXISTS",
-        ]
-        .iter()
-        .any(|k| tokens[pos].is_keyword(sql, k))
-    {
-        pos += 1;
-    }
-    // The name: an identifier, optionally `db.` before it.
-    if pos < tokens.len() {
-        pos += 1;
-        if tokens.get(pos).is_some_and(|t| t.is_punct(sql, ".")) {
-            pos += 2;
-        }
-    }
-    // ON CLUSTER c is where the statement runs, not what it defines.
-    if tokens.get(pos).is_some_and(|t| t.is_keyword(sql, "ON"))
-        && tokens.get(pos + 1).is_some_and(|t| t.is_keyword(sql, "CLUSTER"))
-    {
-        pos += 3;
-    }
+    let mut pos = after_name(sql, &tokens);
     let mut definition = Definition::default();
+    // A materialized view's target comes before its column list: `TO db.t (cols) AS SELECT`.
+    if tokens.get(pos).is_some_and(|t| t.is_keyword(sql, "TO")) {
+        let from = pos + 1;
+        let end = name_end(sql, &tokens, from);
+        definition.clauses.push(Clause {
+            name: "TO".into(),
+            part: part(sql, &tokens[from..end]),
+        });
+        pos = end;
+    }
     if tokens.get(pos).is_some_and(|t| t.is_punct(sql, "(")) {
         let (columns, end) = column_list(sql, &tokens, pos);
         definition.columns = columns;
@@ -148,6 +183,20 @@ pub fn parse(sql: &str) -> Definition {
     let mut current: Option<(String, usize)> = None;
     let mut depth = 0usize;
     let mut i = pos;
+    let close = |definition: &mut Definition, current: Option<(String, usize)>, to: usize| {
+        if let Some((name, mut from)) = current
+            && !matches!(name.as_str(), "POPULATE" | "EMPTY")
+        {
+            // `ENGINE = X` and `ENGINE X` are one engine.
+            if name == "ENGINE" && tokens.get(from).is_some_and(|t| t.is_punct(sql, "=")) {
+                from += 1;
+            }
+            definition.clauses.push(Clause {
+                name,
+                part: part(sql, &tokens[from..to]),
+            });
+        }
+    };
     while i < tokens.len() {
         let t = tokens[i];
         if t.is_punct(sql, "(") {
@@ -155,98 +204,334 @@ pub fn parse(sql: &str) -> Definition {
         } else if t.is_punct(sql, ")") {
             depth = depth.saturating_sub(1);
         }
-        let starts = (depth == 0)
-            .then(|| {
-                CLAUSES.iter().find(|words| {
-                    words
-                        .iter()
-                        .enumerate()
-                        .all(|(k, w)| tokens.get(i + k).is_some_and(|t| t.is_keyword(sql, w)))
-                })
-            })
-            .flatten();
         // `AS SELECT` of a view runs to the end: nothing after it starts a clause.
-        if let Some(words) = starts
-            && current.as_ref().is_none_or(|(name, _)| name != "AS")
-        {
-            if let Some((name, from)) = current.take() {
-                definition.clauses.push((name, spelled(sql, &tokens[from..i])));
-            }
+        let in_query = current.as_ref().is_some_and(|(name, _)| name == "AS");
+        let starts = (depth == 0 && !in_query)
+            .then(|| CLAUSES.iter().find(|words| keywords_at(sql, &tokens, i, words)))
+            .flatten();
+        if let Some(words) = starts {
+            close(&mut definition, current.take(), i);
             current = Some((words.join(" "), i + words.len()));
             i += words.len();
             continue;
         }
         i += 1;
     }
-    if let Some((name, from)) = current {
-        definition.clauses.push((name, spelled(sql, &tokens[from..])));
-    }
+    close(&mut definition, current, tokens.len());
     definition
+}
+
+/// Position after the statement's leading keywords, the object's name, `UUID '…'` and
+/// `ON CLUSTER c`.
+pub(crate) fn after_name(sql: &str, tokens: &[Token]) -> usize {
+    const LEAD: &[&str] = &[
+        "CREATE",
+        "ATTACH",
+        "OR",
+        "REPLACE",
+        "TABLE",
+        "VIEW",
+        "MATERIALIZED",
+        "LIVE",
+        "WINDOW",
+        "DICTIONARY",
+        "IF",
+        "NOT",
+        "EXISTS",
+    ];
+    let mut pos = 0;
+    while tokens
+        .get(pos)
+        .is_some_and(|t| t.kind == TokenKind::Word && LEAD.iter().any(|k| t.is_keyword(sql, k)))
+    {
+        pos += 1;
+    }
+    pos = name_end(sql, tokens, pos);
+    if tokens.get(pos).is_some_and(|t| t.is_keyword(sql, "UUID")) {
+        pos += 2;
+    }
+    if keywords_at(sql, tokens, pos, &["ON", "CLUSTER"]) {
+        pos += 3;
+    }
+    pos.min(tokens.len())
+}
+
+/// The position after a name at `pos`: `name` or `db.name`.
+fn name_end(sql: &str, tokens: &[Token], pos: usize) -> usize {
+    let mut end = pos + 1;
+    if tokens.get(end).is_some_and(|t| t.is_punct(sql, ".")) {
+        end += 2;
+    }
+    end.min(tokens.len())
+}
+
+pub(crate) fn keywords_at(sql: &str, tokens: &[Token], at: usize, words: &[&str]) -> bool {
+    words
+        .iter()
+        .enumerate()
+        .all(|(k, w)| tokens.get(at + k).is_some_and(|t| t.is_keyword(sql, w)))
 }
 
 /// The column list starting at the `(` at `open`: each top-level comma-separated entry, and the
 /// position after the closing `)`.
-fn column_list(sql: &str, tokens: &[Token], open: usize) -> (Vec<String>, usize) {
+fn column_list(sql: &str, tokens: &[Token], open: usize) -> (Vec<Column>, usize) {
     let mut columns = Vec::new();
     let mut depth = 0usize;
     let mut start = open + 1;
+    let push = |columns: &mut Vec<Column>, entry: &[Token]| {
+        if !entry.is_empty() {
+            columns.push(Column {
+                name: column_name(sql, entry),
+                part: part(sql, entry),
+            });
+        }
+    };
     for (i, t) in tokens.iter().enumerate().skip(open) {
         if t.is_punct(sql, "(") {
             depth += 1;
         } else if t.is_punct(sql, ")") {
             depth -= 1;
             if depth == 0 {
-                if start < i {
-                    columns.push(spelled(sql, &tokens[start..i]));
-                }
+                push(&mut columns, &tokens[start..i]);
                 return (columns, i + 1);
             }
         } else if depth == 1 && t.is_punct(sql, ",") {
-            columns.push(spelled(sql, &tokens[start..i]));
+            push(&mut columns, &tokens[start..i]);
             start = i + 1;
         }
     }
     // Unbalanced: everything after `(` is the column list.
-    if start < tokens.len() {
-        columns.push(spelled(sql, &tokens[start..]));
-    }
+    push(&mut columns, &tokens[start.min(tokens.len())..]);
     (columns, tokens.len())
 }
 
-/// The clauses that differ between the declared and the live definition, columns first.
-pub fn differences(declared: &Definition, live: &Definition) -> Vec<Difference> {
-    let mut out = Vec::new();
-    if declared.columns != live.columns {
-        out.push(Difference {
-            clause: "columns".into(),
-            declared: declared.columns.join(", "),
-            live: live.columns.join(", "),
-        });
-    }
-    let text = |d: &Definition, name: &str| {
-        d.clauses
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, t)| t.clone())
-            .unwrap_or_default()
+/// A column's name as the server reads it; `INDEX i`, `CONSTRAINT c`, `PROJECTION p` for the
+/// other entries of a column list.
+fn column_name(sql: &str, entry: &[Token]) -> String {
+    let word = |t: &Token| match t.quote(sql) {
+        Some(_) => t.body(sql).to_string(),
+        None => t.text(sql).to_string(),
     };
+    match entry {
+        [first, second, ..]
+            if ["INDEX", "CONSTRAINT", "PROJECTION"]
+                .iter()
+                .any(|k| first.is_keyword(sql, k)) =>
+        {
+            format!("{} {}", first.text(sql).to_ascii_uppercase(), word(second))
+        }
+        [first, ..] => word(first),
+        [] => String::new(),
+    }
+}
+
+/// The key and the display text of `tokens` (significant tokens of `sql`, in order).
+fn part(sql: &str, tokens: &[Token]) -> Part {
+    let key = tokens
+        .iter()
+        .map(|t| key_of(sql, t))
+        .collect::<Vec<_>>()
+        .join(" ");
+    Part {
+        key,
+        text: display(sql, tokens),
+    }
+}
+
+fn key_of(sql: &str, t: &Token) -> String {
+    let text = t.text(sql);
+    match t.kind {
+        TokenKind::Word if KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(text)) => text.to_ascii_uppercase(),
+        // `"id"` and `` `id` `` are the identifier id.
+        TokenKind::QuotedIdentifier => t.body(sql).to_string(),
+        TokenKind::Number => number_key(text),
+        _ => text.to_string(),
+    }
+}
+
+/// `1.0`, `1.` and `1.00` are one number; `1` (an integer) is another, as it is to the server.
+fn number_key(text: &str) -> String {
+    let decimal = text.contains(['.', 'e', 'E']) && !text.starts_with("0x") && !text.starts_with("0X");
+    match text.parse::<f64>() {
+        Ok(value) if decimal && value.is_finite() => format!("{value:?}").trim_end_matches('0').to_string(),
+        _ => text.to_string(),
+    }
+}
+
+/// The source from the first to the last token with comments removed and every run of
+/// whitespace (or comments) collapsed into one space.
+fn display(sql: &str, tokens: &[Token]) -> String {
+    let (Some(first), Some(last)) = (tokens.first(), tokens.last()) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let mut gap = false;
+    for t in tokenize(&sql[first.start..last.end]) {
+        if t.is_trivia() {
+            gap = true;
+            continue;
+        }
+        if gap && !out.is_empty() {
+            out.push(' ');
+        }
+        gap = false;
+        out.push_str(t.text(&sql[first.start..last.end]));
+    }
+    out
+}
+
+/// The engine clause's name and arguments (`= ReplicatedMergeTree('/p', '{replica}', ver)`):
+/// the name, and each top-level argument's key and text.
+pub(crate) fn engine_parts(sql: &str) -> Option<(String, Vec<Part>)> {
+    let tokens: Vec<Token> = significant(sql).collect();
+    let mut pos = 0;
+    if tokens.first().is_some_and(|t| t.is_punct(sql, "=")) {
+        pos = 1;
+    }
+    let name = tokens.get(pos)?.text(sql).to_string();
+    let mut args = Vec::new();
+    if tokens.get(pos + 1).is_some_and(|t| t.is_punct(sql, "(")) {
+        let mut depth = 0usize;
+        let mut start = pos + 2;
+        for (i, t) in tokens.iter().enumerate().skip(pos + 1) {
+            if t.is_punct(sql, "(") {
+                depth += 1;
+            } else if t.is_punct(sql, ")") {
+                depth -= 1;
+                if depth == 0 {
+                    if start < i {
+                        args.push(part(sql, &tokens[start..i]));
+                    }
+                    break;
+                }
+            } else if depth == 1 && t.is_punct(sql, ",") {
+                args.push(part(sql, &tokens[start..i]));
+                start = i + 1;
+            }
+        }
+    }
+    Some((name, args))
+}
+
+/// An engine's comparison key: `Name(arg, arg)`, with `Name()` the same as `Name`, and
+/// `Replicated` engines reduced to their plain engine when `plain` (the path and replica name
+/// are then compared on their own).
+pub(crate) fn engine_key(clause: &Part, plain: bool) -> String {
+    let Some((name, args)) = engine_parts(&clause.text) else {
+        return clause.key.clone();
+    };
+    let (name, args) = match name.strip_prefix("Replicated") {
+        Some(base) if plain && !base.is_empty() => {
+            (base.to_string(), args.get(2..).unwrap_or_default().to_vec())
+        }
+        _ => (name, args),
+    };
+    if args.is_empty() {
+        name
+    } else {
+        format!(
+            "{name}({})",
+            args.iter().map(|a| a.key.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+/// What of a definition takes part in a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scope<'a> {
+    /// The column list (and its order).
+    pub columns: bool,
+    /// Which clauses: all but these…
+    pub except: &'a [&'a str],
+    /// …or, when `Some`, only these.
+    pub only: Option<&'a [&'a str]>,
+    /// Compare `ENGINE` with a `Replicated` engine reduced to its plain engine.
+    pub plain_engine: bool,
+}
+
+impl Scope<'_> {
+    /// Everything.
+    pub(crate) const ALL: Scope<'static> = Scope {
+        columns: true,
+        except: &[],
+        only: None,
+        plain_engine: false,
+    };
+
+    fn has(&self, clause: &str) -> bool {
+        !self.except.contains(&clause) && self.only.is_none_or(|only| only.contains(&clause))
+    }
+}
+
+/// The parts that differ between the declared and the live definition, columns first.
+pub fn differences(declared: &Definition, live: &Definition) -> Vec<Difference> {
+    differences_in(declared, live, Scope::ALL)
+}
+
+pub(crate) fn differences_in(declared: &Definition, live: &Definition, scope: Scope<'_>) -> Vec<Difference> {
+    let mut out = Vec::new();
+    if scope.columns {
+        column_differences(declared, live, &mut out);
+    }
     let mut names: Vec<&str> = Vec::new();
-    for (name, _) in declared.clauses.iter().chain(&live.clauses) {
-        if !names.contains(&name.as_str()) {
-            names.push(name);
+    for clause in declared.clauses.iter().chain(&live.clauses) {
+        if !names.contains(&clause.name.as_str()) && scope.has(&clause.name) {
+            names.push(&clause.name);
         }
     }
     for name in names {
-        let (d, l) = (text(declared, name), text(live, name));
-        if d != l {
+        let (d, l) = (declared.clause(name), live.clause(name));
+        let same = match (d, l) {
+            (Some(d), Some(l)) if name == "ENGINE" => {
+                engine_key(d, scope.plain_engine) == engine_key(l, scope.plain_engine)
+            }
+            (Some(d), Some(l)) => d.key == l.key,
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
             out.push(Difference {
                 clause: name.to_string(),
-                declared: d,
-                live: l,
+                declared: d.map(|p| p.text.clone()).unwrap_or_default(),
+                live: l.map(|p| p.text.clone()).unwrap_or_default(),
             });
         }
     }
     out
+}
+
+fn column_differences(declared: &Definition, live: &Definition, out: &mut Vec<Difference>) {
+    fn find<'d>(d: &'d Definition, name: &str) -> Option<&'d Part> {
+        d.columns.iter().find(|c| c.name == name).map(|c| &c.part)
+    }
+    let before = out.len();
+    for column in &declared.columns {
+        match find(live, &column.name) {
+            Some(l) if l.key == column.part.key => {}
+            l => out.push(Difference {
+                clause: format!("column {}", column.name),
+                declared: column.part.text.clone(),
+                live: l.map(|p| p.text.clone()).unwrap_or_default(),
+            }),
+        }
+    }
+    for column in &live.columns {
+        if find(declared, &column.name).is_none() {
+            out.push(Difference {
+                clause: format!("column {}", column.name),
+                declared: String::new(),
+                live: column.part.text.clone(),
+            });
+        }
+    }
+    let names = |d: &Definition| d.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    if out.len() == before && names(declared) != names(live) {
+        out.push(Difference {
+            clause: "column order".into(),
+            declared: names(declared).join(", "),
+            live: names(live).join(", "),
+        });
+    }
 }
 
 #[cfg(test)]
@@ -254,28 +539,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn clauses_of_a_table_as_18_16_prints_it() {
+    fn parts_of_a_table_as_18_16_prints_it() {
         let d = parse(
-            "CREATE TABLE shop.orders ( id UInt64,  at DateTime DEFAULT now() COMMENT 'x') ENGINE = \
+            "CREATE TABLE shop.orders ( id UInt64,  at DateTime DEFAULT now() COMMENT \'x\') ENGINE = \
              ReplicatedMergeTree('/clickhouse/tables/{shard}/shop/orders', '{replica}') PARTITION BY toYYYYMM(at) \
              ORDER BY (id, at) SETTINGS index_granularity = 8192",
         );
+        let columns: Vec<(&str, &str)> = d
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.part.text.as_str()))
+            .collect();
         assert_eq!(
-            d.columns,
-            ["id UInt64", "at DateTime DEFAULT now ( ) COMMENT 'x'"]
+            columns,
+            [
+                ("id", "id UInt64"),
+                ("at", "at DateTime DEFAULT now() COMMENT 'x'")
+            ]
         );
-        let names: Vec<&str> = d.clauses.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = d.clauses.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["ENGINE", "PARTITION BY", "ORDER BY", "SETTINGS"]);
-        assert_eq!(d.clauses[2].1, "( id , at )");
+        assert_eq!(d.clause("ORDER BY").unwrap().text, "(id, at)");
     }
 
     #[test]
     fn spelling_is_not_a_difference() {
-        let a = parse("CREATE TABLE IF NOT EXISTS a.t (id UInt64) ENGINE = MergeTree ORDER BY id");
+        let a = parse(
+            "CREATE TABLE IF NOT EXISTS a.t (id UInt64, v Float64 DEFAULT 1.0) ENGINE = MergeTree() ORDER BY id",
+        );
         let b = parse(
-            "create   table other.t2 on cluster main -- the same table\n ( id   UInt64 ) engine=MergeTree order /* x */ by id",
+            "create   table other.t2 UUID 'abc' on cluster main -- the same table\n ( `id`   UInt64, \"v\" Float64 \
+             default 1. ) engine=MergeTree order /* x */ by id",
         );
         assert_eq!(differences(&a, &b), []);
+    }
+
+    #[test]
+    fn an_integer_is_not_a_float() {
+        let a = parse("CREATE TABLE t (v Float64 DEFAULT 1) ENGINE = Memory");
+        let b = parse("CREATE TABLE t (v Float64 DEFAULT 1.) ENGINE = Memory");
+        assert_eq!(differences(&a, &b).len(), 1);
     }
 
     #[test]
@@ -286,13 +589,13 @@ mod tests {
             differences(&declared, &live),
             [
                 Difference {
-                    clause: "columns".into(),
-                    declared: "id UInt64, at DateTime".into(),
-                    live: "id UInt64".into(),
+                    clause: "column at".into(),
+                    declared: "at DateTime".into(),
+                    live: "".into(),
                 },
                 Difference {
                     clause: "ORDER BY".into(),
-                    declared: "( id , at )".into(),
+                    declared: "(id, at)".into(),
                     live: "at".into(),
                 },
             ]
@@ -300,14 +603,59 @@ mod tests {
     }
 
     #[test]
-    fn a_view_query_runs_to_the_end() {
-        let d = parse("CREATE MATERIALIZED VIEW s.mv TO s.t AS SELECT id FROM s.src ORDER BY id");
+    fn an_extra_column_and_the_column_order_are() {
+        let declared = parse("CREATE TABLE t (a UInt8, b UInt8) ENGINE = Memory");
+        let extra = parse("CREATE TABLE t (a UInt8, b UInt8, c UInt8) ENGINE = Memory");
+        assert_eq!(differences(&declared, &extra)[0].clause, "column c");
+        let swapped = parse("CREATE TABLE t (b UInt8, a UInt8) ENGINE = Memory");
         assert_eq!(
-            d.clauses,
-            [
-                ("TO".to_string(), "s . t".to_string()),
-                ("AS".to_string(), "SELECT id FROM s . src ORDER BY id".to_string())
-            ]
+            differences(&declared, &swapped),
+            [Difference {
+                clause: "column order".into(),
+                declared: "a, b".into(),
+                live: "b, a".into(),
+            }]
         );
+    }
+
+    #[test]
+    fn a_view_query_runs_to_the_end_and_the_target_comes_first() {
+        let d = parse("CREATE MATERIALIZED VIEW s.mv TO s.t (id UInt64) AS SELECT id FROM s.src ORDER BY id");
+        let names: Vec<(&str, &str)> = d
+            .clauses
+            .iter()
+            .map(|c| (c.name.as_str(), c.part.text.as_str()))
+            .collect();
+        assert_eq!(names, [("TO", "s.t"), ("AS", "SELECT id FROM s.src ORDER BY id")]);
+        assert_eq!(d.columns.len(), 1);
+    }
+
+    #[test]
+    fn populate_is_not_part_of_a_definition() {
+        let a = parse("CREATE MATERIALIZED VIEW mv ENGINE = Memory POPULATE AS SELECT 1");
+        let b = parse("CREATE MATERIALIZED VIEW mv ENGINE = Memory AS SELECT 1");
+        assert_eq!(differences(&a, &b), []);
+    }
+
+    #[test]
+    fn replicated_engines_compare_plain_when_asked() {
+        let live = parse(
+            "CREATE TABLE t (a UInt8) ENGINE = ReplicatedReplacingMergeTree('/p', '{replica}', a) ORDER BY a",
+        );
+        let scratch = parse("CREATE TABLE t (a UInt8) ENGINE = ReplacingMergeTree(a) ORDER BY a");
+        let plain = Scope {
+            plain_engine: true,
+            ..Scope::ALL
+        };
+        assert_eq!(differences_in(&scratch, &live, plain), []);
+        assert_eq!(differences(&scratch, &live)[0].clause, "ENGINE");
+    }
+
+    #[test]
+    fn index_entries_are_named_by_their_kind() {
+        let d = parse(
+            "CREATE TABLE t (a UInt8, INDEX ia a TYPE minmax GRANULARITY 1) ENGINE = MergeTree ORDER BY a",
+        );
+        assert_eq!(d.columns[1].name, "INDEX ia");
     }
 }

@@ -38,13 +38,18 @@ pub enum ErrorKind {
     InvalidState,
     /// The caller cancelled the call (an aborted `AbortSignal`).
     Cancelled,
+    /// After the statements ran, a declared object is missing on a pod or has another definition;
+    /// `object` and `differences` say which and how.
+    SchemaMismatch,
+    /// The live-schema check itself could not run on a pod (no scratch database, a failed query).
+    VerificationFailed,
     /// A bug or an impossible state; the message says what was expected.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, for tests that check other lists against this one.
-    pub const ALL: [ErrorKind; 12] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::InvalidConfig,
         ErrorKind::StatementFailed,
         ErrorKind::Transport,
@@ -56,6 +61,8 @@ impl ErrorKind {
         ErrorKind::NothingApplied,
         ErrorKind::InvalidState,
         ErrorKind::Cancelled,
+        ErrorKind::SchemaMismatch,
+        ErrorKind::VerificationFailed,
         ErrorKind::Internal,
     ];
 
@@ -73,6 +80,8 @@ impl ErrorKind {
             ErrorKind::NothingApplied => "E_NOTHING_APPLIED",
             ErrorKind::InvalidState => "E_INVALID_STATE",
             ErrorKind::Cancelled => "E_CANCELLED",
+            ErrorKind::SchemaMismatch => "E_SCHEMA_MISMATCH",
+            ErrorKind::VerificationFailed => "E_VERIFICATION_FAILED",
             ErrorKind::Internal => "E_INTERNAL",
         }
     }
@@ -113,6 +122,10 @@ pub struct ClickHouseSchemaError {
     pub exit_code: Option<i32>,
     /// Non-empty only for `InvalidConfig`.
     pub issues: Vec<ConfigIssue>,
+    /// The object a `SchemaMismatch` is about: `database.table`, or a database's name.
+    pub object: Option<String>,
+    /// For `SchemaMismatch`: the parts of `object` that differ (empty when it is missing).
+    pub differences: Vec<crate::live_schema::DifferenceReport>,
 }
 
 impl ClickHouseSchemaError {
@@ -128,6 +141,8 @@ impl ClickHouseSchemaError {
             clickhouse_exception: None,
             exit_code: None,
             issues: Vec::new(),
+            object: None,
+            differences: Vec::new(),
         }
     }
 
@@ -191,6 +206,16 @@ impl ClickHouseSchemaError {
 
     pub(crate) fn with_pod(mut self, pod: impl Into<String>) -> Self {
         self.pod = Some(pod.into());
+        self
+    }
+
+    pub(crate) fn with_object(
+        mut self,
+        object: impl Into<String>,
+        differences: Vec<crate::live_schema::DifferenceReport>,
+    ) -> Self {
+        self.object = Some(object.into());
+        self.differences = differences;
         self
     }
 

@@ -6,7 +6,7 @@
 //!
 //! What to import from here: the crate root re-exports what a binding needs
 //! to drive a resource: [`validate()`] turns props into a [`ResolvedConfig`];
-//! [`plan`], [`apply`] and [`destroy`] run the lifecycle against a
+//! [`plan`], [`apply`], [`verify`] and [`destroy`] run the lifecycle against a
 //! [`Cluster`] built from the transport traits ([`PodLister`], [`Executor`],
 //! [`Clock`], [`Cancel`]); [`SchemaState`] is what apply returns and the next
 //! call reads back; every failure is a [`ClickHouseSchemaError`]. The modules
@@ -24,6 +24,7 @@ pub(crate) mod error;
 pub mod fingerprint;
 pub mod lexer;
 pub mod lifecycle;
+pub mod live_schema;
 pub mod on_cluster;
 pub mod proxy;
 pub(crate) mod reconcile;
@@ -37,10 +38,12 @@ pub use cluster_id::{ClusterEndpoint, cluster_id};
 pub use config::ResolvedConfig;
 pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 pub use fingerprint::fingerprint;
-pub use lifecycle::{ApplyOutcome, Cluster, apply, destroy, destroy_reaches_cluster, plan};
+pub use lifecycle::{
+    ApplyOutcome, Cluster, VerifyOutcome, apply, destroy, destroy_reaches_cluster, plan, verify,
+};
 pub use state::{PodRef, SchemaState};
 pub use transport::{
-    Cancel, Clock, ExecOutput, ExecRequest, Executor, NeverCancelled, PodInfo, PodLister, TransportError,
-    TransportErrorKind,
+    Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, NeverCancelled, NoEvents, PodInfo,
+    PodLister, TransportError, TransportErrorKind,
 };
 pub use validate::validate;

@@ -8,9 +8,10 @@
 use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::fingerprint::fingerprint;
-use crate::reconcile::{FanoutStart, Run};
+use crate::live_schema::{PodReport, VerifyPlan};
+use crate::reconcile::{Failure, FanoutStart, Run, Verification};
 use crate::state::{PodRef, RecordedTarget, STATE_VERSION, SchemaState};
-use crate::transport::{Cancel, Clock, Executor, PodInfo, PodLister};
+use crate::transport::{Cancel, Clock, Events, Executor, PodInfo, PodLister};
 
 /// What `apply` did, for logs and tests; the state is what gets recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +38,8 @@ pub struct Cluster<'a, T, C> {
     /// Lets the caller stop the call: checked before every statement, list
     /// and pause, and raced against each of them.
     pub cancel: &'a dyn Cancel,
+    /// Where the run reports what happens (the binding's `options.onEvent`).
+    pub events: &'a dyn Events,
 }
 
 /// Why an apply has to run, or that it does not.
@@ -176,6 +179,7 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
     cluster: &Cluster<'_, T, C>,
 ) -> Result<(SchemaState, ApplyOutcome), ClickHouseSchemaError> {
     let fingerprint = fingerprint(config);
+    let verify_plan = VerifyPlan::new(&config.statements, &config.client.database);
     let run = Run::new(
         resource_id,
         config,
@@ -183,7 +187,12 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
         cluster.transport,
         cluster.clock,
     )
-    .with_cancel(cluster.cancel);
+    .with_cancel(cluster.cancel)
+    .with_verification(Verification {
+        plan: &verify_plan,
+        mode: config.verify,
+        events: cluster.events,
+    });
     let decision = decide(
         &run,
         config,
@@ -225,6 +234,81 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
         record(config, fingerprint, pods, cluster),
         ApplyOutcome::Applied { pods: ran_on },
     ))
+}
+
+/// What [`verify`] found: `drifted` when any pod lacks an object or holds another definition.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyOutcome {
+    /// Whether any object on any pod is not as declared.
+    pub drifted: bool,
+    /// Every pod looked at, by name, with every declared object.
+    pub pods: Vec<PodReport>,
+}
+
+/// Looks up the objects the statements declare on the pods where `state` says they were
+/// applied and that are still there (same name, Ready), one exec per pod, running no statement.
+/// Under onCluster that is the one pod the statements ran on. For `verify()` and Alchemy's drift.
+pub async fn verify<T: PodLister + Executor, C: Clock>(
+    resource_id: &str,
+    config: &ResolvedConfig,
+    state: Option<&SchemaState>,
+    cluster: &Cluster<'_, T, C>,
+) -> Result<VerifyOutcome, ClickHouseSchemaError> {
+    let Some(state) = state.filter(|s| !s.fingerprint.is_empty()) else {
+        return Err(ClickHouseSchemaError::new(
+            ErrorKind::NothingApplied,
+            format!(
+                "ClickHouseSchema '{resource_id}': no apply was ever recorded for this resource, so there is no \
+                 pod to verify. Deploy it first."
+            ),
+        )
+        .with_resource_id(resource_id));
+    };
+    if state.cluster_id != cluster.cluster_id {
+        return Err(ClickHouseSchemaError::new(
+            ErrorKind::ClusterMismatch,
+            format!(
+                "ClickHouseSchema '{resource_id}': the schema was applied to cluster {} and the current kubeconfig \
+                 points at cluster {}, so its objects were not looked up. Point the kubeconfig back at the cluster \
+                 the schema was applied to.",
+                id_text(state.cluster_id.as_deref()),
+                id_text(cluster.cluster_id.as_deref())
+            ),
+        )
+        .with_resource_id(resource_id));
+    }
+    let plan = VerifyPlan::new(&config.statements, &config.client.database);
+    let run = Run::new(
+        resource_id,
+        config,
+        &config.target,
+        cluster.transport,
+        cluster.clock,
+    )
+    .with_cancel(cluster.cancel);
+    let live = run.list_matching().await?;
+    let mut pods = Vec::new();
+    for recorded in &state.pods {
+        let Some(pod) = live.iter().find(|p| p.name == recorded.name && p.ready) else {
+            continue;
+        };
+        if plan.is_empty() {
+            pods.push(PodReport {
+                pod: pod.name.clone(),
+                objects: Vec::new(),
+            });
+            continue;
+        }
+        match run.verify_pod(&plan, &pod.name).await {
+            Ok(report) => pods.push(report),
+            Err(Failure::Vanished) => {}
+            Err(Failure::Error(err)) => return Err(err),
+        }
+    }
+    Ok(VerifyOutcome {
+        drifted: pods.iter().any(|p| !p.is_ok()),
+        pods,
+    })
 }
 
 /// Whether [`destroy`] with `config` reaches the cluster at all. `retain`

@@ -149,6 +149,43 @@ impl std::fmt::Display for TransportError {
 
 impl std::error::Error for TransportError {}
 
+/// Where a run reports what happens as it happens (the binding forwards it to
+/// `options.onEvent`). Events carry no statement text and no server output.
+pub trait Events: Send + Sync {
+    /// Reports `event`; must not block.
+    fn emit(&self, event: Event);
+}
+
+/// An [`Events`] that drops everything.
+pub struct NoEvents;
+
+impl Events for NoEvents {
+    fn emit(&self, _event: Event) {}
+}
+
+/// What a run reports through [`Events`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Event {
+    /// Under `verify: 'warn'`: objects on `pod` are missing or differ after the statements ran.
+    /// `message` says which and how, as the `E_SCHEMA_MISMATCH` error would.
+    SchemaMismatch {
+        /// The pod.
+        pod: String,
+        /// The objects that are not as declared.
+        objects: Vec<crate::live_schema::ObjectReport>,
+        /// One readable line per object.
+        message: String,
+    },
+    /// Under `verify: 'warn'`: the check itself could not run on `pod`.
+    VerificationFailed {
+        /// The pod.
+        pod: String,
+        /// Why, redacted.
+        message: String,
+    },
+}
+
 /// How long a pod list may take: a list is small and quick, one that does not
 /// answer in this long is stuck. The clients have no read timeout of their own
 /// (it would cut long execs), so every Kubernetes transport bounds it here.

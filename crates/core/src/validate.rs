@@ -134,6 +134,7 @@ const PROP_ORDER: &[&str] = &[
     "settings",
     "onDelete",
     "deleteStatements",
+    "verify",
     "waitForPod",
     "maxReconcilePasses",
     "statementTimeoutMs",

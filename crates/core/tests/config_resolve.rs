@@ -40,6 +40,7 @@ fn quick_start_gets_every_default() {
         settings: BTreeMap::new(),
         on_delete: OnDelete::Retain,
         delete_statements: vec![],
+        verify: VerifyMode::Fail,
         wait_for_pod: WaitForPod { timeout_ms: 120_000 },
         max_reconcile_passes: 3,
         statement_timeout_ms: 300_000,

@@ -8,7 +8,9 @@ use std::time::Duration;
 use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::lifecycle::{ApplyOutcome, Cluster, apply, destroy, plan};
 use clickhouse_schema_core::state::{PodRef, SchemaState};
-use clickhouse_schema_core::transport::{ExecOutput, NeverCancelled, TransportError, TransportErrorKind};
+use clickhouse_schema_core::transport::{
+    ExecOutput, NeverCancelled, NoEvents, TransportError, TransportErrorKind,
+};
 use reconcile_support::{FakeClock, FakeCluster, block_on, config, pending, pod};
 use serde_json::json;
 
@@ -20,6 +22,8 @@ fn fanout_props() -> serde_json::Value {
     json!({
         "target": { "namespace": "example-observability", "podSelector": { "clickhouse.altinity.com/chi": "orders" } },
         "statements": [S0, S1],
+        // These scenarios count every exec: the live-schema check has its own tests.
+        "verify": "off",
     })
 }
 
@@ -31,6 +35,7 @@ fn on_cluster_props() -> serde_json::Value {
             "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER orders",
             "CREATE TABLE IF NOT EXISTS orders.events ON CLUSTER 'orders' (id UUID) ENGINE = Memory",
         ],
+        "verify": "off",
     })
 }
 
@@ -58,6 +63,7 @@ fn run_apply(
         clock,
         cluster_id: Some("cluster-a".into()),
         cancel: &NeverCancelled,
+        events: &NoEvents,
     };
     block_on(apply("orders-schema", &cfg, previous, &c))
 }
@@ -69,6 +75,7 @@ fn cluster_a<'a>(cluster: &'a FakeCluster, clock: &'a FakeClock) -> Cluster<'a, 
         clock,
         cluster_id: Some("cluster-a".into()),
         cancel: &NeverCancelled,
+        events: &NoEvents,
     }
 }
 
@@ -260,6 +267,7 @@ fn a_changed_target_or_cluster_re_runs_everything() {
         clock: &clock,
         cluster_id: Some("cluster-b".into()),
         cancel: &NeverCancelled,
+        events: &NoEvents,
     };
     let (next, _) = block_on(apply("orders-schema", &cfg, Some(&state), &c)).unwrap();
     assert_eq!(cluster.execs().len(), 6, "another cluster");
@@ -746,6 +754,7 @@ fn delete_with_run_refuses_another_cluster_or_nothing_applied_before_any_call() 
         clock: &clock,
         cluster_id: Some("cluster-b".into()),
         cancel: &NeverCancelled,
+        events: &NoEvents,
     };
     let err = block_on(destroy("orders-schema", &cfg, Some(&state), &elsewhere)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::ClusterMismatch);
@@ -840,6 +849,7 @@ fn run_plan(
         clock: &clock,
         cluster_id: Some("cluster-a".into()),
         cancel: &NeverCancelled,
+        events: &NoEvents,
     };
     block_on(plan("orders-schema", &cfg, previous, &c)).unwrap()
 }
@@ -1127,6 +1137,7 @@ fn a_cancelled_apply_stops_before_the_next_statement_and_records_nothing() {
         clock: &clock,
         cluster_id: Some("cluster-a".into()),
         cancel: &flag,
+        events: &NoEvents,
     };
     let err = block_on(apply("orders-schema", &cfg, None, &c)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Cancelled);
@@ -1156,6 +1167,7 @@ fn a_cancellation_ends_a_wait_for_pods_at_once() {
         clock: &clock,
         cluster_id: None,
         cancel: &flag,
+        events: &NoEvents,
     };
     let err = block_on(apply("orders-schema", &cfg, None, &c)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Cancelled);

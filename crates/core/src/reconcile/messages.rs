@@ -5,7 +5,11 @@
 
 use super::{Run, readiness_text, selector_text};
 use crate::command;
+use crate::declared::DeclarationForm;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
+use crate::live_schema::{
+    DifferenceReport, ObjectStatus, PodReport, SCRATCH_DATABASE_PREFIX, Unreadable, VerifyPlan,
+};
 use crate::redact::redact_clickhouse_output;
 use crate::transport::{ExecOutput, PodInfo, TransportError, TransportErrorKind};
 
@@ -298,5 +302,132 @@ impl<T, C> Run<'_, T, C> {
                 err.message
             ),
         )
+    }
+}
+
+/// The live-schema check's messages (see [`crate::live_schema`]).
+impl<T, C> Run<'_, T, C> {
+    /// The apply's failure under `verify: 'fail'`: every object of `report` that is not as
+    /// declared, one line each; the error's `object` and `differences` are the first one's.
+    pub(super) fn schema_mismatch(&self, plan: &VerifyPlan, report: &PodReport) -> ClickHouseSchemaError {
+        let lines = self.mismatch_lines(plan, report);
+        let mut message = format!(
+            "{}: the statements ran on pod {}, but the pod does not hold what they declare:",
+            self.prefix(),
+            report.pod
+        );
+        for line in &lines {
+            message.push_str("\n  - ");
+            message.push_str(line);
+        }
+        message.push_str(
+            "\nNothing is recorded, so the next deploy runs the statements again. Set verify: 'warn' to record \
+             the apply anyway, or 'off' to skip the check.",
+        );
+        let first = report.objects.iter().find(|o| o.status != ObjectStatus::Ok);
+        let mut err = self
+            .error(ErrorKind::SchemaMismatch, message)
+            .with_pod(&report.pod);
+        if let Some(object) = first {
+            err = err
+                .with_statement_index(object.statement_index)
+                .with_object(&object.name, object.differences.clone());
+        }
+        err
+    }
+
+    /// One line per object of `report` that is not as declared: what differs, why, what to do.
+    pub(super) fn mismatch_lines(&self, plan: &VerifyPlan, report: &PodReport) -> Vec<String> {
+        report
+            .objects
+            .iter()
+            .filter(|o| o.status != ObjectStatus::Ok)
+            .map(|object| {
+                let statement = format!("statement {}", object.statement_index);
+                let form = plan.declaration_of(object).map(|d| d.form);
+                match object.status {
+                    ObjectStatus::Missing => format!(
+                        "{} ({}) is missing on {}: {statement} ran without an error, yet the pod does not hold \
+                         it. Another client dropped it, or the statement created it on another server; make \
+                         the statement create it on this server",
+                        object.name,
+                        object.kind,
+                        report.pod
+                    ),
+                    _ => {
+                        let parts: Vec<String> = object.differences.iter().map(difference_text).collect();
+                        let why = match form {
+                            Some(DeclarationForm::CreateIfNotExists | DeclarationForm::AttachIfNotExists) => {
+                                format!(
+                                    "{statement} ({} ... IF NOT EXISTS) left the existing {} as it was; change \
+                                     the statement back, write an ALTER, or rebuild the {}",
+                                    verb(form),
+                                    object.kind.to_lowercase(),
+                                    object.kind.to_lowercase()
+                                )
+                            }
+                            _ => format!(
+                                "{statement} declares it otherwise, so something changed it afterwards (another \
+                                 client, or a later statement this check cannot follow); compare SHOW CREATE on \
+                                 the pod with the statement and make them agree"
+                            ),
+                        };
+                        format!("{} on {}: {}: {why}", object.name, report.pod, parts.join("; "))
+                    }
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn verification_failed(&self, pod: &str, why: &str) -> ClickHouseSchemaError {
+        self.error(
+            ErrorKind::VerificationFailed,
+            format!(
+                "{}: the statements ran on pod {pod}, but the live-schema check could not run there: {why}. \
+                 Nothing is recorded. Fix the cause, or set verify: 'warn' (report and record) or 'off'.",
+                self.prefix()
+            ),
+        )
+        .with_pod(pod)
+    }
+
+    pub(super) fn unreadable_text(&self, why: Unreadable, exit_code: i32, stderr: &str) -> String {
+        let said = if stderr.trim().is_empty() {
+            String::new()
+        } else {
+            format!(" ClickHouse said: {}", stderr.trim())
+        };
+        match why {
+            Unreadable::NoScratchDatabase => format!(
+                "it could not create its scratch database (CREATE DATABASE {SCRATCH_DATABASE_PREFIX}...), where \
+                 it copies each declared object to read it back as the server prints it; grant the user CREATE \
+                 DATABASE, CREATE TABLE, CREATE VIEW and DROP DATABASE on databases named \
+                 {SCRATCH_DATABASE_PREFIX}*.{said}"
+            ),
+            Unreadable::Incomplete => {
+                format!(
+                    "clickhouse-client stopped before the end of the check (exit code {exit_code}).{said}"
+                )
+            }
+        }
+    }
+}
+
+fn verb(form: Option<DeclarationForm>) -> &'static str {
+    match form {
+        Some(DeclarationForm::AttachIfNotExists | DeclarationForm::Attach) => "ATTACH",
+        _ => "CREATE",
+    }
+}
+
+/// `ORDER BY is `at`, declared `(id, at)``, and the like for columns.
+fn difference_text(d: &DifferenceReport) -> String {
+    match (d.declared.is_empty(), d.live.is_empty()) {
+        (_, _) if d.clause == "column order" => {
+            format!("the column order is `{}`, declared `{}`", d.live, d.declared)
+        }
+        (false, true) => format!("{} is absent, declared `{}`", d.clause, d.declared),
+        (true, false) => format!("{} is `{}`, not declared", d.clause, d.live),
+        _ => format!("{} is `{}`, declared `{}`", d.clause, d.live, d.declared),
     }
 }

@@ -18,12 +18,14 @@ use std::time::Duration;
 mod messages;
 
 use crate::command;
-use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target};
+use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
 use crate::error::ClickHouseSchemaError;
+use crate::live_schema::{PodReport, VerifyPlan, scratch_database};
+use crate::redact::redact_clickhouse_output;
 use crate::state::PodRef;
 use crate::transport::{
-    Cancel, Clock, ExecOutput, ExecRequest, Executor, NeverCancelled, PodInfo, PodLister, TransportError,
-    TransportErrorKind,
+    Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, NeverCancelled, PodInfo, PodLister,
+    TransportError, TransportErrorKind,
 };
 
 /// How long to wait between observations while pods are not Ready or the set
@@ -46,6 +48,16 @@ pub(crate) struct Run<'a, T, C> {
     pub statement_timeout: Duration,
     pub max_passes: u32,
     pub cancel: &'a dyn Cancel,
+    /// Checks each pod's objects after its statements ran (apply only).
+    pub verification: Option<Verification<'a>>,
+}
+
+/// What an apply checks on a pod after the statements ran, and what a mismatch does.
+#[derive(Clone, Copy)]
+pub(crate) struct Verification<'a> {
+    pub plan: &'a VerifyPlan,
+    pub mode: VerifyMode,
+    pub events: &'a dyn Events,
 }
 
 impl<'a, T, C> Run<'a, T, C> {
@@ -69,7 +81,16 @@ impl<'a, T, C> Run<'a, T, C> {
             statement_timeout: Duration::from_millis(config.statement_timeout_ms),
             max_passes: config.max_reconcile_passes,
             cancel: &NeverCancelled,
+            verification: None,
         }
+    }
+
+    /// The same run, checking every pod's objects after its statements ran.
+    pub(crate) fn with_verification(mut self, verification: Verification<'a>) -> Self {
+        if verification.mode != VerifyMode::Off && !verification.plan.is_empty() {
+            self.verification = Some(verification);
+        }
+        self
     }
 
     /// The same run, stoppable through `cancel`.
@@ -223,7 +244,100 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 ));
             }
         }
+        if let Some(verification) = self.verification {
+            self.verify_after_apply(verification, pod).await?;
+        }
         Ok(())
+    }
+
+    /// The live-schema check after the statements ran on `pod`: a mismatch fails the pod (and
+    /// so the apply) under `verify: 'fail'`, and is reported as an event under `'warn'`.
+    async fn verify_after_apply(&self, verification: Verification<'_>, pod: &str) -> Result<(), Failure> {
+        let outcome = match self.verify_pod(verification.plan, pod).await {
+            Ok(report) if report.is_ok() => return Ok(()),
+            Ok(report) => Err(report),
+            Err(Failure::Error(err)) if err.kind == crate::error::ErrorKind::VerificationFailed => Ok(err),
+            Err(other) => return Err(other),
+        };
+        match (verification.mode, outcome) {
+            (VerifyMode::Fail, Err(report)) => {
+                Err(Failure::Error(self.schema_mismatch(verification.plan, &report)))
+            }
+            (VerifyMode::Fail, Ok(err)) => Err(Failure::Error(err)),
+            (_, Err(report)) => {
+                let message = self.mismatch_lines(verification.plan, &report).join("\n");
+                verification.events.emit(Event::SchemaMismatch {
+                    pod: pod.to_owned(),
+                    objects: report
+                        .objects
+                        .into_iter()
+                        .filter(|o| o.status != crate::live_schema::ObjectStatus::Ok)
+                        .collect(),
+                    message,
+                });
+                Ok(())
+            }
+            (_, Ok(err)) => {
+                verification.events.emit(Event::VerificationFailed {
+                    pod: pod.to_owned(),
+                    message: err.message,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Looks up every object of `plan` on `pod` in one exec (see [`crate::live_schema`]).
+    pub(crate) async fn verify_pod(&self, plan: &VerifyPlan, pod: &str) -> Result<PodReport, Failure> {
+        let scratch = scratch_database(&format!(
+            "{}/{}/{}/{}",
+            self.resource_id,
+            pod,
+            self.clock.now_iso8601(),
+            self.clock.now().as_nanos()
+        ));
+        let script = plan.script(&scratch);
+        let request = ExecRequest {
+            namespace: self.target.namespace.clone(),
+            pod: pod.to_owned(),
+            container: self.target.container.clone(),
+            command: command::render_script(self.client, self.settings, script.len(), self.statement_timeout),
+            stdin: script,
+            timeout: command::exec_timeout(self.statement_timeout),
+        };
+        if self.cancel.is_cancelled() {
+            return Err(Failure::Error(
+                self.cancelled(&format!("before the live-schema check on pod {pod}"))
+                    .with_pod(pod),
+            ));
+        }
+        let attempt = self.with_retry(|| self.transport.exec(request.clone()));
+        let output = match self.unless_cancelled(attempt).await {
+            None => {
+                return Err(Failure::Error(
+                    self.cancelled(&format!("during the live-schema check on pod {pod}"))
+                        .with_pod(pod),
+                ));
+            }
+            Some(Err((err, _)))
+                if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) =>
+            {
+                return Err(Failure::Vanished);
+            }
+            Some(Err((err, attempts))) => {
+                return Err(Failure::Error(self.verification_failed(
+                    pod,
+                    &format!("its exec failed after {attempts} attempt(s): {}", err.message),
+                )));
+            }
+            Some(Ok(output)) => output,
+        };
+        plan.read(pod, &scratch, &output.stdout).map_err(|why| {
+            let stderr = redact_clickhouse_output(&output.stderr, &request.stdin).text;
+            Failure::Error(
+                self.verification_failed(pod, &self.unreadable_text(why, output.exit_code, &stderr)),
+            )
+        })
     }
 
     /// Runs one statement, retrying transport failures (never a statement
@@ -359,7 +473,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 }
 
 /// Why a pod's list did not complete.
-enum Failure {
+// Only ever built on the way out of a pod's run, so its size costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Failure {
     /// The pod no longer exists (the exec answered 404).
     Vanished,
     Error(ClickHouseSchemaError),
