@@ -224,27 +224,29 @@ pub fn parse(sql: &str) -> Definition {
 /// Position after the statement's leading keywords, the object's name, `UUID '…'` and
 /// `ON CLUSTER c`.
 pub(crate) fn after_name(sql: &str, tokens: &[Token]) -> usize {
-    const LEAD: &[&str] = &[
-        "CREATE",
-        "ATTACH",
-        "OR",
-        "REPLACE",
-        "TABLE",
-        "VIEW",
-        "MATERIALIZED",
-        "LIVE",
-        "WINDOW",
-        "DICTIONARY",
-        "IF",
-        "NOT",
-        "EXISTS",
+    // In order: the verb, the kind, IF NOT EXISTS. Each word is only a keyword in its place: a
+    // database may well be called `live` or `table`.
+    const VERBS: &[&[&str]] = &[
+        &["CREATE", "OR", "REPLACE"],
+        &["CREATE"],
+        &["ATTACH"],
+        &["REPLACE"],
+    ];
+    const KINDS: &[&[&str]] = &[
+        &["MATERIALIZED", "VIEW"],
+        &["LIVE", "VIEW"],
+        &["WINDOW", "VIEW"],
+        &["TEMPORARY", "TABLE"],
+        &["TABLE"],
+        &["VIEW"],
+        &["DICTIONARY"],
+        &["DATABASE"],
     ];
     let mut pos = 0;
-    while tokens
-        .get(pos)
-        .is_some_and(|t| t.kind == TokenKind::Word && LEAD.iter().any(|k| t.is_keyword(sql, k)))
-    {
-        pos += 1;
+    for words in [VERBS, KINDS, &[&["IF", "NOT", "EXISTS"][..]][..]] {
+        if let Some(found) = words.iter().find(|w| keywords_at(sql, tokens, pos, w)) {
+            pos += found.len();
+        }
     }
     pos = name_end(sql, tokens, pos);
     if tokens.get(pos).is_some_and(|t| t.is_keyword(sql, "UUID")) {
@@ -649,6 +651,14 @@ mod tests {
         };
         assert_eq!(differences_in(&scratch, &live, plain), []);
         assert_eq!(differences(&scratch, &live)[0].clause, "ENGINE");
+    }
+
+    #[test]
+    fn a_database_named_like_a_keyword_is_a_name() {
+        let d = parse("CREATE MATERIALIZED VIEW IF NOT EXISTS live.mv TO live.t (id UInt64) AS SELECT 1");
+        assert_eq!(d.clause("TO").map(|p| p.text.as_str()), Some("live.t"));
+        let t = parse("CREATE TABLE table.view (a UInt8) ENGINE = Memory");
+        assert_eq!(t.columns[0].name, "a");
     }
 
     #[test]

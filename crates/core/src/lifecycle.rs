@@ -236,8 +236,17 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
     ))
 }
 
-/// What [`verify`] found: `drifted` when any pod lacks an object or holds another definition.
+/// What `verify` found: `drifted` when any pod lacks an object or holds another definition.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(
+        object,
+        object_to_js = false,
+        object_from_js = false,
+        js_name = "VerifyResult"
+    )
+)]
 pub struct VerifyOutcome {
     /// Whether any object on any pod is not as declared.
     pub drifted: bool,

@@ -127,24 +127,38 @@ pub enum ObjectStatus {
 /// One declared object on one pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
 pub struct ObjectReport {
     /// `database.name`, or the database's name.
     pub name: String,
     /// `TABLE`, `VIEW`, `MATERIALIZED VIEW`, `DATABASE`, ...
     pub kind: String,
     /// Index of the statement that declares it (the last one, when several do).
+    #[cfg_attr(feature = "napi", napi(ts_type = "number"))]
     pub statement_index: usize,
     /// What was found.
+    #[cfg_attr(feature = "napi", napi(ts_type = "'ok' | 'missing' | 'differs'"))]
     pub status: ObjectStatus,
-    /// How it was compared.
+    /// How it was compared: `'server'` (both as the server prints them), `'text'` (partly or
+    /// wholly as parsed text: engines that connect, materialized views' targets, dictionaries),
+    /// `'existence'` (databases, objects a later statement alters).
+    #[cfg_attr(feature = "napi", napi(ts_type = "'server' | 'text' | 'existence'"))]
     pub compared: Compared,
-    /// The parts that differ (empty unless `Differs`), redacted.
+    /// The parts that differ (empty unless the status is `differs`), with string literals that
+    /// may configure a connection and credentials hidden.
     pub differences: Vec<DifferenceReport>,
 }
 
-/// A [`Difference`] as reports and errors carry it.
+/// One part of an object that differs, as reports and errors carry it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
 pub struct DifferenceReport {
     /// `column <name>`, `column order`, `ENGINE`, `ORDER BY`, `AS` (a view's query), ...
     pub clause: String,
@@ -157,6 +171,10 @@ pub struct DifferenceReport {
 /// What verification found on one pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
 pub struct PodReport {
     /// The pod's name.
     pub pod: String,
