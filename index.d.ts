@@ -9,12 +9,53 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** One part of an object that differs, as reports and errors carry it. */
+export interface DifferenceReport {
+  /** `column <name>`, `column order`, `ENGINE`, `ORDER BY`, `AS` (a view's query), ... */
+  clause: string
+  /** The declared text; empty when the declaration lacks it. */
+  declared: string
+  /** The text on the pod; empty when the pod lacks it. */
+  live: string
+}
+
+/** One declared object on one pod. */
+export interface ObjectReport {
+  /** `database.name`, or the database's name. */
+  name: string
+  /** `TABLE`, `VIEW`, `MATERIALIZED VIEW`, `DATABASE`, ... */
+  kind: string
+  /** Index of the statement that declares it (the last one, when several do). */
+  statementIndex: number
+  /** What was found. */
+  status: 'ok' | 'missing' | 'differs'
+  /**
+   * How it was compared: `'server'` (both as the server prints them), `'text'` (partly or
+   * wholly as parsed text: engines that connect, materialized views' targets, dictionaries),
+   * `'existence'` (databases, objects a later statement alters).
+   */
+  compared: 'server' | 'text' | 'existence'
+  /**
+   * The parts that differ (empty unless the status is `differs`), with string literals that
+   * may configure a connection and credentials hidden.
+   */
+  differences: Array<DifferenceReport>
+}
+
 /** One covered pod object. */
 export interface PodRef {
   /** Pod name. */
   name: string
   /** `metadata.uid`; absent when the executor could not tell. */
   uid?: string
+}
+
+/** What verification found on one pod. */
+export interface PodReport {
+  /** The pod's name. */
+  pod: string
+  /** Every declared object, in statement order. */
+  objects: Array<ObjectReport>
 }
 
 /** The target (`namespace`, `podSelector`, `container`) as recorded in state. */
@@ -55,6 +96,14 @@ export interface SchemaState {
    * absent when it could not be known.
    */
   clusterId?: string
+}
+
+/** What `verify` found: `drifted` when any pod lacks an object or holds another definition. */
+export interface VerifyResult {
+  /** Whether any object on any pod is not as declared. */
+  drifted: boolean
+  /** Every pod looked at, by name, with every declared object. */
+  pods: Array<PodReport>
 }
 
 /**
@@ -118,8 +167,28 @@ export declare const enum ClickHouseSchemaErrorCode {
   E_INVALID_STATE = 'E_INVALID_STATE',
   /** The caller aborted the call's `AbortSignal`. */
   E_CANCELLED = 'E_CANCELLED',
+  /**
+   * After the statements ran, a declared object is missing on a pod or has another
+   * definition; `object` and `differences` say which and how.
+   */
+  E_SCHEMA_MISMATCH = 'E_SCHEMA_MISMATCH',
+  /** The live-schema check could not run on a pod. */
+  E_VERIFICATION_FAILED = 'E_VERIFICATION_FAILED',
   /** A bug; the message says what was expected. */
   E_INTERNAL = 'E_INTERNAL',
+}
+
+/**
+ * What `options.onEvent` receives (declared for `index.d.ts`; the values come from the
+ * core's events as JSON). `kind` says which: `'schemaMismatch'` (under `verify: 'warn'`,
+ * objects missing or different on `pod` after its statements ran; `objects` lists them and
+ * `message` says what to do) or `'verificationFailed'` (the check could not run on `pod`).
+ */
+export interface ClickHouseSchemaEvent {
+  kind: 'schemaMismatch' | 'verificationFailed'
+  pod: string
+  objects?: Array<ObjectReport>
+  message: string
 }
 
 /** A warning about valid props: where, and why it matters. */
@@ -327,8 +396,13 @@ export interface LifecycleOptions {
    * `~/.kube/config`, else the in-cluster service account is used.
    */
   executor?: ClickHouseExecutor
-  /** Reserved for progress events; not called yet. */
-  onEvent?: (event: unknown) => void
+  /**
+   * Called with what happens as it happens (see `ClickHouseSchemaEvent`): today,
+   * under `verify: 'warn'`, an object that is missing or differs on a pod after the
+   * statements ran. Events carry no statement text and no server output beyond the
+   * redacted definitions that differ. Called asynchronously; its return value is ignored.
+   */
+  onEvent?: (event: ClickHouseSchemaEvent) => void
   /**
    * Aborting it cancels the call: no statement starts after the abort, an
    * exec in flight is closed, nothing is recorded, and the promise rejects
@@ -388,3 +462,13 @@ export interface RedactedOutput {
  * (`code: 'E_INVALID_CONFIG'`, `issues: [{ path, reason }]`) listing every problem.
  */
 export declare function validateConfig(id: string, props: unknown): unknown
+
+/**
+ * Looks up the objects the statements declare on every pod where `state` says they were
+ * applied (and that is still there), one exec per pod, and compares each with its declaration
+ * as the server prints both; runs no statement. Resolves to `{ drifted, pods }`; see
+ * `VerifyResult`. Rejects with `E_NOTHING_APPLIED` without a state, `E_CLUSTER_MISMATCH` when
+ * the kubeconfig points at another cluster, and `E_VERIFICATION_FAILED` when the check cannot
+ * run on a pod.
+ */
+export declare function verify(id: string, props: unknown, state?: SchemaState | null, options?: LifecycleOptions | null): Promise<VerifyResult>

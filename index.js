@@ -773,7 +773,7 @@ if (
   }
 }
 
-const { apply, ClickHouseSchemaErrorCode, configWarnings, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig } = nativeBinding
+const { apply, ClickHouseSchemaErrorCode, configWarnings, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig, verify } = nativeBinding
 export { apply }
 export { ClickHouseSchemaErrorCode }
 export { configWarnings }
@@ -782,4 +782,5 @@ export { fingerprint }
 export { plan }
 export { redactClickHouseOutput }
 export { validateConfig }
+export { verify }
 export const __napiBindingTarget = __napiLoadedBindingTarget

@@ -4,7 +4,7 @@
  * only declares their properties for TypeScript and offers a type guard.
  */
 
-import type { ClickHouseSchemaErrorCode as GeneratedCode } from '../index.js';
+import type { DifferenceReport, ClickHouseSchemaErrorCode as GeneratedCode } from '../index.js';
 
 /**
  * Stable machine codes; existing values never change meaning. The union of
@@ -33,6 +33,10 @@ export interface ClickHouseSchemaError extends Error {
   readonly exitCode?: number;
   /** Present on `E_INVALID_CONFIG` and `E_INVALID_STATE`: every problem, not only the first. */
   readonly issues?: readonly ConfigIssue[];
+  /** Present on `E_SCHEMA_MISMATCH`: the object that is missing or differs (`database.name`). */
+  readonly object?: string;
+  /** Present on `E_SCHEMA_MISMATCH`: its parts that differ, redacted (empty when it is missing). */
+  readonly differences?: readonly DifferenceReport[];
 }
 
 export function isClickHouseSchemaError(value: unknown): value is ClickHouseSchemaError {

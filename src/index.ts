@@ -57,6 +57,11 @@ export function redactClickHouseOutput(output: string, statement: string): bindi
 export type {
   ApplyResult,
   ClickHouseExecutor,
+  ClickHouseSchemaEvent,
+  DifferenceReport,
+  ObjectReport,
+  PodReport,
+  VerifyResult,
   ConfigWarning,
   LifecycleOptions,
   ExecutorExecRequest,
@@ -94,6 +99,22 @@ export function plan(
   options?: binding.LifecycleOptions,
 ): Promise<binding.PlanResult> {
   return withAddonOptions(options, (o) => binding.plan(id, props, previousState ?? null, o));
+}
+
+/**
+ * Looks up the objects the statements declare (databases, tables, views,
+ * materialized views, dictionaries) on every pod `state` records, one exec per
+ * pod, and compares each with its declaration as the server prints both. Runs
+ * no statement. `drifted` is true when any pod lacks an object or holds another
+ * definition; each object says `ok`, `missing` or `differs` (with the parts).
+ */
+export function verify(
+  id: string,
+  props: unknown,
+  state?: binding.SchemaState,
+  options?: binding.LifecycleOptions,
+): Promise<binding.VerifyResult> {
+  return withAddonOptions(options, (o) => binding.verify(id, props, state ?? null, o));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */

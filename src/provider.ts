@@ -2,9 +2,10 @@
  * The Alchemy v2 resource `ClickHouse.Schema` and its provider.
  *
  * No business logic lives here: validation, fingerprint, the no-op check, pod
- * selection, exec and redaction are the native addon's (`validateConfig`,
- * `plan`, `apply`, `destroy`). This file only maps Alchemy's lifecycle onto
- * those four calls and keeps runtime-only values out of Alchemy's state.
+ * selection, exec, verification and redaction are the native addon's
+ * (`validateConfig`, `plan`, `apply`, `verify`, `destroy`). This file only maps
+ * Alchemy's lifecycle onto those calls and keeps runtime-only values out of
+ * Alchemy's state.
  */
 import * as Context from 'effect/Context';
 import * as Effect from 'effect/Effect';
@@ -17,7 +18,16 @@ import { Resource } from 'alchemy/Resource';
 
 import type { ClickHouseSchemaProps } from './generated/props.js';
 import type { ClickHouseSchemaError } from './errors.js';
-import { apply, configWarnings, destroy, plan, type ClickHouseExecutor, type SchemaState } from './index.js';
+import {
+  apply,
+  configWarnings,
+  destroy,
+  plan,
+  verify,
+  type ClickHouseExecutor,
+  type ClickHouseSchemaEvent,
+  type SchemaState,
+} from './index.js';
 
 
 /**
@@ -143,8 +153,27 @@ export const clickHouseSchemaProvider = Provider.effect(
           ),
         );
       },
-      reconcile: ({ id, news, output }) =>
-        call(() => apply(id, news, output, options)).pipe(
+      reconcile: ({ id, news, output, session }) => {
+        // The addon's events (today: mismatches under verify: 'warn') arrive on
+        // the JS thread while apply runs; they are shown once it settles, as a
+        // note on the resource's row and a warning in the log.
+        const events: ClickHouseSchemaEvent[] = [];
+        const onEvent = (event: ClickHouseSchemaEvent) => void events.push(event);
+        const shown = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve))).pipe(
+          Effect.andThen(() =>
+            Effect.forEach(
+              events,
+              (event) =>
+                Effect.andThen(
+                  session.note(`${event.kind}: ${event.message}`),
+                  Effect.logWarning(`ClickHouseSchema '${id}': ${event.message}`),
+                ),
+              { discard: true },
+            ),
+          ),
+        );
+        return call(() => apply(id, news, output, { ...options, onEvent })).pipe(
+          Effect.ensuring(shown),
           Effect.tap((result) =>
             Effect.logInfo(
               `ClickHouseSchema '${id}': ` +
@@ -154,11 +183,31 @@ export const clickHouseSchemaProvider = Provider.effect(
           // The outputs are the addon's SchemaState: no kubeConfig, no executor, no
           // readyBarrier, no statement text.
           Effect.map((result) => result.state),
-        ),
+        );
+      },
       delete: ({ id, olds, output }) => call(() => destroy(id, olds, output, options)),
-      // Nothing to adopt: Alchemy calls read only when no state exists yet, and a
-      // schema has no remote object to find. Returning undefined makes it create.
-      read: () => Effect.succeed(undefined),
+      // Drift (`alchemy drift`): the addon's `verify` looks up the declared
+      // objects on every recorded pod. When a pod lacks one, or holds another
+      // definition, the observed attributes are the recorded state without that
+      // pod, so they differ from the persisted ones (Alchemy reports drift) and a
+      // repair's `apply` sees a pod it has not covered and re-runs the statements
+      // on exactly that pod; a differing object then fails as E_SCHEMA_MISMATCH.
+      // Without recorded outputs there is nothing of ours to find (no adoption):
+      // undefined makes Alchemy create.
+      read: ({ id, olds, output }) => {
+        if (output === undefined || olds === undefined) return Effect.succeed(undefined);
+        return call(() => verify(id, olds, output, options)).pipe(
+          Effect.map((result): SchemaState => {
+            if (!result.drifted) return output;
+            const stale = new Set(result.pods.filter((p) => p.objects.some((o) => o.status !== 'ok')).map((p) => p.pod));
+            return {
+              ...output,
+              pods: output.pods.filter((p) => !stale.has(p.name)),
+              podNames: output.podNames.filter((name) => !stale.has(name)),
+            };
+          }),
+        );
+      },
     };
   }),
 );

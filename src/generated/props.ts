@@ -15,6 +15,10 @@ export type ClickHouseSchemaExecution = ClickHouseSchemaFanoutExecution | ClickH
  */
 export type ClickHouseSchemaOnDelete = "retain" | "run";
 /**
+ * What happens after the statements ran on a pod: every object they declare (database, table, view, materialized view, dictionary) is looked up on that pod and its definition compared with the declared one, as the server itself prints both. 'fail' (default) fails the apply with E_SCHEMA_MISMATCH and records nothing; 'warn' reports the mismatch through options.onEvent (the provider logs it) and records the apply; 'off' skips the check. Not part of the fingerprint.
+ */
+export type ClickHouseSchemaVerify = "fail" | "warn" | "off";
+/**
  * Statements run in order when the resource is destroyed. Required when onDelete is 'run' and not allowed otherwise.
  *
  * @minItems 1
@@ -31,6 +35,7 @@ export interface ClickHouseSchemaProps {
   execution?: ClickHouseSchemaExecution;
   settings?: ClickHouseSchemaSettings;
   onDelete?: ClickHouseSchemaOnDelete;
+  verify?: ClickHouseSchemaVerify;
   deleteStatements?: ClickHouseSchemaDeleteStatements;
   waitForPod?: ClickHouseSchemaWaitForPod;
   /**

@@ -41,6 +41,11 @@ pub enum ClickHouseSchemaErrorCode {
     E_INVALID_STATE,
     /// The caller aborted the call's `AbortSignal`.
     E_CANCELLED,
+    /// After the statements ran, a declared object is missing on a pod or has another
+    /// definition; `object` and `differences` say which and how.
+    E_SCHEMA_MISMATCH,
+    /// The live-schema check could not run on a pod.
+    E_VERIFICATION_FAILED,
     /// A bug; the message says what was expected.
     E_INTERNAL,
 }
@@ -60,6 +65,8 @@ impl ClickHouseSchemaErrorCode {
             ErrorKind::NothingApplied => Self::E_NOTHING_APPLIED,
             ErrorKind::InvalidState => Self::E_INVALID_STATE,
             ErrorKind::Cancelled => Self::E_CANCELLED,
+            ErrorKind::SchemaMismatch => Self::E_SCHEMA_MISMATCH,
+            ErrorKind::VerificationFailed => Self::E_VERIFICATION_FAILED,
             ErrorKind::Internal => Self::E_INTERNAL,
         }
     }
@@ -104,6 +111,12 @@ fn build<'env>(env: &'env Env, err: &ClickHouseSchemaError) -> Result<Unknown<'e
         err.clickhouse_exception.as_deref(),
     )?;
     set_optional(&mut obj, "exitCode", err.exit_code)?;
+    set_optional(&mut obj, "object", err.object.as_deref())?;
+    if err.kind == ErrorKind::SchemaMismatch {
+        let differences = serde_json::to_value(&err.differences)
+            .map_err(|e| Error::from_reason(format!("internal: differences not serializable: {e}")))?;
+        obj.set_named_property("differences", differences)?;
+    }
     if !err.issues.is_empty() {
         let issues = serde_json::to_value(&err.issues)
             .map_err(|e| Error::from_reason(format!("internal: issues not serializable: {e}")))?;

@@ -1,4 +1,4 @@
-//! The options argument of `apply`, `plan` and `destroy`:
+//! The options argument of `apply`, `plan`, `verify` and `destroy`:
 //! `{ executor?, onEvent?, signal? }`.
 //!
 //! Read on the JS thread before any work is spawned. The `AbortSignal` is
@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use clickhouse_schema_core::transport::Cancel;
+use clickhouse_schema_core::transport::{Cancel, Event, Events};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::ThreadsafeFunction;
 use napi_derive::napi;
@@ -28,9 +28,12 @@ pub(crate) struct LifecycleOptions {
     /// embedding). Without it the `kubeConfig` prop, else `KUBECONFIG` /
     /// `~/.kube/config`, else the in-cluster service account is used.
     pub executor: Option<ClickHouseExecutor>,
-    /// Reserved for progress events; not called yet.
-    #[napi(ts_type = "(event: unknown) => void")]
-    pub on_event: Option<ThreadsafeFunction<serde_json::Value, (), serde_json::Value, Status, false>>,
+    /// Called with what happens as it happens (see `ClickHouseSchemaEvent`): today,
+    /// under `verify: 'warn'`, an object that is missing or differs on a pod after the
+    /// statements ran. Events carry no statement text and no server output beyond the
+    /// redacted definitions that differ. Called asynchronously; its return value is ignored.
+    #[napi(ts_type = "(event: ClickHouseSchemaEvent) => void")]
+    pub on_event: Option<EventCallback>,
     /// Aborting it cancels the call: no statement starts after the abort, an
     /// exec in flight is closed, nothing is recorded, and the promise rejects
     /// with `E_CANCELLED`.
@@ -45,9 +48,26 @@ pub(crate) struct LifecycleOptions {
     pub timers: Option<HostTimers>,
 }
 
+/// What `options.onEvent` receives (declared for `index.d.ts`; the values come from the
+/// core's events as JSON). `kind` says which: `'schemaMismatch'` (under `verify: 'warn'`,
+/// objects missing or different on `pod` after its statements ran; `objects` lists them and
+/// `message` says what to do) or `'verificationFailed'` (the check could not run on `pod`).
+#[allow(dead_code)]
+#[napi(object, object_to_js = false, object_from_js = false)]
+pub(crate) struct ClickHouseSchemaEvent {
+    #[napi(ts_type = "'schemaMismatch' | 'verificationFailed'")]
+    pub kind: String,
+    pub pod: String,
+    pub objects: Option<Vec<clickhouse_schema_core::live_schema::ObjectReport>>,
+    pub message: String,
+}
+
+type EventCallback = ThreadsafeFunction<serde_json::Value, (), serde_json::Value, Status, false>;
+
 /// What a lifecycle call takes from its options.
 pub(crate) struct Options {
     pub executor: Option<ClickHouseExecutor>,
+    pub events: JsEvents,
     pub cancel: SignalCancel,
     /// Only the WASM build reaches the Kubernetes API through it.
     #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
@@ -63,6 +83,7 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     let Some(options) = options else {
         return Ok(Options {
             executor: None,
+            events: JsEvents(None),
             cancel: SignalCancel(rx),
             kubernetes: None,
             timers: None,
@@ -74,6 +95,9 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     let kubernetes = options
         .get::<KubernetesApi>("kubernetes")
         .map_err(|e| Error::new(e.status, format!("options.kubernetes: {}", e.reason)))?;
+    let on_event = options
+        .get::<EventCallback>("onEvent")
+        .map_err(|e| Error::new(e.status, format!("options.onEvent: {}", e.reason)))?;
     let timers = options
         .get::<HostTimers>("timers")
         .map_err(|e| Error::new(e.status, format!("options.timers: {}", e.reason)))?;
@@ -92,6 +116,7 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     }
     Ok(Options {
         executor,
+        events: JsEvents(on_event),
         cancel: SignalCancel(rx),
         kubernetes,
         timers,
@@ -114,5 +139,22 @@ impl Cancel for SignalCancel {
                 std::future::pending::<()>().await;
             }
         })
+    }
+}
+
+/// The core's [`Events`], delivered to `options.onEvent` on the JS thread.
+pub(crate) struct JsEvents(Option<EventCallback>);
+
+impl Events for JsEvents {
+    fn emit(&self, event: Event) {
+        let Some(callback) = &self.0 else { return };
+        // Serializing plain data cannot fail; an event that somehow does is dropped rather
+        // than failing the run it only reports on.
+        if let Ok(value) = serde_json::to_value(&event) {
+            let _ = callback.call(
+                value,
+                napi::threadsafe_function::ThreadsafeFunctionCallMode::NonBlocking,
+            );
+        }
     }
 }

@@ -20,7 +20,7 @@ use crate::js_error::throw;
 use crate::js_executor::ClickHouseExecutor;
 #[cfg(target_family = "wasm")]
 use crate::js_kubernetes::KubernetesApi;
-use crate::js_options::{self, Options, SignalCancel};
+use crate::js_options::{self, JsEvents, Options, SignalCancel};
 use crate::timers::Timers;
 use crate::{props_json, state_json};
 
@@ -112,6 +112,35 @@ pub(crate) fn plan<'env>(
     })
 }
 
+/// Looks up the objects the statements declare on every pod where `state` says they were
+/// applied (and that is still there), one exec per pod, and compares each with its declaration
+/// as the server prints both; runs no statement. Resolves to `{ drifted, pods }`; see
+/// `VerifyResult`. Rejects with `E_NOTHING_APPLIED` without a state, `E_CLUSTER_MISMATCH` when
+/// the kubeconfig points at another cluster, and `E_VERIFICATION_FAILED` when the check cannot
+/// run on a pod.
+#[napi(
+    ts_args_type = "id: string, props: unknown, state?: SchemaState | null, options?: LifecycleOptions | null",
+    ts_return_type = "Promise<VerifyResult>"
+)]
+pub(crate) fn verify<'env>(
+    env: &'env Env,
+    id: String,
+    props: Unknown<'env>,
+    state: Unknown<'env>,
+    options: Option<Object<'env>>,
+) -> Result<PromiseRaw<'env, serde_json::Value>> {
+    let options = js_options::read(env, options)?;
+    let inputs = inputs(&id, props, state, "state");
+    let work = async move {
+        let (config, state) = inputs?;
+        let session = Session::open(&config, options).await?;
+        lifecycle::verify(&id, &config, state.as_ref(), &session.cluster()).await
+    };
+    settle(env, work, |outcome| {
+        serde_json::to_value(&outcome).map_err(|e| Error::from_reason(format!("internal: {e}")))
+    })
+}
+
 /// Deletes resource `id` per its `onDelete`: `retain` resolves without
 /// reaching the cluster; `run` executes `deleteStatements` where `state` says
 /// the schema landed, refusing when that is another cluster or `state` is absent.
@@ -178,6 +207,7 @@ struct Session {
     clock: SystemClock,
     cluster_id: Option<String>,
     cancel: SignalCancel,
+    events: JsEvents,
 }
 
 impl Session {
@@ -246,6 +276,7 @@ impl Session {
             clock: SystemClock::new(timers),
             cluster_id,
             cancel: options.cancel,
+            events: options.events,
         })
     }
 
@@ -255,6 +286,7 @@ impl Session {
             clock: &self.clock,
             cluster_id: self.cluster_id.clone(),
             cancel: &self.cancel,
+            events: &self.events,
         }
     }
 }
