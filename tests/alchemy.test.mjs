@@ -21,7 +21,7 @@ const Alchemy = await import('alchemy');
 const Output = await import('alchemy/Output');
 const Effect = await import('effect/Effect');
 const Layer = await import('effect/Layer');
-const { deployStack, destroyStack } = await import('../dist/examples/runtime.js');
+const { deployStack, destroyStack, driftStack } = await import('../dist/examples/runtime.js');
 const { addonTarget, clickHouseSchema, clickHouseSchemaExecutor, clickHouseSchemaProvider, isClickHouseSchemaError } =
   await import('../dist/index.js');
 const { assertsTheAddonBuild } = await import('./binding.mjs');
@@ -63,6 +63,8 @@ function stack(name, id, props) {
         kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
         retry: { maxAttempts: 2, backoffMs: 100 },
         waitForPod: { timeoutMs: 30_000 },
+        // The deploys below count every exec; the drift test turns the check on.
+        verify: 'off',
         ...props,
       });
       return { fingerprint: schema.fingerprint, podNames: schema.podNames, pods: schema.pods, clusterId: schema.clusterId };
@@ -229,6 +231,37 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     await destroyStack(full, STAGE);
     for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'analytics'), []);
     assert.equal(stateOf('full', 'analytics-schema'), undefined);
+  });
+});
+
+describe('alchemy drift sees the live schema (fanout, sandbox)', () => {
+  const NAME = 'e2e-drift';
+  const ID = 'drift-schema';
+  const statements = [
+    'CREATE DATABASE IF NOT EXISTS drifted',
+    'CREATE TABLE IF NOT EXISTS drifted.events (id UUID, at DateTime) ENGINE = MergeTree ORDER BY at',
+    'CREATE TABLE IF NOT EXISTS drifted.customers (id UUID, name String) ENGINE = MergeTree ORDER BY id',
+  ];
+  const providers = () => Layer.mergeAll(clickHouseSchemaProvider, Alchemy.RandomProvider());
+  const actionOf = (result) => Object.values(result.resources).find((r) => r.logicalId === ID)?.action;
+
+  test('a table dropped by hand on one pod is drift, and the repair re-runs the statements on that pod only', { timeout }, async () => {
+    await deployStack(stack(NAME, ID, { statements, verify: 'fail' }), STAGE);
+    assert.equal(actionOf(await driftStack(NAME, STAGE, providers())), 'unchanged');
+
+    const [, victim] = sandbox.info.pods;
+    sandbox.query(victim, 'DROP TABLE drifted.customers');
+    assert.equal(actionOf(await driftStack(NAME, STAGE, providers())), 'drifted');
+
+    const { result, execs } = await measured(() => driftStack(NAME, STAGE, providers(), true));
+    assert.equal(actionOf(result), 'repaired');
+    // The repair's read looks at every pod (one check each); the statements ran on the victim only.
+    const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
+    assert.deepEqual([...new Set(execs.filter((e) => !isCheck(e)).map((e) => e.pod))], [victim], 'only the pod that lacked the table');
+    assert.equal(execs.filter((e) => !isCheck(e)).length, statements.length);
+    assert.deepEqual(sandbox.tablesOn(victim, 'drifted'), ['customers', 'events']);
+    assert.deepEqual(stateOf(NAME, ID).attr.podNames, sandbox.info.pods, 'the repaired state covers every pod again');
+    assert.equal(actionOf(await driftStack(NAME, STAGE, providers())), 'unchanged');
   });
 });
 

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { addonTarget, apply, destroy, isClickHouseSchemaError, plan } from '../dist/index.js';
+import { addonTarget, apply, destroy, isClickHouseSchemaError, plan, verify } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 
 assertsTheAddonBuild(addonTarget);
@@ -17,6 +17,9 @@ function props(extra = {}) {
     target: { namespace: 'example-observability', podSelector: { 'clickhouse.altinity.com/chi': 'orders' } },
     statements: [S0, S1],
     retry: { maxAttempts: 2, backoffMs: 0 },
+    // These tests count every exec; the live-schema check's own are at the end
+    // and in tests/live-schema.test.mjs.
+    verify: 'off',
     ...extra,
   };
 }
@@ -472,4 +475,34 @@ test('a signal reused across calls does not collect a listener per call', async 
   const after1 = getEventListeners(controller.signal, 'abort').length;
   for (let i = 0; i < 5; i++) await run();
   assert.equal(getEventListeners(controller.signal, 'abort').length, after1);
+});
+
+test('the live-schema check runs after the statements, through the same executor, and fails or warns when it cannot run', async () => {
+  // The fake answers every exec with empty output, so the check cannot read the catalogue.
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(apply('orders-schema', props({ verify: 'fail' }), undefined, { executor }));
+  assert.equal(err.code, 'E_VERIFICATION_FAILED');
+  assert.equal(err.pod, 'chi-0');
+  assert.match(err.message, /the live-schema check could not run there: clickhouse-client stopped before the end of the check/);
+  assert.match(err.message, /Nothing is recorded/);
+  // Two statements, then one check: a script for clickhouse-client --multiquery, recognisable
+  // by its first line, holding scratch copies of the declared table and never the statement as written.
+  assert.equal(calls.execs.length, 3);
+  const check = calls.execs[2];
+  assert.match(check.stdin, /^CREATE DATABASE _clickhouse_schema_verify_[0-9a-f]{16};\n/);
+  assert.match(check.command[2], /--multiquery --ignore-error/);
+  assert.ok(!check.stdin.includes(S1), 'a scratch copy, not the statement');
+
+  const events = [];
+  const warned = await apply('orders-schema', props({ verify: 'warn' }), undefined, { executor, onEvent: (e) => events.push(e) });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(warned.changed, true);
+  assert.deepEqual(events.map((e) => [e.kind, e.pod]), [['verificationFailed', 'chi-0']]);
+});
+
+test('verify needs a recorded apply', async () => {
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(verify('orders-schema', props({ verify: 'fail' }), undefined, { executor }));
+  assert.equal(err.code, 'E_NOTHING_APPLIED');
+  assert.equal(calls.lists.length + calls.execs.length, 0);
 });
