@@ -8,6 +8,8 @@
  */
 import { deploy } from 'alchemy/Deploy';
 import { destroy } from 'alchemy/Destroy';
+import * as Drift from 'alchemy/Drift';
+import { localState } from 'alchemy/State';
 import { LoggingCli } from 'alchemy/Cli/LoggingCli';
 import * as Interaction from 'alchemy/Interaction';
 import { AlchemyContextLive } from 'alchemy/AlchemyContext';
@@ -37,3 +39,22 @@ export const deployStack = (stack: unknown, stage = 'dev'): Promise<unknown> =>
 /** Destroys every resource of `stack` in `stage`. */
 export const destroyStack = (stack: unknown, stage = 'dev'): Promise<unknown> =>
   run(destroy({ stack: stack as DeployableStack, stage }) as Effect.Effect<unknown, unknown, unknown>);
+
+/**
+ * `alchemy drift` for `stack` in `stage` (locally recorded state): detects,
+ * or with `repair` reconciles, every resource whose provider's `read` sees the
+ * cloud differ from what was recorded. `providers` is the stack's providers
+ * Layer. Resolves to Alchemy's per-resource result (`unchanged`, `drifted`,
+ * `repaired`, ...).
+ */
+export const driftStack = (
+  name: string,
+  stage: string,
+  providers: Layer.Layer<never, never, never>,
+  repair = false,
+): Promise<Drift.DriftResult> =>
+  run(
+    (repair ? Drift.repair({ name, stage }) : Drift.detect({ name, stage })).pipe(
+      Effect.provide(Layer.mergeAll(providers, localState())),
+    ) as Effect.Effect<Drift.DriftResult, unknown, unknown>,
+  );

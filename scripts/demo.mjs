@@ -8,7 +8,7 @@ import { join, resolve } from 'node:path';
 
 import { openSandbox } from './lib/sandbox-client.mjs';
 
-const { info, kubeconfig, control, tablesOn, clearLogs } = openSandbox(resolve(process.argv[2] ?? '.sandbox-demo'));
+const { info, kubeconfig, control, query, tablesOn, clearLogs } = openSandbox(resolve(process.argv[2] ?? '.sandbox-demo'));
 
 // The stack reads the sandbox's kubeconfig from SANDBOX_KUBECONFIG, and Alchemy
 // keeps its state under the working directory it is first imported from: a
@@ -16,7 +16,8 @@ const { info, kubeconfig, control, tablesOn, clearLogs } = openSandbox(resolve(p
 process.env.SANDBOX_KUBECONFIG = kubeconfig;
 const stateRoot = mkdtempSync(join(tmpdir(), 'alchemy-clickhouse-demo-'));
 process.chdir(stateRoot);
-const { deployStack, destroyStack } = await import('../dist/examples/runtime.js');
+const { deployStack, destroyStack, driftStack } = await import('../dist/examples/runtime.js');
+const { clickHouseSchemaProvider } = await import('../dist/index.js');
 const { stack } = await import('../dist/examples/quickstart/stack.js');
 
 const bold = (s) => `\x1b[1m${s}\x1b[0m`;
@@ -35,10 +36,16 @@ async function measured(step) {
   const api = await control('GET', '/sandbox/api-log');
   const execs = await control('GET', '/sandbox/exec-log');
   const lists = api.filter((r) => r.method === 'GET' && r.path.endsWith('/pods')).length;
+  // The live-schema check's exec is recognisable by its script's first line.
+  const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
   const perPod = {};
-  for (const e of execs) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
+  for (const e of execs.filter((e) => !isCheck(e))) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
-  say(`   What reached the cluster (${ms} ms): ${lists} pod list(s), ${execs.length} statement exec(s) [${where}]`);
+  const checks = execs.filter(isCheck).length;
+  say(
+    `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${execs.length - checks} statement exec(s) [${where}], ` +
+      `${checks} live-schema check(s)`,
+  );
   return result;
 }
 
@@ -72,7 +79,21 @@ detail('(the pod lists: one to notice the new pod, then the apply\'s own list an
 detail(`${added.name} has tables: ${tables(added.name)}`);
 detail(`the state now covers: ${recorded().attr.podNames.join(', ')}`);
 
-say("4. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
+say('4. Drift: someone drops orders.events by hand on one pod');
+const victim = info.pods[1];
+query(victim, 'DROP TABLE orders.events');
+detail(`${victim} has tables: ${tables(victim)}`);
+say(
+  '   `alchemy drift` asks the provider to read the schema: it looks up the declared objects on every\n' +
+    '   recorded pod (one exec each, no statement) and reports the resource as drifted',
+);
+const detected = await measured(() => driftStack('quickstart', 'dev', clickHouseSchemaProvider));
+for (const r of Object.values(detected.resources)) detail(`${r.logicalId}: ${r.action}`);
+say('   `alchemy drift --repair`: the statements run again on exactly the pod that lacks the table');
+await measured(() => driftStack('quickstart', 'dev', clickHouseSchemaProvider, true));
+detail(`${victim} has tables: ${tables(victim)}`);
+
+say("5. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
 await measured(() => destroyStack(stack));
 detail(`${info.pods[0]} still has tables: ${tables(info.pods[0])}`);
 
