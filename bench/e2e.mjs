@@ -1,13 +1,14 @@
 // End-to-end benchmark against the sandbox (real ClickHouse servers behind a
 // test Kubernetes API): what an unchanged converge costs, how long 20
-// statements take on 3 pods, and the addon's per-exec overhead next to
-// `kubectl exec` of the byte-identical command on the same sandbox.
+// statements take on 3 pods, the addon's per-exec overhead next to
+// `kubectl exec` of the byte-identical command on the same sandbox, and what
+// the live-schema check costs per pod and as verify() on 3 pods.
 // Run: node bench/e2e.mjs   (after `npm run build` and `cargo build --release -p clickhouse-schema-sandbox`)
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { apply } from '../dist/index.js';
+import { apply, verify } from '../dist/index.js';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 const dir = join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-bench');
@@ -27,6 +28,8 @@ const props = (statements) => ({
   target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
   statements,
   kubeConfig: { kubeconfigPath: kubeconfig },
+  // Sections 1-3 count statement execs; section 4 measures the check itself.
+  verify: 'off',
 });
 const twenty = (tag) => [
   'CREATE DATABASE IF NOT EXISTS bench',
@@ -86,3 +89,31 @@ console.log(
   `addon per exec (median, lists included) vs kubectl exec: ${(applyStats.median / 60).toFixed(2)} ms vs ${kubectlStats.median.toFixed(1)} ms ` +
     `(${(kubectlStats.median / (applyStats.median / 60)).toFixed(1)}x)`,
 );
+
+// 4. The live-schema check: one exec per pod after the statements, and verify().
+const checkedTimes = [];
+for (let i = 0; i < RUNS; i++) {
+  await control('DELETE', '/sandbox/exec-log');
+  const t0 = process.hrtime.bigint();
+  const r = await apply('bench', { ...props(twenty(`checked ${i}`)), verify: 'fail' }, state);
+  checkedTimes.push(ms(t0));
+  state = r.state;
+  const execs = (await control('GET', '/sandbox/exec-log')).length;
+  if (execs !== 63) throw new Error(`expected 60 statement execs and 3 checks, saw ${execs}`);
+}
+const checkedStats = stats(checkedTimes);
+const perCheck = (checkedStats.median - applyStats.median) / 3;
+console.log(`apply of 20 statements to 3 pods with verify 'fail' (60 execs + 3 checks of 20 objects): ${fmt(checkedStats)}`);
+console.log(
+  `  the check per pod (median difference / 3): ${perCheck.toFixed(1)} ms, next to one statement exec ` +
+    `${(applyStats.median / 60).toFixed(1)} ms (${(perCheck / (applyStats.median / 60)).toFixed(2)}x)`,
+);
+const verifyTimes = [];
+const verified = twenty(`checked ${RUNS - 1}`);
+for (let i = 0; i < RUNS; i++) {
+  const t0 = process.hrtime.bigint();
+  const result = await verify('bench', { ...props(verified), verify: 'fail' }, state);
+  verifyTimes.push(ms(t0));
+  if (result.drifted || result.pods.length !== 3) throw new Error(`unexpected verify result: ${JSON.stringify(result)}`);
+}
+console.log(`verify() on 3 pods with 20 objects (1 pod list, 3 execs): ${fmt(stats(verifyTimes))}`);

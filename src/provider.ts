@@ -26,6 +26,7 @@ import {
   verify,
   type ClickHouseExecutor,
   type ClickHouseSchemaEvent,
+  type PlanResult,
   type SchemaState,
 } from './index.js';
 
@@ -91,6 +92,18 @@ export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
   });
 
 /**
+ * The plan in one line for the log: which statements (and the objects they
+ * declare) an apply would run, and on which pods.
+ */
+const planned = (result: PlanResult): string => {
+  const statements = result.statements.map((s) => `${s.index}: ${s.verb}${s.object ? ` ${s.object}` : ''}`).join('; ');
+  const where = result.everyPod
+    ? 'every selected pod'
+    : result.pods.map((p) => `${p.pod} (${p.why === 'newPod' ? 'new pod' : 'replaced pod'})`).join(', ');
+  return `statements [${statements}] on ${where}`;
+};
+
+/**
  * Runs an addon promise, keeping its `ClickHouseSchemaError` (code,
  * statementIndex, pod, ...) as the typed failure; the addon rejects with
  * nothing else.
@@ -135,7 +148,7 @@ export const clickHouseSchemaProvider = Provider.effect(
         return call(() => plan(id, news, output, options)).pipe(
           Effect.flatMap((result) =>
             result.changed
-              ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'})`).pipe(
+              ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'}): ${planned(result)}`).pipe(
                   Effect.as({ action: 'update' as const }),
                 )
               : Effect.succeed(undefined),

@@ -266,7 +266,12 @@ test('plan answers whether apply would run anything, at the cost of its no-op ch
   const { state } = await apply('orders-schema', props(), undefined, { executor: first.executor });
 
   const same = fakeCluster(['chi-0', 'chi-1']);
-  assert.deepEqual(await plan('orders-schema', props(), state, { executor: same.executor }), { changed: false });
+  assert.deepEqual(await plan('orders-schema', props(), state, { executor: same.executor }), {
+    changed: false,
+    everyPod: false,
+    pods: [],
+    statements: [],
+  });
   assert.equal(same.calls.lists.length, 1);
   assert.equal(same.calls.execs.length, 0);
 
@@ -274,13 +279,21 @@ test('plan answers whether apply would run anything, at the cost of its no-op ch
   const result = await plan('orders-schema', props(), state, { executor: grown.executor });
   assert.equal(result.changed, true);
   assert.equal(result.reason, 'the pod set changed (added: chi-2)');
+  assert.equal(result.why, 'podSetChanged');
+  assert.deepEqual(result.pods, [{ pod: 'chi-2', why: 'newPod' }]);
+  assert.deepEqual(result.statements, [
+    { index: 0, verb: 'CREATE DATABASE IF NOT EXISTS', object: 'orders' },
+    { index: 1, verb: 'CREATE TABLE IF NOT EXISTS', object: 'orders.events' },
+  ]);
   assert.equal(grown.calls.execs.length, 0, 'a plan never runs a statement');
 
   const none = fakeCluster(['chi-0']);
-  assert.deepEqual(await plan('orders-schema', props(), undefined, { executor: none.executor }), {
-    changed: true,
-    reason: 'nothing has been applied yet',
-  });
+  const first = await plan('orders-schema', props(), undefined, { executor: none.executor });
+  assert.deepEqual(
+    { changed: first.changed, reason: first.reason, why: first.why, everyPod: first.everyPod, pods: first.pods },
+    { changed: true, reason: 'nothing has been applied yet', why: 'firstApply', everyPod: true, pods: [] },
+  );
+  assert.equal(first.statements.length, 2);
 });
 
 test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing runs after, nothing is recorded', async () => {

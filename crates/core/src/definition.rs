@@ -13,8 +13,9 @@
 //! What counts as a difference: a column (name, type, `DEFAULT`/`MATERIALIZED`/`ALIAS` expression,
 //! `COMMENT`, `CODEC`, TTL: the whole entry), the order of the columns, and each clause: `ENGINE`
 //! with its arguments, `PARTITION BY`, `PRIMARY KEY`, `ORDER BY`, `SAMPLE BY`, `TTL`, `SETTINGS`,
-//! `COMMENT`, and for views `TO` (a materialized view's target) and `AS` (the query). `POPULATE`
-//! is not part of a definition (the server does not keep it).
+//! `COMMENT`, for views `TO` (a materialized view's target) and `AS` (the query), and for
+//! dictionaries `SOURCE`, `LAYOUT`, `LIFETIME` and `RANGE`. `POPULATE` is not part of a definition
+//! (the server does not keep it).
 
 use crate::lexer::{Token, TokenKind, significant, tokenize};
 
@@ -32,6 +33,11 @@ const CLAUSES: &[&[&str]] = &[
     &["TO"],
     &["AS"],
     &["COMMENT"],
+    // A dictionary's parts.
+    &["SOURCE"],
+    &["LAYOUT"],
+    &["LIFETIME"],
+    &["RANGE"],
 ];
 
 /// Words whose case the server ignores, compared upper case. Identifiers keep their case.
@@ -204,8 +210,14 @@ pub fn parse(sql: &str) -> Definition {
         } else if t.is_punct(sql, ")") {
             depth = depth.saturating_sub(1);
         }
-        // `AS SELECT` of a view runs to the end: nothing after it starts a clause.
-        let in_query = current.as_ref().is_some_and(|(name, _)| name == "AS");
+        // A query (`AS SELECT`, `AS WITH`, `AS (SELECT`) runs to the end: nothing after it starts
+        // a clause. `AS other_table` (a table copying another's structure) is a clause like any.
+        let in_query = current.as_ref().is_some_and(|(name, from)| {
+            name == "AS"
+                && tokens.get(*from).is_some_and(|t| {
+                    t.is_keyword(sql, "SELECT") || t.is_keyword(sql, "WITH") || t.is_punct(sql, "(")
+                })
+        });
         let starts = (depth == 0 && !in_query)
             .then(|| CLAUSES.iter().find(|words| keywords_at(sql, &tokens, i, words)))
             .flatten();
@@ -630,6 +642,13 @@ mod tests {
             .collect();
         assert_eq!(names, [("TO", "s.t"), ("AS", "SELECT id FROM s.src ORDER BY id")]);
         assert_eq!(d.columns.len(), 1);
+    }
+
+    #[test]
+    fn a_table_copying_another_keeps_its_engine_clause_apart() {
+        let d = parse("CREATE TABLE t AS app.events ENGINE = Memory");
+        let names: Vec<(&str, &str)> = d.clauses.iter().map(|c| (c.name.as_str(), c.part.text.as_str())).collect();
+        assert_eq!(names, [("AS", "app.events"), ("ENGINE", "Memory")]);
     }
 
     #[test]

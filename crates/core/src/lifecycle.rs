@@ -48,7 +48,7 @@ enum Decision {
     /// Same content, place, cluster and (fanout) live pod set.
     Unchanged,
     /// Run the whole list on every selected pod.
-    ApplyAll { reason: String },
+    ApplyAll { reason: String, why: PlanWhy },
     /// Only the pod set changed: the live observation, and the pods the
     /// previous state proves are covered (same name and uid).
     NewPodsOnly {
@@ -72,21 +72,25 @@ async fn decide<T: PodLister + Executor, C: Clock>(
     let Some(prev) = previous else {
         return Ok(Decision::ApplyAll {
             reason: "nothing has been applied yet".to_owned(),
+            why: PlanWhy::FirstApply,
         });
     };
     if prev.fingerprint != fingerprint {
         return Ok(Decision::ApplyAll {
             reason: "the statements, settings, client or execution model changed".to_owned(),
+            why: PlanWhy::StatementsChanged,
         });
     }
     if !prev.target.matches(&config.target) {
         return Ok(Decision::ApplyAll {
             reason: "the target (namespace, selector or container) changed".to_owned(),
+            why: PlanWhy::TargetChanged,
         });
     }
     if prev.cluster_id.as_deref() != cluster_id {
         return Ok(Decision::ApplyAll {
             reason: "the kubeconfig points at another cluster".to_owned(),
+            why: PlanWhy::ClusterChanged,
         });
     }
     if let Execution::OnCluster { .. } = config.execution {
@@ -132,15 +136,107 @@ fn pod_set_change(prev: &SchemaState, live: &[PodRef]) -> String {
     format!("the pod set changed ({})", parts.join("; "))
 }
 
-/// Would an apply run anything? Makes exactly the calls the no-op check of
-/// `apply` makes (one pod list under fanout, none under onCluster) and runs
-/// no statement. `Some(reason)` when it would.
+/// Why an apply would run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PlanWhy {
+    /// Nothing was recorded: every statement on every selected pod.
+    FirstApply,
+    /// The statements, settings, client or execution model changed: every statement on every
+    /// selected pod.
+    StatementsChanged,
+    /// The target (namespace, selector, container) changed: every statement on every pod it selects.
+    TargetChanged,
+    /// The kubeconfig points at another cluster: every statement on every selected pod there.
+    ClusterChanged,
+    /// Only the pod set changed: every statement on the pods in `pods` (new or replaced).
+    PodSetChanged,
+}
+
+/// Why a pod is in a plan of only some pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PodWhy {
+    /// No pod of that name is recorded.
+    NewPod,
+    /// A pod of that name is recorded with another uid: its disk may be new.
+    ReplacedPod,
+}
+
+/// One pod an apply would run the statements on, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
+pub struct PlannedPod {
+    /// The pod's name.
+    pub pod: String,
+    /// Why it is in the plan: no pod of that name is recorded (`newPod`), or one is, with
+    /// another uid (`replacedPod`: its disk may be new).
+    #[cfg_attr(feature = "napi", napi(ts_type = "'newPod' | 'replacedPod'"))]
+    pub why: PodWhy,
+}
+
+/// One statement of the list, as an apply would run it: what it declares, if anything.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
+pub struct PlannedStatement {
+    /// Its index in `statements`.
+    #[cfg_attr(feature = "napi", napi(ts_type = "number"))]
+    pub index: usize,
+    /// Its leading keywords as the statement's kind: `CREATE TABLE IF NOT EXISTS`, `ALTER`, ...
+    pub verb: String,
+    /// The object it declares (`database.name`, or a database), when it declares one.
+    pub object: Option<String>,
+}
+
+/// What [`plan`] found: whether an apply would run anything, where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false, js_name = "PlanResult")
+)]
+pub struct PlanOutcome {
+    /// Whether an apply would run any statement.
+    pub changed: bool,
+    /// Why an apply would run, in words; absent when it would not.
+    pub reason: Option<String>,
+    /// Why an apply would run; absent when it would not. `firstApply`, `statementsChanged`,
+    /// `targetChanged` and `clusterChanged` run every statement on every selected pod;
+    /// `podSetChanged` runs them on `pods` only.
+    #[cfg_attr(
+        feature = "napi",
+        napi(ts_type = "'firstApply' | 'statementsChanged' | 'targetChanged' | 'clusterChanged' | 'podSetChanged'")
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<PlanWhy>,
+    /// The apply would run on every pod the execution model selects (under onCluster: once,
+    /// on the first Ready pod); `pods` is then empty, since which pods those are is only known
+    /// when the apply lists them.
+    pub every_pod: bool,
+    /// The pods an apply would run the statements on, when only some would (`PodSetChanged`).
+    pub pods: Vec<PlannedPod>,
+    /// Every statement an apply would run, in order (every one of them runs on each pod);
+    /// empty when it would not run.
+    pub statements: Vec<PlannedStatement>,
+}
+
+/// Would an apply run anything, where, and why? Makes exactly the calls the no-op check of
+/// `apply` makes (one pod list under fanout with an unchanged fingerprint, none otherwise)
+/// and runs no statement.
 pub async fn plan<T: PodLister + Executor, C: Clock>(
     resource_id: &str,
     config: &ResolvedConfig,
     previous: Option<&SchemaState>,
     cluster: &Cluster<'_, T, C>,
-) -> Result<Option<String>, ClickHouseSchemaError> {
+) -> Result<PlanOutcome, ClickHouseSchemaError> {
     let run = Run::new(
         resource_id,
         config,
@@ -150,20 +246,83 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
     )
     .with_cancel(cluster.cancel);
     let fingerprint = fingerprint(config);
-    Ok(
-        match decide(
-            &run,
-            config,
-            &fingerprint,
-            previous,
-            cluster.cluster_id.as_deref(),
-        )
-        .await?
-        {
-            Decision::Unchanged => None,
-            Decision::ApplyAll { reason } | Decision::NewPodsOnly { reason, .. } => Some(reason),
-        },
+    let decision = decide(
+        &run,
+        config,
+        &fingerprint,
+        previous,
+        cluster.cluster_id.as_deref(),
     )
+    .await?;
+    let statements = || planned_statements(config);
+    Ok(match decision {
+        Decision::Unchanged => PlanOutcome {
+            changed: false,
+            reason: None,
+            why: None,
+            every_pod: false,
+            pods: Vec::new(),
+            statements: Vec::new(),
+        },
+        Decision::ApplyAll { reason, why } => PlanOutcome {
+            changed: true,
+            reason: Some(reason),
+            why: Some(why),
+            every_pod: true,
+            pods: Vec::new(),
+            statements: statements(),
+        },
+        Decision::NewPodsOnly { reason, live, covered } => PlanOutcome {
+            changed: true,
+            reason: Some(reason),
+            why: Some(PlanWhy::PodSetChanged),
+            every_pod: false,
+            pods: live
+                .iter()
+                .filter(|p| !covered.iter().any(|c| c.name == p.name && c.uid == p.uid))
+                .map(|p| PlannedPod {
+                    pod: p.name.clone(),
+                    why: if covered.iter().any(|c| c.name == p.name) {
+                        PodWhy::ReplacedPod
+                    } else {
+                        PodWhy::NewPod
+                    },
+                })
+                .collect(),
+            statements: statements(),
+        },
+    })
+}
+
+/// Each statement with what it declares (see [`crate::declared`]).
+fn planned_statements(config: &ResolvedConfig) -> Vec<PlannedStatement> {
+    use crate::declared::{DeclarationForm, StatementClass, classify};
+    config
+        .statements
+        .iter()
+        .enumerate()
+        .map(|(index, sql)| match classify(sql, &config.client.database) {
+            StatementClass::Declares(d) => {
+                let (lead, tail) = match d.form {
+                    DeclarationForm::Create => ("CREATE", ""),
+                    DeclarationForm::CreateIfNotExists => ("CREATE", " IF NOT EXISTS"),
+                    DeclarationForm::CreateOrReplace => ("CREATE OR REPLACE", ""),
+                    DeclarationForm::Attach => ("ATTACH", ""),
+                    DeclarationForm::AttachIfNotExists => ("ATTACH", " IF NOT EXISTS"),
+                };
+                PlannedStatement {
+                    index,
+                    verb: format!("{lead} {}{tail}", d.kind.as_sql()),
+                    object: Some(d.qualified_name()),
+                }
+            }
+            StatementClass::Other { verb } => PlannedStatement {
+                index,
+                verb,
+                object: None,
+            },
+        })
+        .collect()
 }
 
 /// Brings the cluster to `config` and returns the state to record.

@@ -572,7 +572,12 @@ fn how(sql: &str, declaration: &Declaration) -> How {
                 let first = q.key.split(' ').next().unwrap_or_default();
                 first == "SELECT" || first == "WITH" || q.key.contains('(')
             });
-            let local = engine.as_ref().is_none_or(|(name, _)| is_local_engine(name));
+            // Without an ENGINE clause, `AS other` copies other's engine, whatever it is: only a
+            // table with neither is created in scratch with the server's default engine.
+            let local = match &engine {
+                Some((name, _)) => is_local_engine(name),
+                None => declared.clause("AS").is_none(),
+            };
             if as_select || query_connects {
                 return text_all(&["AS", "ENGINE", "SETTINGS"]);
             }

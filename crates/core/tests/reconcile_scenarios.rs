@@ -851,7 +851,7 @@ fn run_plan(
         cancel: &NeverCancelled,
         events: &NoEvents,
     };
-    block_on(plan("orders-schema", &cfg, previous, &c)).unwrap()
+    block_on(plan("orders-schema", &cfg, previous, &c)).unwrap().reason
 }
 
 #[test]
@@ -901,6 +901,61 @@ fn plan_makes_the_calls_of_the_no_op_check_and_never_runs_a_statement() {
         run_plan(fanout_props(), None, &cluster).as_deref(),
         Some("nothing has been applied yet")
     );
+}
+
+#[test]
+fn plan_says_which_pods_and_statements_an_apply_would_run_and_why() {
+    use clickhouse_schema_core::lifecycle::{PlanWhy, PlannedPod, PlannedStatement, PodWhy};
+    let state = ok_state(three_pods());
+    let mut moved = three_pods();
+    moved.push(pod("chi-orders-0-3-0", "u3"));
+    moved[1] = pod("chi-orders-0-1-0", "u1-new");
+    let cluster = FakeCluster::new(moved);
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: Some("cluster-a".into()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    let mut props = fanout_props();
+    props["statements"].as_array_mut().unwrap().push(json!("ALTER TABLE orders.events ADD COLUMN x UInt8"));
+    let outcome = block_on(plan("orders-schema", &config(fanout_props()), Some(&state), &c)).unwrap();
+    assert_eq!(outcome.why, Some(PlanWhy::PodSetChanged));
+    assert!(!outcome.every_pod);
+    assert_eq!(
+        outcome.pods,
+        [
+            PlannedPod { pod: "chi-orders-0-1-0".into(), why: PodWhy::ReplacedPod },
+            PlannedPod { pod: "chi-orders-0-3-0".into(), why: PodWhy::NewPod },
+        ]
+    );
+    assert_eq!(
+        outcome.statements,
+        [
+            PlannedStatement { index: 0, verb: "CREATE DATABASE IF NOT EXISTS".into(), object: Some("orders".into()) },
+            PlannedStatement {
+                index: 1,
+                verb: "CREATE TABLE IF NOT EXISTS".into(),
+                object: Some("orders.events".into())
+            },
+        ]
+    );
+
+    let changed = block_on(plan("orders-schema", &config(props), Some(&state), &c)).unwrap();
+    assert_eq!((changed.why, changed.every_pod, changed.pods.len()), (Some(PlanWhy::StatementsChanged), true, 0));
+    assert_eq!(
+        changed.statements[2],
+        PlannedStatement { index: 2, verb: "ALTER".into(), object: None }
+    );
+
+    let unchanged = block_on(plan("orders-schema", &config(fanout_props()), Some(&ok_state(three_pods())), &Cluster {
+        transport: &FakeCluster::new(three_pods()),
+        ..c
+    }))
+    .unwrap();
+    assert_eq!((unchanged.changed, unchanged.statements.len()), (false, 0));
 }
 
 #[test]

@@ -75,17 +75,12 @@ pub(crate) fn apply<'env>(
     })
 }
 
-/// Whether an apply would run anything, and why.
-#[napi(object)]
-pub(crate) struct PlanResult {
-    pub changed: bool,
-    /// Present when `changed`: what differs (content, target, cluster, pod set).
-    pub reason: Option<String>,
-}
-
-/// Would `apply` with these arguments run anything? Makes exactly the calls
-/// apply's no-op check makes (one pod list under fanout, none under
-/// onCluster) and never runs a statement. For plans and Alchemy's `diff`.
+/// Would `apply` with these arguments run anything, where, and why? Resolves
+/// to `{ changed, reason?, why?, everyPod, pods, statements }`: every
+/// statement with what it declares, and either every selected pod or the
+/// pods that are new or replaced. Makes exactly the calls apply's no-op check
+/// makes (one pod list under fanout with an unchanged fingerprint, none
+/// otherwise) and never runs a statement. For plans and Alchemy's `diff`.
 #[napi(
     ts_args_type = "id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null",
     ts_return_type = "Promise<PlanResult>"
@@ -96,7 +91,7 @@ pub(crate) fn plan<'env>(
     props: Unknown<'env>,
     previous_state: Unknown<'env>,
     options: Option<Object<'env>>,
-) -> Result<PromiseRaw<'env, PlanResult>> {
+) -> Result<PromiseRaw<'env, serde_json::Value>> {
     let options = js_options::read(env, options)?;
     let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
@@ -104,11 +99,8 @@ pub(crate) fn plan<'env>(
         let session = Session::open(&config, options).await?;
         lifecycle::plan(&id, &config, previous.as_ref(), &session.cluster()).await
     };
-    settle(env, work, |reason| {
-        Ok(PlanResult {
-            changed: reason.is_some(),
-            reason,
-        })
+    settle(env, work, |outcome| {
+        serde_json::to_value(&outcome).map_err(|e| Error::from_reason(format!("internal: {e}")))
     })
 }
 

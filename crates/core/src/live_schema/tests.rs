@@ -377,3 +377,38 @@ fn scratch_database_names_are_distinct_per_seed() {
     assert!(a.starts_with(SCRATCH_DATABASE_PREFIX) && a.len() == SCRATCH_DATABASE_PREFIX.len() + 16);
     assert_ne!(a, scratch_database("id/pod-0/2"));
 }
+
+#[test]
+fn a_table_copying_another_tables_engine_is_never_created() {
+    let copied = plan(&["CREATE TABLE c AS app.kafka_queue"]);
+    assert_eq!(copied.script(S).matches("CREATE ").count(), 1, "{}", copied.script(S));
+    let with_engine = plan(&["CREATE TABLE c AS app.events ENGINE = Memory"]);
+    assert!(with_engine.script(S).contains(&format!("CREATE TABLE {S}.o0 AS app.events ENGINE = Memory;")));
+}
+
+#[test]
+fn a_dictionary_source_is_compared_as_text_with_its_literals_hidden() {
+    let p = plan(&["CREATE DICTIONARY d (id UInt64) PRIMARY KEY id SOURCE(MYSQL(HOST 'db' USER 'u' PASSWORD 'p1' DB 'x' TABLE 't')) LAYOUT(FLAT()) LIFETIME(300)"]);
+    let live = table_row("app", "d", "CREATE DICTIONARY app.d (id UInt64) PRIMARY KEY id SOURCE(MYSQL(HOST 'db' USER 'u' PASSWORD 'p2' DB 'x' TABLE 't')) LAYOUT(FLAT()) LIFETIME(300)");
+    let report = p.read("pod", S, &output(&[live], &[S])).unwrap();
+    let object = &report.objects[0];
+    assert_eq!((object.status, object.compared), (ObjectStatus::Differs, Compared::Text));
+    assert_eq!(object.differences.len(), 1);
+    assert_eq!(object.differences[0].clause, "SOURCE");
+    let shown = format!("{:?}", object.differences);
+    assert!(!shown.contains("p1") && !shown.contains("p2") && !shown.contains("'db'"), "{shown}");
+}
+
+#[test]
+fn no_credential_literal_of_a_statement_reaches_the_script() {
+    let p = plan(&[
+        "CREATE TABLE s3t (a String) ENGINE = S3('https://bucket/x.csv', 'AKIAKEYID', 'sec''ret', 'CSV')",
+        "CREATE VIEW rv AS SELECT * FROM remote('host', db.t, 'user', 'pa55word')",
+        "CREATE TABLE my (a String) ENGINE = MySQL('db:3306', 'd', 't', 'root', 'hunter2')",
+        "CREATE DICTIONARY d (id UInt64) PRIMARY KEY id SOURCE(CLICKHOUSE(USER 'u' PASSWORD 'dictpass')) LAYOUT(FLAT()) LIFETIME(0)",
+    ]);
+    let script = p.script(S);
+    for secret in ["AKIAKEYID", "sec", "pa55word", "hunter2", "dictpass"] {
+        assert!(!script.contains(secret), "{secret} in {script}");
+    }
+}
