@@ -4,8 +4,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { addonTarget, apply, destroy, isClickHouseSchemaError, plan, verify } from '../dist/index.js';
+import { addonTarget, apply, destroy, plan, verify } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
+import { rejection } from './lib/rejection.mjs';
 
 assertsTheAddonBuild(addonTarget);
 
@@ -39,16 +40,6 @@ function fakeCluster(names, onExec = () => undefined) {
     },
   };
   return { executor, calls, pods };
-}
-
-async function rejection(promise) {
-  try {
-    await promise;
-  } catch (err) {
-    assert.ok(isClickHouseSchemaError(err), `expected a ClickHouseSchemaError, got ${err?.stack ?? err}`);
-    return err;
-  }
-  assert.fail('expected a rejection');
 }
 
 test('apply runs every statement on every pod and returns the state to record', async () => {
@@ -288,12 +279,12 @@ test('plan answers whether apply would run anything, at the cost of its no-op ch
   assert.equal(grown.calls.execs.length, 0, 'a plan never runs a statement');
 
   const none = fakeCluster(['chi-0']);
-  const first = await plan('orders-schema', props(), undefined, { executor: none.executor });
+  const fresh = await plan('orders-schema', props(), undefined, { executor: none.executor });
   assert.deepEqual(
-    { changed: first.changed, reason: first.reason, why: first.why, everyPod: first.everyPod, pods: first.pods },
+    { changed: fresh.changed, reason: fresh.reason, why: fresh.why, everyPod: fresh.everyPod, pods: fresh.pods },
     { changed: true, reason: 'nothing has been applied yet', why: 'firstApply', everyPod: true, pods: [] },
   );
-  assert.equal(first.statements.length, 2);
+  assert.equal(fresh.statements.length, 2);
 });
 
 test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing runs after, nothing is recorded', async () => {

@@ -6,8 +6,9 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { addonTarget, apply, isClickHouseSchemaError, verify } from '../dist/index.js';
+import { addonTarget, apply, verify } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
+import { rejection } from './lib/rejection.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
@@ -36,16 +37,6 @@ function props(statements, extra = {}) {
     retry: { maxAttempts: 2, backoffMs: 100 },
     ...extra,
   };
-}
-
-async function rejection(promise) {
-  try {
-    await promise;
-  } catch (err) {
-    assert.ok(isClickHouseSchemaError(err), `expected a ClickHouseSchemaError, got ${err?.stack ?? err}`);
-    return err;
-  }
-  assert.fail('expected a rejection');
 }
 
 /** Pod name -> object name -> status, for compact assertions. */

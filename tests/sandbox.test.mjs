@@ -11,8 +11,9 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { addonTarget, apply, destroy, isClickHouseSchemaError } from '../dist/index.js';
+import { addonTarget, apply, destroy } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
+import { rejection } from './lib/rejection.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
@@ -37,16 +38,6 @@ const control = (...args) => sandbox.control(...args);
 const query = (...args) => sandbox.query(...args);
 const tablesOn = (...args) => sandbox.tablesOn(...args);
 const clearLogs = () => sandbox.clearLogs();
-
-async function rejection(promise) {
-  try {
-    await promise;
-  } catch (err) {
-    assert.ok(isClickHouseSchemaError(err), `expected a ClickHouseSchemaError, got ${err?.stack ?? err}`);
-    return err;
-  }
-  assert.fail('expected a rejection');
-}
 
 const selector = { 'clickhouse.altinity.com/chi': 'sandbox' };
 

@@ -328,9 +328,11 @@ async fn v4_only_server_serves_kube_rs_over_v4_and_refuses_v5_alone() {
         .unwrap();
     assert!(closed.status.is_none(), "{closed:?}");
 
-    // The server notices the close a moment after the client is done.
+    // The server notices the close a moment after the client is done; on a loaded machine
+    // (the test command builds other targets meanwhile) that moment has taken over 5 s, so the
+    // wait is bounded at 30 s and ends as soon as the outcome is settled.
     let mut log = sb.exec_log();
-    for _ in 0..100 {
+    for _ in 0..600 {
         if log[2].outcome != "running" {
             break;
         }
