@@ -167,22 +167,20 @@ export const clickHouseSchemaProvider = Provider.effect(
         );
       },
       reconcile: ({ id, news, output, session }) => {
-        // The addon's events (today: mismatches under verify: 'warn') arrive on
-        // the JS thread while apply runs; they are shown once it settles, as a
-        // note on the resource's row and a warning in the log.
-        const events: ClickHouseSchemaEvent[] = [];
-        const onEvent = (event: ClickHouseSchemaEvent) => void events.push(event);
+        // The addon's events arrive on the JS thread while apply runs: each is
+        // shown at once as the row's progress (`statement 7/20 on chi-... (3 of
+        // 8 pods done)`); a live-schema warning (verify: 'warn') is also
+        // logged as a warning once apply settles.
+        const warnings: ClickHouseSchemaEvent[] = [];
+        const onEvent = (event: ClickHouseSchemaEvent) => {
+          if (event.kind === 'schemaMismatch' || event.kind === 'verificationFailed') warnings.push(event);
+          Effect.runFork(session.note(event.message, { kind: 'status' }));
+        };
         const shown = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve))).pipe(
           Effect.andThen(() =>
-            Effect.forEach(
-              events,
-              (event) =>
-                Effect.andThen(
-                  session.note(`${event.kind}: ${event.message}`),
-                  Effect.logWarning(`ClickHouseSchema '${id}': ${event.message}`),
-                ),
-              { discard: true },
-            ),
+            Effect.forEach(warnings, (event) => Effect.logWarning(`ClickHouseSchema '${id}': ${event.message}`), {
+              discard: true,
+            }),
           ),
         );
         return call(() => apply(id, news, output, { ...options, onEvent })).pipe(

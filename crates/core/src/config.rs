@@ -32,6 +32,9 @@ pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 300_000;
 pub const DEFAULT_MAX_STATEMENT_BYTES: u64 = 16 << 20;
 /// Fanout passes allowed to chase pods that appear mid-apply.
 pub const DEFAULT_MAX_RECONCILE_PASSES: u32 = 3;
+/// Pods applied at once under fanout: enough to hide the exec latency of a
+/// typical cluster without opening dozens of exec streams at the API server.
+pub const DEFAULT_PARALLELISM: u32 = 8;
 /// One attempt and two retries.
 pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 3;
 /// One second before the first retry, doubling after each.
@@ -61,6 +64,8 @@ pub struct ResolvedConfig {
     pub wait_for_pod: WaitForPod,
     /// Only meaningful under fanout.
     pub max_reconcile_passes: u32,
+    /// Pods applied at once under fanout; outside the fingerprint.
+    pub parallelism: u32,
     /// Per-statement exec timeout, in milliseconds.
     pub statement_timeout_ms: u64,
     /// Largest statement (UTF-8 bytes) validation accepts; outside the fingerprint.
@@ -386,6 +391,8 @@ struct Props {
     #[serde(default, deserialize_with = "integral")]
     max_reconcile_passes: Option<u32>,
     #[serde(default, deserialize_with = "integral")]
+    parallelism: Option<u32>,
+    #[serde(default, deserialize_with = "integral")]
     statement_timeout_ms: Option<u64>,
     #[serde(default, deserialize_with = "integral")]
     max_statement_bytes: Option<u64>,
@@ -499,6 +506,7 @@ pub(crate) fn resolve(props: &Value) -> Result<ResolvedConfig, String> {
                 .unwrap_or(DEFAULT_WAIT_FOR_POD_TIMEOUT_MS),
         },
         max_reconcile_passes: props.max_reconcile_passes.unwrap_or(DEFAULT_MAX_RECONCILE_PASSES),
+        parallelism: props.parallelism.unwrap_or(DEFAULT_PARALLELISM),
         statement_timeout_ms: props.statement_timeout_ms.unwrap_or(DEFAULT_STATEMENT_TIMEOUT_MS),
         max_statement_bytes: props.max_statement_bytes.unwrap_or(DEFAULT_MAX_STATEMENT_BYTES),
         retry: Retry {

@@ -647,7 +647,11 @@ mod tests {
     #[test]
     fn a_table_copying_another_keeps_its_engine_clause_apart() {
         let d = parse("CREATE TABLE t AS app.events ENGINE = Memory");
-        let names: Vec<(&str, &str)> = d.clauses.iter().map(|c| (c.name.as_str(), c.part.text.as_str())).collect();
+        let names: Vec<(&str, &str)> = d
+            .clauses
+            .iter()
+            .map(|c| (c.name.as_str(), c.part.text.as_str()))
+            .collect();
         assert_eq!(names, [("AS", "app.events"), ("ENGINE", "Memory")]);
     }
 

@@ -43,8 +43,9 @@
 //!
 //! - `target`, `kubeConfig`: where the DDL lands, compared separately;
 //!   kubeConfig also carries machine-local paths.
-//! - `waitForPod`, `statementTimeoutMs`, `maxReconcilePasses`, `retry`: how the
-//!   apply is driven; tuning them must not re-run DDL.
+//! - `waitForPod`, `statementTimeoutMs`, `maxReconcilePasses`, `parallelism`,
+//!   `retry`, `verify`: how the apply is driven and checked; tuning them must
+//!   not re-run DDL.
 //! - `readyBarrier`: an ordering edge with no effect on the statements.
 //! - `onDelete`, `deleteStatements`: they describe teardown, which never runs
 //!   during a converge. Including them would make switching to

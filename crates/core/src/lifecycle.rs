@@ -213,7 +213,9 @@ pub struct PlanOutcome {
     /// `podSetChanged` runs them on `pods` only.
     #[cfg_attr(
         feature = "napi",
-        napi(ts_type = "'firstApply' | 'statementsChanged' | 'targetChanged' | 'clusterChanged' | 'podSetChanged'")
+        napi(
+            ts_type = "'firstApply' | 'statementsChanged' | 'targetChanged' | 'clusterChanged' | 'podSetChanged'"
+        )
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<PlanWhy>,
@@ -244,7 +246,8 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
         cluster.transport,
         cluster.clock,
     )
-    .with_cancel(cluster.cancel);
+    .with_cancel(cluster.cancel)
+    .with_events(cluster.events);
     let fingerprint = fingerprint(config);
     let decision = decide(
         &run,
@@ -272,7 +275,11 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
             pods: Vec::new(),
             statements: statements(),
         },
-        Decision::NewPodsOnly { reason, live, covered } => PlanOutcome {
+        Decision::NewPodsOnly {
+            reason,
+            live,
+            covered,
+        } => PlanOutcome {
             changed: true,
             reason: Some(reason),
             why: Some(PlanWhy::PodSetChanged),
@@ -347,10 +354,10 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
         cluster.clock,
     )
     .with_cancel(cluster.cancel)
+    .with_events(cluster.events)
     .with_verification(Verification {
         plan: &verify_plan,
         mode: config.verify,
-        events: cluster.events,
     });
     let decision = decide(
         &run,
@@ -453,7 +460,8 @@ pub async fn verify<T: PodLister + Executor, C: Clock>(
         cluster.transport,
         cluster.clock,
     )
-    .with_cancel(cluster.cancel);
+    .with_cancel(cluster.cancel)
+    .with_events(cluster.events);
     let live = run.list_matching().await?;
     let mut pods = Vec::new();
     for recorded in &state.pods {
@@ -469,7 +477,7 @@ pub async fn verify<T: PodLister + Executor, C: Clock>(
         }
         match run.verify_pod(&plan, &pod.name).await {
             Ok(report) => pods.push(report),
-            Err(Failure::Vanished) => {}
+            Err(Failure::Vanished | Failure::Stopped) => {}
             Err(Failure::Error(err)) => return Err(err),
         }
     }
@@ -533,8 +541,9 @@ pub async fn destroy<T: PodLister + Executor, C: Clock>(
         return Err(ClickHouseSchemaError::invalid_state(resource_id, issues));
     }
     let target = state.target.to_target();
-    let run =
-        Run::new(resource_id, config, &target, cluster.transport, cluster.clock).with_cancel(cluster.cancel);
+    let run = Run::new(resource_id, config, &target, cluster.transport, cluster.clock)
+        .with_cancel(cluster.cancel)
+        .with_events(cluster.events);
     match &config.execution {
         Execution::OnCluster { .. } => run.on_cluster(&config.delete_statements).await.map(|_| ()),
         Execution::Fanout => run

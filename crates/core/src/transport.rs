@@ -163,10 +163,110 @@ impl Events for NoEvents {
     fn emit(&self, _event: Event) {}
 }
 
-/// What a run reports through [`Events`].
+/// A pod a fanout observation left out, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
+pub struct SkippedPod {
+    /// The pod's name.
+    pub pod: String,
+    /// `terminating` or `finished`: on its way out, never part of the set.
+    #[cfg_attr(feature = "napi", napi(ts_type = "'terminating' | 'finished'"))]
+    pub why: String,
+}
+
+/// What a run reports through [`Events`]. Every event has a `message`: one line
+/// saying what happens, as a progress display shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Event {
+    /// A fanout pass starts: the statements will run on `pods` (the matching pods the state
+    /// does not cover yet) out of `matching`; `skipped` were left out.
+    PodsSelected {
+        /// The pass's number, from 1.
+        pass: u32,
+        /// Pods the pass applies the statements to, by name.
+        pods: Vec<String>,
+        /// How many pods match (covered ones included).
+        matching: usize,
+        /// Pods listed but left out, and why.
+        skipped: Vec<SkippedPod>,
+        /// One line.
+        message: String,
+    },
+    /// Waiting for pods to become Ready (or for any pod to match).
+    Waiting {
+        /// The pods not Ready yet; empty when none matches.
+        pods: Vec<String>,
+        /// What is left of the `waitForPod` budget, in milliseconds.
+        remaining_ms: u64,
+        /// One line.
+        message: String,
+    },
+    /// Statement `index` (of `count`) was sent to `pod`.
+    StatementStarted {
+        /// The pod.
+        pod: String,
+        /// The statement's index.
+        index: usize,
+        /// How many statements the list has.
+        count: usize,
+        /// Pods of this pass that ran the whole list so far, and the pass's pods.
+        pods_done: usize,
+        /// The pods of this pass.
+        pods_total: usize,
+        /// One line.
+        message: String,
+    },
+    /// Statement `index` finished on `pod` (`exitCode` 0 or not), after `durationMs`.
+    StatementFinished {
+        /// The pod.
+        pod: String,
+        /// The statement's index.
+        index: usize,
+        /// How many statements the list has.
+        count: usize,
+        /// clickhouse-client's exit code.
+        exit_code: i32,
+        /// From sending the statement to its exit status, in milliseconds.
+        duration_ms: u64,
+        /// One line.
+        message: String,
+    },
+    /// A transport call failed and is tried again after `delayMs`.
+    Retry {
+        /// The pod, for an exec; absent for a pod list.
+        pod: Option<String>,
+        /// The statement, for a statement's exec.
+        index: Option<usize>,
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        /// How long until the next attempt, in milliseconds.
+        delay_ms: u64,
+        /// One line, without the transport's own words.
+        message: String,
+    },
+    /// The pods are listed again to see whether the set changed during a pass.
+    Relist {
+        /// Passes made so far.
+        passes: u32,
+        /// One line.
+        message: String,
+    },
+    /// The live-schema check on `pod` found every object as declared (`ok`), or not.
+    Verified {
+        /// The pod.
+        pod: String,
+        /// How many objects were looked up.
+        object_count: usize,
+        /// Whether every one is as declared.
+        ok: bool,
+        /// One line.
+        message: String,
+    },
     /// Under `verify: 'warn'`: objects on `pod` are missing or differ after the statements ran.
     /// `message` says which and how, as the `E_SCHEMA_MISMATCH` error would.
     SchemaMismatch {

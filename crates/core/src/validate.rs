@@ -137,6 +137,7 @@ const PROP_ORDER: &[&str] = &[
     "verify",
     "waitForPod",
     "maxReconcilePasses",
+    "parallelism",
     "statementTimeoutMs",
     "maxStatementBytes",
     "retry",

@@ -43,6 +43,7 @@ fn quick_start_gets_every_default() {
         verify: VerifyMode::Fail,
         wait_for_pod: WaitForPod { timeout_ms: 120_000 },
         max_reconcile_passes: 3,
+        parallelism: 8,
         statement_timeout_ms: 300_000,
         max_statement_bytes: 16 << 20,
         retry: Retry { max_attempts: 3, backoff_ms: 1_000 },

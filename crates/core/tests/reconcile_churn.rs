@@ -91,6 +91,8 @@ proptest! {
         initial in 0usize..4,
         events in proptest::collection::vec(event(), 0..40),
         passes in 1u32..5,
+        // Sequential and parallel passes must satisfy the same predicate.
+        parallelism in proptest::sample::select(vec![1u32, 8]),
     ) {
         let pods: Vec<PodInfo> = (0..initial).map(|i| pod(&format!("chi-0-{i}-0"), &format!("init-{i}"))).collect();
         let churn = Arc::new(Mutex::new(Churn { events, next_uid: 0 }));
@@ -112,6 +114,7 @@ proptest! {
             // The property counts statement execs; the live-schema check has its own tests.
             "verify": "off",
             "maxReconcilePasses": passes,
+            "parallelism": parallelism,
             "waitForPod": { "timeoutMs": 5000 },
             "retry": { "maxAttempts": 1 },
         }));

@@ -851,7 +851,9 @@ fn run_plan(
         cancel: &NeverCancelled,
         events: &NoEvents,
     };
-    block_on(plan("orders-schema", &cfg, previous, &c)).unwrap().reason
+    block_on(plan("orders-schema", &cfg, previous, &c))
+        .unwrap()
+        .reason
 }
 
 #[test]
@@ -920,21 +922,34 @@ fn plan_says_which_pods_and_statements_an_apply_would_run_and_why() {
         events: &NoEvents,
     };
     let mut props = fanout_props();
-    props["statements"].as_array_mut().unwrap().push(json!("ALTER TABLE orders.events ADD COLUMN x UInt8"));
+    props["statements"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("ALTER TABLE orders.events ADD COLUMN x UInt8"));
     let outcome = block_on(plan("orders-schema", &config(fanout_props()), Some(&state), &c)).unwrap();
     assert_eq!(outcome.why, Some(PlanWhy::PodSetChanged));
     assert!(!outcome.every_pod);
     assert_eq!(
         outcome.pods,
         [
-            PlannedPod { pod: "chi-orders-0-1-0".into(), why: PodWhy::ReplacedPod },
-            PlannedPod { pod: "chi-orders-0-3-0".into(), why: PodWhy::NewPod },
+            PlannedPod {
+                pod: "chi-orders-0-1-0".into(),
+                why: PodWhy::ReplacedPod
+            },
+            PlannedPod {
+                pod: "chi-orders-0-3-0".into(),
+                why: PodWhy::NewPod
+            },
         ]
     );
     assert_eq!(
         outcome.statements,
         [
-            PlannedStatement { index: 0, verb: "CREATE DATABASE IF NOT EXISTS".into(), object: Some("orders".into()) },
+            PlannedStatement {
+                index: 0,
+                verb: "CREATE DATABASE IF NOT EXISTS".into(),
+                object: Some("orders".into())
+            },
             PlannedStatement {
                 index: 1,
                 verb: "CREATE TABLE IF NOT EXISTS".into(),
@@ -944,16 +959,28 @@ fn plan_says_which_pods_and_statements_an_apply_would_run_and_why() {
     );
 
     let changed = block_on(plan("orders-schema", &config(props), Some(&state), &c)).unwrap();
-    assert_eq!((changed.why, changed.every_pod, changed.pods.len()), (Some(PlanWhy::StatementsChanged), true, 0));
+    assert_eq!(
+        (changed.why, changed.every_pod, changed.pods.len()),
+        (Some(PlanWhy::StatementsChanged), true, 0)
+    );
     assert_eq!(
         changed.statements[2],
-        PlannedStatement { index: 2, verb: "ALTER".into(), object: None }
+        PlannedStatement {
+            index: 2,
+            verb: "ALTER".into(),
+            object: None
+        }
     );
 
-    let unchanged = block_on(plan("orders-schema", &config(fanout_props()), Some(&ok_state(three_pods())), &Cluster {
-        transport: &FakeCluster::new(three_pods()),
-        ..c
-    }))
+    let unchanged = block_on(plan(
+        "orders-schema",
+        &config(fanout_props()),
+        Some(&ok_state(three_pods())),
+        &Cluster {
+            transport: &FakeCluster::new(three_pods()),
+            ..c
+        },
+    ))
     .unwrap();
     assert_eq!((unchanged.changed, unchanged.statements.len()), (false, 0));
 }

@@ -28,10 +28,10 @@ pub(crate) struct LifecycleOptions {
     /// embedding). Without it the `kubeConfig` prop, else `KUBECONFIG` /
     /// `~/.kube/config`, else the in-cluster service account is used.
     pub executor: Option<ClickHouseExecutor>,
-    /// Called with what happens as it happens (see `ClickHouseSchemaEvent`): today,
-    /// under `verify: 'warn'`, an object that is missing or differs on a pod after the
-    /// statements ran. Events carry no statement text and no server output beyond the
-    /// redacted definitions that differ. Called asynchronously; its return value is ignored.
+    /// Called with what happens as it happens (see `ClickHouseSchemaEvent`): pods
+    /// selected, waits, each statement started and finished, retries, re-lists, the
+    /// live-schema check. Events carry no statement text and no server output.
+    /// Called asynchronously on the JS thread; its return value is ignored.
     #[napi(ts_type = "(event: ClickHouseSchemaEvent) => void")]
     pub on_event: Option<EventCallback>,
     /// Aborting it cancels the call: no statement starts after the abort, an
@@ -48,18 +48,54 @@ pub(crate) struct LifecycleOptions {
     pub timers: Option<HostTimers>,
 }
 
-/// What `options.onEvent` receives (declared for `index.d.ts`; the values come from the
-/// core's events as JSON). `kind` says which: `'schemaMismatch'` (under `verify: 'warn'`,
-/// objects missing or different on `pod` after its statements ran; `objects` lists them and
-/// `message` says what to do) or `'verificationFailed'` (the check could not run on `pod`).
+/// What `options.onEvent` receives, as things happen (declared for `index.d.ts`;
+/// the values are the core's events as JSON). Every event has `kind` and
+/// `message` (one line, as a progress display shows it); the other fields
+/// depend on `kind`:
+/// - `podsSelected`: a fanout pass starts: `pass`, `pods` (those it applies),
+///   `matching`, `skipped` (`{ pod, why: 'terminating' | 'finished' }`);
+/// - `waiting`: pods not Ready yet (`pods`, empty when none matches) and
+///   `remainingMs` of `waitForPod`;
+/// - `statementStarted`: `pod`, `index`, `count`, `podsDone`, `podsTotal`;
+/// - `statementFinished`: `pod`, `index`, `count`, `exitCode`, `durationMs`;
+/// - `retry`: a transport failure retried: `pod` (absent for a pod list),
+///   `index` (for a statement), `attempt`, `delayMs`;
+/// - `relist`: the pods are listed again after `passes` passes;
+/// - `verified`: the live-schema check on `pod` found its `objectCount`
+///   objects as declared (`ok`);
+/// - `schemaMismatch` (under `verify: 'warn'`): `objects` on `pod` are
+///   missing or differ;
+/// - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`.
+///
+/// Events carry no statement text and no server or transport output; only
+/// indices, pod names, exit codes, timings and the redacted differences of a
+/// `schemaMismatch`.
 #[allow(dead_code)]
 #[napi(object, object_to_js = false, object_from_js = false)]
 pub(crate) struct ClickHouseSchemaEvent {
-    #[napi(ts_type = "'schemaMismatch' | 'verificationFailed'")]
+    #[napi(
+        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed'"
+    )]
     pub kind: String,
-    pub pod: String,
-    pub objects: Option<Vec<clickhouse_schema_core::live_schema::ObjectReport>>,
     pub message: String,
+    pub pod: Option<String>,
+    pub pods: Option<Vec<String>>,
+    pub pass: Option<u32>,
+    pub passes: Option<u32>,
+    pub matching: Option<u32>,
+    pub skipped: Option<Vec<clickhouse_schema_core::transport::SkippedPod>>,
+    pub remaining_ms: Option<f64>,
+    pub index: Option<u32>,
+    pub count: Option<u32>,
+    pub pods_done: Option<u32>,
+    pub pods_total: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub duration_ms: Option<f64>,
+    pub attempt: Option<u32>,
+    pub delay_ms: Option<f64>,
+    pub object_count: Option<u32>,
+    pub ok: Option<bool>,
+    pub objects: Option<Vec<clickhouse_schema_core::live_schema::ObjectReport>>,
 }
 
 type EventCallback = ThreadsafeFunction<serde_json::Value, (), serde_json::Value, Status, false>;

@@ -381,22 +381,43 @@ fn scratch_database_names_are_distinct_per_seed() {
 #[test]
 fn a_table_copying_another_tables_engine_is_never_created() {
     let copied = plan(&["CREATE TABLE c AS app.kafka_queue"]);
-    assert_eq!(copied.script(S).matches("CREATE ").count(), 1, "{}", copied.script(S));
+    assert_eq!(
+        copied.script(S).matches("CREATE ").count(),
+        1,
+        "{}",
+        copied.script(S)
+    );
     let with_engine = plan(&["CREATE TABLE c AS app.events ENGINE = Memory"]);
-    assert!(with_engine.script(S).contains(&format!("CREATE TABLE {S}.o0 AS app.events ENGINE = Memory;")));
+    assert!(
+        with_engine
+            .script(S)
+            .contains(&format!("CREATE TABLE {S}.o0 AS app.events ENGINE = Memory;"))
+    );
 }
 
 #[test]
 fn a_dictionary_source_is_compared_as_text_with_its_literals_hidden() {
-    let p = plan(&["CREATE DICTIONARY d (id UInt64) PRIMARY KEY id SOURCE(MYSQL(HOST 'db' USER 'u' PASSWORD 'p1' DB 'x' TABLE 't')) LAYOUT(FLAT()) LIFETIME(300)"]);
-    let live = table_row("app", "d", "CREATE DICTIONARY app.d (id UInt64) PRIMARY KEY id SOURCE(MYSQL(HOST 'db' USER 'u' PASSWORD 'p2' DB 'x' TABLE 't')) LAYOUT(FLAT()) LIFETIME(300)");
+    let p = plan(&[
+        "CREATE DICTIONARY d (id UInt64) PRIMARY KEY id SOURCE(MYSQL(HOST 'db' USER 'u' PASSWORD 'p1' DB 'x' TABLE 't')) LAYOUT(FLAT()) LIFETIME(300)",
+    ]);
+    let live = table_row(
+        "app",
+        "d",
+        "CREATE DICTIONARY app.d (id UInt64) PRIMARY KEY id SOURCE(MYSQL(HOST 'db' USER 'u' PASSWORD 'p2' DB 'x' TABLE 't')) LAYOUT(FLAT()) LIFETIME(300)",
+    );
     let report = p.read("pod", S, &output(&[live], &[S])).unwrap();
     let object = &report.objects[0];
-    assert_eq!((object.status, object.compared), (ObjectStatus::Differs, Compared::Text));
+    assert_eq!(
+        (object.status, object.compared),
+        (ObjectStatus::Differs, Compared::Text)
+    );
     assert_eq!(object.differences.len(), 1);
     assert_eq!(object.differences[0].clause, "SOURCE");
     let shown = format!("{:?}", object.differences);
-    assert!(!shown.contains("p1") && !shown.contains("p2") && !shown.contains("'db'"), "{shown}");
+    assert!(
+        !shown.contains("p1") && !shown.contains("p2") && !shown.contains("'db'"),
+        "{shown}"
+    );
 }
 
 #[test]

@@ -11,7 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::poll_fn;
-use std::pin::pin;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -24,8 +25,8 @@ use crate::live_schema::{PodReport, VerifyPlan, scratch_database};
 use crate::redact::redact_clickhouse_output;
 use crate::state::PodRef;
 use crate::transport::{
-    Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, NeverCancelled, PodInfo, PodLister,
-    TransportError, TransportErrorKind,
+    Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, NeverCancelled, NoEvents, PodInfo,
+    PodLister, SkippedPod, TransportError, TransportErrorKind,
 };
 
 /// How long to wait between observations while pods are not Ready or the set
@@ -47,9 +48,13 @@ pub(crate) struct Run<'a, T, C> {
     pub wait_budget: Duration,
     pub statement_timeout: Duration,
     pub max_passes: u32,
+    /// Pods applied at once in a fanout pass (at least 1).
+    pub parallelism: usize,
     pub cancel: &'a dyn Cancel,
     /// Checks each pod's objects after its statements ran (apply only).
     pub verification: Option<Verification<'a>>,
+    /// Where progress goes (the binding's `options.onEvent`).
+    pub events: &'a dyn Events,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
@@ -57,7 +62,6 @@ pub(crate) struct Run<'a, T, C> {
 pub(crate) struct Verification<'a> {
     pub plan: &'a VerifyPlan,
     pub mode: VerifyMode,
-    pub events: &'a dyn Events,
 }
 
 impl<'a, T, C> Run<'a, T, C> {
@@ -80,9 +84,17 @@ impl<'a, T, C> Run<'a, T, C> {
             wait_budget: Duration::from_millis(config.wait_for_pod.timeout_ms),
             statement_timeout: Duration::from_millis(config.statement_timeout_ms),
             max_passes: config.max_reconcile_passes,
+            parallelism: config.parallelism.max(1) as usize,
             cancel: &NeverCancelled,
             verification: None,
+            events: &NoEvents,
         }
+    }
+
+    /// The same run, reporting its progress to `events`.
+    pub(crate) fn with_events(mut self, events: &'a dyn Events) -> Self {
+        self.events = events;
+        self
     }
 
     /// The same run, checking every pod's objects after its statements ran.
@@ -131,6 +143,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 Some(pods) => pods,
                 None => self.list().await?,
             };
+            let skipped: Vec<SkippedPod> = pods
+                .iter()
+                .filter(|p| p.is_on_its_way_out())
+                .map(|p| SkippedPod {
+                    pod: p.name.clone(),
+                    why: if p.terminating { "terminating" } else { "finished" }.to_owned(),
+                })
+                .collect();
             let matching = matching_pods(pods);
             if let Some(pod) = matching.iter().find(|p| !p.has_container(&self.target.container)) {
                 return Err(self.container_missing(pod));
@@ -142,6 +162,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     return Err(self.empty_set(applied_this_run));
                 }
                 previous = Some(set);
+                self.report_waiting(&[], deadline);
                 self.pause(deadline).await;
                 continue;
             }
@@ -152,6 +173,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     return Err(self.not_ready(&not_ready));
                 }
                 previous = Some(set);
+                self.report_waiting(&not_ready, deadline);
                 self.pause(deadline).await;
                 continue;
             }
@@ -181,27 +203,128 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(self.unsettled(passes, &uncovered));
             }
             passes += 1;
-            let mut vanished = false;
-            for pod in uncovered {
-                match self.apply_all(statements, &pod.name).await {
-                    Ok(()) => {
-                        covered.insert(pod.name.clone(), pod.uid.clone());
-                        applied_this_run += 1;
+            self.events.emit(Event::PodsSelected {
+                pass: passes,
+                pods: uncovered.iter().map(|p| p.name.clone()).collect(),
+                matching: matching.len(),
+                message: format!(
+                    "pass {passes}: {} statement(s) on {} of {} matching pod(s), up to {} at once{}",
+                    statements.len(),
+                    uncovered.len(),
+                    matching.len(),
+                    self.parallelism,
+                    if skipped.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; left out: {}",
+                            skipped
+                                .iter()
+                                .map(|s| format!("{} ({})", s.pod, s.why))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
                     }
-                    // Deleted between the observation and its exec: the
-                    // re-list shows whether it is gone or was replaced, and a
-                    // successor is a new uid that gets its own pass.
-                    Err(Failure::Vanished) => vanished = true,
-                    Err(Failure::Error(err)) => return Err(err),
-                }
+                ),
+                skipped,
+            });
+            let pass = self.apply_pods(statements, &uncovered).await;
+            for pod in &pass.completed {
+                covered.insert(pod.name.clone(), pod.uid.clone());
+                applied_this_run += 1;
             }
+            if let Some(err) = pass.failure {
+                return Err(err);
+            }
+            // A pod deleted between the observation and its exec: the re-list
+            // shows whether it is gone or was replaced, and a successor is a
+            // new uid that gets its own pass.
+            let vanished = pass.vanished;
             previous = Some(set);
+            self.events.emit(Event::Relist {
+                passes,
+                message: format!("pass {passes} done: listing the pods again to see whether the set moved"),
+            });
             // A pod being replaced needs a moment to reappear; re-listing at
             // once would only spend a pass on the same observation.
             if vanished {
                 self.pause(deadline).await;
             }
         }
+    }
+
+    /// One fanout pass: the whole list on each of `pods`, up to `parallelism`
+    /// pods at once, each pod's statements strictly in order. After the first
+    /// failure no statement starts on any pod (those already running finish),
+    /// and the failure reported is the one with the lowest statement index,
+    /// ties broken by pod name, so the error does not depend on timing; its
+    /// message ends with how many pods completed, failed and were not
+    /// finished. With `parallelism` 1 this is the sequential pass.
+    async fn apply_pods<'p>(&self, statements: &[String], pods: &[&'p PodInfo]) -> Pass {
+        type Running<'f, 'p> = Pin<Box<dyn Future<Output = (&'p PodInfo, Result<(), Failure>)> + Send + 'f>>;
+        let context = PassContext {
+            stop: AtomicBool::new(false),
+            done: AtomicUsize::new(0),
+            total: pods.len(),
+        };
+        let mut queue = pods.iter().copied();
+        let mut running: Vec<Running<'_, 'p>> = Vec::new();
+        let mut pass = Pass {
+            completed: Vec::new(),
+            vanished: false,
+            failure: None,
+        };
+        let mut failures: Vec<(usize, &'p PodInfo, ClickHouseSchemaError)> = Vec::new();
+        let mut stopped = 0usize;
+        loop {
+            while running.len() < self.parallelism && !context.stop.load(Ordering::SeqCst) {
+                let Some(pod) = queue.next() else { break };
+                let context = &context;
+                running.push(Box::pin(async move {
+                    (pod, self.apply_all_in(statements, &pod.name, Some(context)).await)
+                }));
+            }
+            if running.is_empty() {
+                break;
+            }
+            let (at, (pod, result)) = poll_fn(|cx| {
+                for (at, work) in running.iter_mut().enumerate() {
+                    if let Poll::Ready(done) = work.as_mut().poll(cx) {
+                        return Poll::Ready((at, done));
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            drop(running.swap_remove(at));
+            match result {
+                Ok(()) => pass.completed.push(PodRef::of(pod)),
+                Err(Failure::Vanished) => pass.vanished = true,
+                Err(Failure::Stopped) => stopped += 1,
+                Err(Failure::Error(err)) => {
+                    context.stop.store(true, Ordering::SeqCst);
+                    failures.push((err.statement_index.unwrap_or(usize::MAX), pod, err));
+                }
+            }
+        }
+        if failures.is_empty() {
+            return pass;
+        }
+        let never_started = queue.count();
+        let failed = failures.len();
+        failures.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+        let (_, _, mut err) = failures.swap_remove(0);
+        if pods.len() > 1 {
+            err.message.push_str(&format!(
+                "\nThis pass over {} pod(s), up to {} at once: {} completed, {failed} failed, {} not finished.",
+                pods.len(),
+                self.parallelism,
+                pass.completed.len(),
+                stopped + never_started
+            ));
+        }
+        pass.failure = Some(err);
+        pass
     }
 
     /// Runs `statements` once, on the first Ready pod (by name) that has the
@@ -224,6 +347,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     // not make this loop spin).
                     Err(Failure::Vanished) => vanished = Some(pod.name.clone()),
                     Err(Failure::Error(err)) => return Err(err),
+                    // Only a fanout pass stops a pod's list early.
+                    Err(Failure::Stopped) => {
+                        return Err(self.error(
+                            crate::error::ErrorKind::Internal,
+                            "an onCluster run was stopped by a fanout pass".to_owned(),
+                        ));
+                    }
                 }
             }
             if self.clock.now() >= deadline {
@@ -236,8 +366,59 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// The whole ordered list on one pod, one exec per statement, stopping at
     /// the first failure.
     async fn apply_all(&self, statements: &[String], pod: &str) -> Result<(), Failure> {
+        self.apply_all_in(statements, pod, None).await
+    }
+
+    /// [`Self::apply_all`] as part of a fanout pass: it starts no further
+    /// statement (nor the check) once another pod of the pass failed, and
+    /// counts itself done for progress.
+    async fn apply_all_in(
+        &self,
+        statements: &[String],
+        pod: &str,
+        pass: Option<&PassContext>,
+    ) -> Result<(), Failure> {
+        let stopped = || pass.is_some_and(|p| p.stop.load(Ordering::SeqCst));
+        let count = statements.len();
         for (index, statement) in statements.iter().enumerate() {
+            if stopped() {
+                return Err(Failure::Stopped);
+            }
+            let (done, total) = pass.map_or((0, 1), |p| (p.done.load(Ordering::SeqCst), p.total));
+            self.events.emit(Event::StatementStarted {
+                pod: pod.to_owned(),
+                index,
+                count,
+                pods_done: done,
+                pods_total: total,
+                message: format!(
+                    "statement {}/{count} on {pod} ({done} of {total} pods done)",
+                    index + 1
+                ),
+            });
+            let started = self.clock.now();
             let (output, unknown) = self.exec(index, statement, pod).await?;
+            let duration_ms =
+                u64::try_from(self.clock.now().saturating_sub(started).as_millis()).unwrap_or(u64::MAX);
+            self.events.emit(Event::StatementFinished {
+                pod: pod.to_owned(),
+                index,
+                count,
+                exit_code: output.exit_code,
+                duration_ms,
+                message: if output.exit_code == 0 {
+                    format!(
+                        "statement {}/{count} on {pod} done in {duration_ms} ms",
+                        index + 1
+                    )
+                } else {
+                    format!(
+                        "statement {}/{count} on {pod} failed (exit code {}) after {duration_ms} ms",
+                        index + 1,
+                        output.exit_code
+                    )
+                },
+            });
             if output.exit_code != 0 {
                 return Err(Failure::Error(
                     self.statement_failed(index, statement, pod, &output, unknown),
@@ -245,7 +426,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         }
         if let Some(verification) = self.verification {
+            if stopped() {
+                return Err(Failure::Stopped);
+            }
             self.verify_after_apply(verification, pod).await?;
+        }
+        if let Some(pass) = pass {
+            pass.done.fetch_add(1, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -254,7 +441,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// so the apply) under `verify: 'fail'`, and is reported as an event under `'warn'`.
     async fn verify_after_apply(&self, verification: Verification<'_>, pod: &str) -> Result<(), Failure> {
         let outcome = match self.verify_pod(verification.plan, pod).await {
-            Ok(report) if report.is_ok() => return Ok(()),
+            Ok(report) if report.is_ok() => {
+                self.events.emit(Event::Verified {
+                    pod: pod.to_owned(),
+                    object_count: report.objects.len(),
+                    ok: true,
+                    message: format!(
+                        "live schema on {pod}: {} object(s) as declared",
+                        report.objects.len()
+                    ),
+                });
+                return Ok(());
+            }
             Ok(report) => Err(report),
             Err(Failure::Error(err)) if err.kind == crate::error::ErrorKind::VerificationFailed => Ok(err),
             Err(other) => return Err(other),
@@ -266,7 +464,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             (VerifyMode::Fail, Ok(err)) => Err(Failure::Error(err)),
             (_, Err(report)) => {
                 let message = self.mismatch_lines(verification.plan, &report).join("\n");
-                verification.events.emit(Event::SchemaMismatch {
+                self.events.emit(Event::SchemaMismatch {
                     pod: pod.to_owned(),
                     objects: report
                         .objects
@@ -278,7 +476,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 Ok(())
             }
             (_, Ok(err)) => {
-                verification.events.emit(Event::VerificationFailed {
+                self.events.emit(Event::VerificationFailed {
                     pod: pod.to_owned(),
                     message: err.message,
                 });
@@ -311,7 +509,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .with_pod(pod),
             ));
         }
-        let attempt = self.with_retry(|| self.transport.exec(request.clone()));
+        let attempt = self.with_retry(Some(pod), || self.transport.exec(request.clone()));
         let output = match self.unless_cancelled(attempt).await {
             None => {
                 return Err(Failure::Error(
@@ -386,7 +584,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     return Err(Failure::Vanished);
                 }
                 Err(err) if err.is_retryable() && attempt < max_attempts => {
-                    self.backoff(attempt).await;
+                    self.backoff(attempt, Some(pod), Some(index)).await;
                     attempt += 1;
                 }
                 Err(err) => {
@@ -407,7 +605,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if self.cancel.is_cancelled() {
             return Err(self.cancelled("before listing pods"));
         }
-        let listing = self.with_retry(|| {
+        let listing = self.with_retry(None, || {
             self.transport
                 .list_pods(&self.target.namespace, &self.target.pod_selector)
         });
@@ -435,7 +633,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Retries transient transport failures with exponential backoff; a
     /// refusal (RBAC, unknown pod) is returned at once since repeating it
     /// cannot help. On failure returns the last error and the attempts made.
-    async fn with_retry<F, Fut, V>(&self, mut op: F) -> Result<V, (TransportError, u32)>
+    async fn with_retry<F, Fut, V>(&self, pod: Option<&str>, mut op: F) -> Result<V, (TransportError, u32)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<V, TransportError>>,
@@ -446,7 +644,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             match op().await {
                 Ok(value) => return Ok(value),
                 Err(err) if err.is_retryable() && attempt < max_attempts => {
-                    self.backoff(attempt).await;
+                    self.backoff(attempt, pod, None).await;
                     attempt += 1;
                 }
                 Err(err) => return Err((err, attempt)),
@@ -454,14 +652,47 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
     }
 
-    /// Exponential backoff after failed attempt number `attempt` (1-based).
-    async fn backoff(&self, attempt: u32) {
+    /// Exponential backoff after failed attempt number `attempt` (1-based) of
+    /// a call to `pod` (an exec; `None`: the pod list), for statement `index`.
+    async fn backoff(&self, attempt: u32, pod: Option<&str>, index: Option<usize>) {
         let factor = 1u64 << (attempt - 1).min(16);
-        let sleep = self.clock.sleep(Duration::from_millis(
-            self.retry.backoff_ms.saturating_mul(factor),
-        ));
+        let delay_ms = self.retry.backoff_ms.saturating_mul(factor);
+        let what = match (pod, index) {
+            (Some(pod), Some(index)) => format!("statement {index} on {pod}"),
+            (Some(pod), None) => format!("the live-schema check on {pod}"),
+            _ => "the pod list".to_owned(),
+        };
+        self.events.emit(Event::Retry {
+            pod: pod.map(str::to_owned),
+            index,
+            attempt,
+            delay_ms,
+            message: format!("{what}: attempt {attempt} failed in transport; trying again in {delay_ms} ms"),
+        });
+        let sleep = self.clock.sleep(Duration::from_millis(delay_ms));
         // A cancellation ends the wait at once; the next attempt reports it.
         self.unless_cancelled(sleep).await;
+    }
+
+    /// Reports a wait for `not_ready` (or, when empty, for any pod to match).
+    fn report_waiting(&self, not_ready: &[&PodInfo], deadline: Duration) {
+        let remaining_ms =
+            u64::try_from(deadline.saturating_sub(self.clock.now()).as_millis()).unwrap_or(u64::MAX);
+        let names: Vec<String> = not_ready.iter().map(|p| p.name.clone()).collect();
+        let message = if names.is_empty() {
+            format!("waiting for a pod to match, {remaining_ms} ms of waitForPod left")
+        } else {
+            format!(
+                "waiting for {} pod(s) to become Ready ({}), {remaining_ms} ms of waitForPod left",
+                names.len(),
+                names.join(", ")
+            )
+        };
+        self.events.emit(Event::Waiting {
+            pods: names,
+            remaining_ms,
+            message,
+        });
     }
 
     async fn pause(&self, deadline: Duration) {
@@ -478,7 +709,27 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 pub(crate) enum Failure {
     /// The pod no longer exists (the exec answered 404).
     Vanished,
+    /// Another pod of the pass failed first, so this one started no further statement.
+    Stopped,
     Error(ClickHouseSchemaError),
+}
+
+/// What the pods of one fanout pass share: whether one failed (no statement
+/// starts after that), and how many are done (for progress).
+struct PassContext {
+    stop: AtomicBool,
+    done: AtomicUsize,
+    total: usize,
+}
+
+/// What one fanout pass did.
+struct Pass {
+    /// The pods that ran the whole list (and passed the check).
+    completed: Vec<PodRef>,
+    /// Some pod's exec answered 404.
+    vanished: bool,
+    /// The failure to report, when any pod failed.
+    failure: Option<ClickHouseSchemaError>,
 }
 
 /// Pods that belong to the set: matching and not on their way out, sorted by
