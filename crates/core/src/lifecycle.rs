@@ -9,7 +9,7 @@ use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::fingerprint::fingerprint;
 use crate::live_schema::{PodReport, VerifyPlan};
-use crate::reconcile::{Failure, FanoutStart, Run, Verification};
+use crate::reconcile::{Failure, FanoutStart, Run, Verification, bounded};
 use crate::state::{PodRef, RecordedTarget, STATE_VERSION, SchemaState};
 use crate::transport::{Cancel, Clock, Events, Executor, PodInfo, PodLister};
 
@@ -463,19 +463,37 @@ pub async fn verify<T: PodLister + Executor, C: Clock>(
     .with_cancel(cluster.cancel)
     .with_events(cluster.events);
     let live = run.list_matching().await?;
+    let targets: Vec<&PodInfo> = state
+        .pods
+        .iter()
+        .filter_map(|recorded| live.iter().find(|p| p.name == recorded.name && p.ready))
+        .collect();
+    // Pods are looked at concurrently, up to `parallelism` at once, as an apply runs them.
+    let (results, _) = bounded(
+        &targets,
+        run.parallelism,
+        || true,
+        |pod| {
+            let plan = &plan;
+            let run = &run;
+            async move {
+                if plan.is_empty() {
+                    return Ok(PodReport {
+                        pod: pod.name.clone(),
+                        objects: Vec::new(),
+                    });
+                }
+                run.verify_pod(plan, &pod.name).await
+            }
+        },
+    )
+    .await;
+    let mut results = results;
+    // In pod order, so that of several failures the first pod's is reported, whatever finished first.
+    results.sort_by_key(|(at, _)| *at);
     let mut pods = Vec::new();
-    for recorded in &state.pods {
-        let Some(pod) = live.iter().find(|p| p.name == recorded.name && p.ready) else {
-            continue;
-        };
-        if plan.is_empty() {
-            pods.push(PodReport {
-                pod: pod.name.clone(),
-                objects: Vec::new(),
-            });
-            continue;
-        }
-        match run.verify_pod(&plan, &pod.name).await {
+    for (_, result) in results {
+        match result {
             Ok(report) => pods.push(report),
             Err(Failure::Vanished | Failure::Stopped) => {}
             Err(Failure::Error(err)) => return Err(err),

@@ -260,59 +260,52 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// ties broken by pod name, so the error does not depend on timing; its
     /// message ends with how many pods completed, failed and were not
     /// finished. With `parallelism` 1 this is the sequential pass.
-    async fn apply_pods<'p>(&self, statements: &[String], pods: &[&'p PodInfo]) -> Pass {
-        type Running<'f, 'p> = Pin<Box<dyn Future<Output = (&'p PodInfo, Result<(), Failure>)> + Send + 'f>>;
+    async fn apply_pods(&self, statements: &[String], pods: &[&PodInfo]) -> Pass {
         let context = PassContext {
             stop: AtomicBool::new(false),
             done: AtomicUsize::new(0),
             total: pods.len(),
         };
-        let mut queue = pods.iter().copied();
-        let mut running: Vec<Running<'_, 'p>> = Vec::new();
+        let (results, never_started) = bounded(
+            pods,
+            self.parallelism,
+            || !context.stop.load(Ordering::SeqCst),
+            |pod| {
+                let context = &context;
+                async move {
+                    let result = self.apply_all_in(statements, &pod.name, Some(context)).await;
+                    if let Err(Failure::Error(_)) = &result {
+                        // Before the next pod could start: see `bounded`.
+                        context.stop.store(true, Ordering::SeqCst);
+                    }
+                    result
+                }
+            },
+        )
+        .await;
         let mut pass = Pass {
             completed: Vec::new(),
             vanished: false,
             failure: None,
         };
-        let mut failures: Vec<(usize, &'p PodInfo, ClickHouseSchemaError)> = Vec::new();
+        let mut failures: Vec<(usize, &str, ClickHouseSchemaError)> = Vec::new();
         let mut stopped = 0usize;
-        loop {
-            while running.len() < self.parallelism && !context.stop.load(Ordering::SeqCst) {
-                let Some(pod) = queue.next() else { break };
-                let context = &context;
-                running.push(Box::pin(async move {
-                    (pod, self.apply_all_in(statements, &pod.name, Some(context)).await)
-                }));
-            }
-            if running.is_empty() {
-                break;
-            }
-            let (at, (pod, result)) = poll_fn(|cx| {
-                for (at, work) in running.iter_mut().enumerate() {
-                    if let Poll::Ready(done) = work.as_mut().poll(cx) {
-                        return Poll::Ready((at, done));
-                    }
-                }
-                Poll::Pending
-            })
-            .await;
-            drop(running.swap_remove(at));
+        for (at, result) in results {
+            let pod = pods[at];
             match result {
                 Ok(()) => pass.completed.push(PodRef::of(pod)),
                 Err(Failure::Vanished) => pass.vanished = true,
                 Err(Failure::Stopped) => stopped += 1,
                 Err(Failure::Error(err)) => {
-                    context.stop.store(true, Ordering::SeqCst);
-                    failures.push((err.statement_index.unwrap_or(usize::MAX), pod, err));
+                    failures.push((err.statement_index.unwrap_or(usize::MAX), &pod.name, err))
                 }
             }
         }
         if failures.is_empty() {
             return pass;
         }
-        let never_started = queue.count();
         let failed = failures.len();
-        failures.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+        failures.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         let (_, _, mut err) = failures.swap_remove(0);
         if pods.len() > 1 {
             err.message.push_str(&format!(
@@ -712,6 +705,49 @@ pub(crate) enum Failure {
     /// Another pod of the pass failed first, so this one started no further statement.
     Stopped,
     Error(ClickHouseSchemaError),
+}
+
+/// Runs `work` on each of `items`, at most `limit` at once, in one task (the
+/// futures are polled together, so no runtime is needed), starting none once
+/// `more()` is false. Returns each started item's index and output in the
+/// order they finished, and how many items never started. A `work` future
+/// that wants no further start after it must clear `more()` before it
+/// completes: new items start only between polls.
+pub(crate) async fn bounded<'i, I, R, F, W>(
+    items: &'i [I],
+    limit: usize,
+    more: impl Fn() -> bool,
+    work: W,
+) -> (Vec<(usize, R)>, usize)
+where
+    W: Fn(&'i I) -> F,
+    F: Future<Output = R> + Send + 'i,
+{
+    let mut queue = items.iter().enumerate();
+    type Running<'i, R> = (usize, Pin<Box<dyn Future<Output = R> + Send + 'i>>);
+    let mut running: Vec<Running<'i, R>> = Vec::new();
+    let mut results = Vec::with_capacity(items.len());
+    loop {
+        while running.len() < limit.max(1) && more() {
+            let Some((at, item)) = queue.next() else { break };
+            running.push((at, Box::pin(work(item))));
+        }
+        if running.is_empty() {
+            break;
+        }
+        let (slot, output) = poll_fn(|cx| {
+            for (slot, (_, future)) in running.iter_mut().enumerate() {
+                if let Poll::Ready(output) = future.as_mut().poll(cx) {
+                    return Poll::Ready((slot, output));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let (at, _) = running.swap_remove(slot);
+        results.push((at, output));
+    }
+    (results, queue.count())
 }
 
 /// What the pods of one fanout pass share: whether one failed (no statement
