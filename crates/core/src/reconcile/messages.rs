@@ -395,14 +395,14 @@ impl<T, C> Run<'_, T, C> {
         let said = if stderr.trim().is_empty() {
             String::new()
         } else {
-            format!(" ClickHouse said: {}", stderr.trim())
+            format!(" ClickHouse said: {}", stderr.trim().trim_end_matches('.'))
         };
         match why {
             Unreadable::NoScratchDatabase => format!(
                 "it could not create its scratch database (CREATE DATABASE {SCRATCH_DATABASE_PREFIX}...), where \
                  it copies each declared object to read it back as the server prints it; grant the user CREATE \
                  DATABASE, CREATE TABLE, CREATE VIEW and DROP DATABASE on databases named \
-                 {SCRATCH_DATABASE_PREFIX}*.{said}"
+                 {SCRATCH_DATABASE_PREFIX}*{said}"
             ),
             Unreadable::Incomplete => {
                 format!(
