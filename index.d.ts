@@ -42,6 +42,54 @@ export interface ObjectReport {
   differences: Array<DifferenceReport>
 }
 
+/** One pod an apply would run the statements on, and why. */
+export interface PlannedPod {
+  /** The pod's name. */
+  pod: string
+  /**
+   * Why it is in the plan: no pod of that name is recorded (`newPod`), or one is, with
+   * another uid (`replacedPod`: its disk may be new).
+   */
+  why: 'newPod' | 'replacedPod'
+}
+
+/** One statement of the list, as an apply would run it: what it declares, if anything. */
+export interface PlannedStatement {
+  /** Its index in `statements`. */
+  index: number
+  /** Its leading keywords as the statement's kind: `CREATE TABLE IF NOT EXISTS`, `ALTER`, ... */
+  verb: string
+  /** The object it declares (`database.name`, or a database), when it declares one. */
+  object?: string
+}
+
+/** What [`plan`] found: whether an apply would run anything, where, and why. */
+export interface PlanResult {
+  /** Whether an apply would run any statement. */
+  changed: boolean
+  /** Why an apply would run, in words; absent when it would not. */
+  reason?: string
+  /**
+   * Why an apply would run; absent when it would not. `firstApply`, `statementsChanged`,
+   * `targetChanged` and `clusterChanged` run every statement on every selected pod;
+   * `podSetChanged` runs them on `pods` only.
+   */
+  why?: 'firstApply' | 'statementsChanged' | 'targetChanged' | 'clusterChanged' | 'podSetChanged'
+  /**
+   * The apply would run on every pod the execution model selects (under onCluster: once,
+   * on the first Ready pod); `pods` is then empty, since which pods those are is only known
+   * when the apply lists them.
+   */
+  everyPod: boolean
+  /** The pods an apply would run the statements on, when only some would (`PodSetChanged`). */
+  pods: Array<PlannedPod>
+  /**
+   * Every statement an apply would run, in order (every one of them runs on each pod);
+   * empty when it would not run.
+   */
+  statements: Array<PlannedStatement>
+}
+
 /** One covered pod object. */
 export interface PodRef {
   /** Pod name. */
@@ -96,6 +144,14 @@ export interface SchemaState {
    * absent when it could not be known.
    */
   clusterId?: string
+}
+
+/** A pod a fanout observation left out, and why. */
+export interface SkippedPod {
+  /** The pod's name. */
+  pod: string
+  /** `terminating` or `finished`: on its way out, never part of the set. */
+  why: 'terminating' | 'finished'
 }
 
 /** What `verify` found: `drifted` when any pod lacks an object or holds another definition. */
@@ -179,16 +235,50 @@ export declare const enum ClickHouseSchemaErrorCode {
 }
 
 /**
- * What `options.onEvent` receives (declared for `index.d.ts`; the values come from the
- * core's events as JSON). `kind` says which: `'schemaMismatch'` (under `verify: 'warn'`,
- * objects missing or different on `pod` after its statements ran; `objects` lists them and
- * `message` says what to do) or `'verificationFailed'` (the check could not run on `pod`).
+ * What `options.onEvent` receives, as things happen (declared for `index.d.ts`;
+ * the values are the core's events as JSON). Every event has `kind` and
+ * `message` (one line, as a progress display shows it); the other fields
+ * depend on `kind`:
+ * - `podsSelected`: a fanout pass starts: `pass`, `pods` (those it applies),
+ *   `matching`, `skipped` (`{ pod, why: 'terminating' | 'finished' }`);
+ * - `waiting`: pods not Ready yet (`pods`, empty when none matches) and
+ *   `remainingMs` of `waitForPod`;
+ * - `statementStarted`: `pod`, `index`, `count`, `podsDone`, `podsTotal`;
+ * - `statementFinished`: `pod`, `index`, `count`, `exitCode`, `durationMs`;
+ * - `retry`: a transport failure retried: `pod` (absent for a pod list),
+ *   `index` (for a statement), `attempt`, `delayMs`;
+ * - `relist`: the pods are listed again after `passes` passes;
+ * - `verified`: the live-schema check on `pod` found its `objectCount`
+ *   objects as declared (`ok`);
+ * - `schemaMismatch` (under `verify: 'warn'`): `objects` on `pod` are
+ *   missing or differ;
+ * - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`.
+ *
+ * Events carry no statement text and no server or transport output; only
+ * indices, pod names, exit codes, timings and the redacted differences of a
+ * `schemaMismatch`.
  */
 export interface ClickHouseSchemaEvent {
-  kind: 'schemaMismatch' | 'verificationFailed'
-  pod: string
-  objects?: Array<ObjectReport>
+  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed'
   message: string
+  pod?: string
+  pods?: Array<string>
+  pass?: number
+  passes?: number
+  matching?: number
+  skipped?: Array<SkippedPod>
+  remainingMs?: number
+  index?: number
+  count?: number
+  podsDone?: number
+  podsTotal?: number
+  exitCode?: number
+  durationMs?: number
+  attempt?: number
+  delayMs?: number
+  objectCount?: number
+  ok?: boolean
+  objects?: Array<ObjectReport>
 }
 
 /** A warning about valid props: where, and why it matters. */
@@ -397,10 +487,10 @@ export interface LifecycleOptions {
    */
   executor?: ClickHouseExecutor
   /**
-   * Called with what happens as it happens (see `ClickHouseSchemaEvent`): today,
-   * under `verify: 'warn'`, an object that is missing or differs on a pod after the
-   * statements ran. Events carry no statement text and no server output beyond the
-   * redacted definitions that differ. Called asynchronously; its return value is ignored.
+   * Called with what happens as it happens (see `ClickHouseSchemaEvent`): pods
+   * selected, waits, each statement started and finished, retries, re-lists, the
+   * live-schema check. Events carry no statement text and no server output.
+   * Called asynchronously on the JS thread; its return value is ignored.
    */
   onEvent?: (event: ClickHouseSchemaEvent) => void
   /**
@@ -423,18 +513,14 @@ export interface LifecycleOptions {
 }
 
 /**
- * Would `apply` with these arguments run anything? Makes exactly the calls
- * apply's no-op check makes (one pod list under fanout, none under
- * onCluster) and never runs a statement. For plans and Alchemy's `diff`.
+ * Would `apply` with these arguments run anything, where, and why? Resolves
+ * to `{ changed, reason?, why?, everyPod, pods, statements }`: every
+ * statement with what it declares, and either every selected pod or the
+ * pods that are new or replaced. Makes exactly the calls apply's no-op check
+ * makes (one pod list under fanout with an unchanged fingerprint, none
+ * otherwise) and never runs a statement. For plans and Alchemy's `diff`.
  */
 export declare function plan(id: string, props: unknown, previousState?: SchemaState | null, options?: LifecycleOptions | null): Promise<PlanResult>
-
-/** Whether an apply would run anything, and why. */
-export interface PlanResult {
-  changed: boolean
-  /** Present when `changed`: what differs (content, target, cluster, pod set). */
-  reason?: string
-}
 
 /**
  * Redacts `output` (clickhouse-client's stdout/stderr) as if `statement` had

@@ -137,7 +137,7 @@ describe('the live schema on real servers', () => {
     assert.equal(err.code, 'E_SCHEMA_MISMATCH');
     assert.equal(err.object, 'live.events');
     assert.equal(err.statementIndex, 1);
-    assert.equal(err.pod, pods[0], 'the first pod fails, and the apply stops there');
+    assert.equal(err.pod, pods[0], 'every pod fails the check; the first by name is reported');
     assert.deepEqual(err.differences, [{ clause: 'ORDER BY', declared: 'at', live: '(id, at)' }]);
     assert.match(err.message, /live\.events on chi-sandbox-sandbox-0-0-0: ORDER BY is `\(id, at\)`, declared `at`/);
     assert.match(err.message, /IF NOT EXISTS\) left the existing table as it was; change the statement back, write an ALTER, or rebuild the table/);
@@ -151,8 +151,9 @@ describe('the live schema on real servers', () => {
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal(result.changed, true);
     assert.deepEqual(result.appliedTo, pods);
-    assert.deepEqual(events.map((e) => [e.kind, e.pod]), pods.map((p) => ['schemaMismatch', p]));
-    assert.deepEqual(events[0].objects[0].differences, [
+    const mismatches = events.filter((e) => e.kind === 'schemaMismatch');
+    assert.deepEqual(mismatches.map((e) => e.pod).sort(), pods);
+    assert.deepEqual(mismatches[0].objects[0].differences, [
       { clause: 'column note', declared: "note String DEFAULT 'none'", live: "note String DEFAULT 'n/a'" },
     ]);
     assert.doesNotMatch(JSON.stringify(events), /CREATE TABLE/, 'events carry no statement text');

@@ -43,6 +43,10 @@ export interface ClickHouseSchemaProps {
    */
   maxReconcilePasses?: number;
   /**
+   * fanout only: how many pods are applied at once (each pod's statements always run in order, one at a time). On the first failure no new statement starts on any pod; statements already running finish. At most 256. Not part of the fingerprint.
+   */
+  parallelism?: number;
+  /**
    * Per-statement exec timeout in milliseconds. At most 86400000 (24 hours).
    */
   statementTimeoutMs?: number;

@@ -207,6 +207,7 @@ pub struct PlanOutcome {
     /// Whether an apply would run any statement.
     pub changed: bool,
     /// Why an apply would run, in words; absent when it would not.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Why an apply would run; absent when it would not. `firstApply`, `statementsChanged`,
     /// `targetChanged` and `clusterChanged` run every statement on every selected pod;
