@@ -186,9 +186,16 @@ export const clickHouseSchemaProvider = Provider.effect(
         return call(() => apply(id, news, output, { ...options, onEvent })).pipe(
           Effect.ensuring(shown),
           Effect.tap((result) =>
-            Effect.logInfo(
-              `ClickHouseSchema '${id}': ` +
-                (result.changed ? `applied to ${result.appliedTo.join(', ')}` : 'unchanged, no statement ran'),
+            Effect.andThen(
+              // The row's last progress line, which the plain CLI keeps on its settle line.
+              session.note(
+                result.changed ? `applied to ${result.appliedTo.length} pod(s)` : 'unchanged, no statement ran',
+                { kind: 'status' },
+              ),
+              Effect.logInfo(
+                `ClickHouseSchema '${id}': ` +
+                  (result.changed ? `applied to ${result.appliedTo.join(', ')}` : 'unchanged, no statement ran'),
+              ),
             ),
           ),
           // The outputs are the addon's SchemaState: no kubeConfig, no executor, no
