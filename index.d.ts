@@ -487,6 +487,17 @@ export interface LifecycleOptions {
    */
   executor?: ClickHouseExecutor
   /**
+   * Resolves the cluster of this call: called once when the call first needs
+   * the cluster, never for a destroy that retains. The Alchemy provider passes
+   * it for a `kubeConfig` that is an Alchemy Kubernetes connection, asking the
+   * cluster adapter of its auth kind; a caller may also pass it without a
+   * `kubeConfig` prop. The token and key it yields are used for this call
+   * only: never recorded, logged or fingerprinted; the recorded `clusterId`
+   * comes from the endpoint, CA and TLS switch. A rejection fails the call
+   * with `E_KUBERNETES_API`.
+   */
+  connection?: () => Promise<ResolvedClusterConnection>
+  /**
    * Called with what happens as it happens (see `ClickHouseSchemaEvent`): pods
    * selected, waits, each statement started and finished, retries, re-lists, the
    * live-schema check. Events carry no statement text and no server output.
@@ -540,6 +551,29 @@ export interface RedactedOutput {
   clickHouseCode?: number
   /** The ClickHouse exception class (e.g. `DB::Exception`), when present. */
   clickHouseException?: string
+}
+
+/** A PEM client certificate and its key. */
+export interface ResolvedClientCert {
+  certificate: string
+  key: string
+}
+
+/**
+ * What `options.connection` resolves to: where the API server is and how to
+ * authenticate, for this call only.
+ */
+export interface ResolvedClusterConnection {
+  /** API server URL (`https://...`; credentials are never sent over plain HTTP). */
+  endpoint: string
+  /** Base64-encoded PEM CA bundle of the endpoint. */
+  certificateAuthorityData?: string
+  /** Skip TLS verification of the endpoint (development clusters only). */
+  insecureSkipTlsVerify?: boolean
+  /** Bearer token sent with every request of the call. */
+  token?: string
+  /** PEM client certificate and key for mutual TLS. */
+  clientCert?: ResolvedClientCert
 }
 
 /**

@@ -69,6 +69,8 @@ export type {
   ExecutorPod,
   PlanResult,
   PodRef,
+  ResolvedClientCert,
+  ResolvedClusterConnection,
   RecordedTarget,
   SchemaState,
 } from '../index.js';

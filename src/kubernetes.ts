@@ -86,8 +86,21 @@ import type {
   KubernetesResolution,
 } from '../index.js';
 
-/** The `kubeConfig` prop as validation leaves it (see `KubeConfigOptions` in core). */
+/** Where a resolved connection comes from, in messages (as the native transport says it). */
+const RESOLVED_ORIGIN = 'the Alchemy Kubernetes connection';
+
+/** A connection the caller resolved for this call (`options.connection`), as the addon passes it. */
+interface ResolvedConnectionArg {
+  endpoint: string;
+  certificateAuthorityData?: string | null;
+  insecureSkipTlsVerify?: boolean;
+  token?: string | null;
+  clientCert?: { certificate: string; key: string } | null;
+}
+
+/** The `kubeConfig` prop as validation leaves it (see `KubeConfigOptions` in core), or a resolved connection. */
 interface KubeConfigProp {
+  resolvedConnection?: ResolvedConnectionArg;
   kubeconfigPath?: string;
   loadFromDefault?: boolean;
   context?: string;
@@ -170,7 +183,9 @@ export function kubernetesApi(signal?: AbortSignal): { api: KubernetesApi; dispo
 function resolve(o: KubeConfigProp): { resolution: KubernetesResolution; connect: Connection | undefined } {
   try {
     let found: [RawKubeconfig, string] | undefined;
-    if (o.cluster && o.user) {
+    if (o.resolvedConnection) {
+      return fromKubeconfig(resolvedConnection(o.resolvedConnection), RESOLVED_ORIGIN, {}, `the endpoint of ${RESOLVED_ORIGIN}`);
+    } else if (o.cluster && o.user) {
       found = [inline(o), 'kubeConfig (inline cluster and user)'];
     } else if (o.kubeconfigPath !== undefined) {
       found = [readKubeconfig(o.kubeconfigPath), `kubeconfig ${o.kubeconfigPath}`];
@@ -186,6 +201,36 @@ function resolve(o: KubeConfigProp): { resolution: KubernetesResolution; connect
     if (err instanceof ConfigError) throw err;
     throw new ConfigError(`the Kubernetes configuration could not be loaded: ${describe(err)}`);
   }
+}
+
+/**
+ * A connection the caller resolved for this call (an Alchemy cluster
+ * adapter's endpoint, CA and token), as a kubeconfig held in memory only. The
+ * addon records the identity from the endpoint, CA and TLS switch itself.
+ */
+function resolvedConnection(c: ResolvedConnectionArg): RawKubeconfig {
+  const name = 'alchemy-connection';
+  const user: Record<string, unknown> = {};
+  if (c.token) user.token = c.token;
+  if (c.clientCert) {
+    user['client-certificate-data'] = Buffer.from(c.clientCert.certificate).toString('base64');
+    user['client-key-data'] = Buffer.from(c.clientCert.key).toString('base64');
+  }
+  return {
+    clusters: [
+      {
+        name,
+        cluster: {
+          server: c.endpoint,
+          'insecure-skip-tls-verify': c.insecureSkipTlsVerify,
+          'certificate-authority-data': c.certificateAuthorityData ?? undefined,
+        },
+      },
+    ],
+    users: [{ name, user }],
+    contexts: [{ name, context: { cluster: name, user: name } }],
+    'current-context': name,
+  };
 }
 
 function inline(o: KubeConfigProp): RawKubeconfig {
@@ -301,6 +346,7 @@ function fromKubeconfig(
   kubeconfig: RawKubeconfig,
   origin: string,
   o: KubeConfigProp,
+  serverOrigin?: string,
 ): { resolution: KubernetesResolution; connect: Connection | undefined } {
   let context: string | undefined;
   if (o.context !== undefined) {
@@ -332,11 +378,12 @@ function fromKubeconfig(
     skipTlsVerify: cluster['insecure-skip-tls-verify'] === true,
   });
   const serverSource =
-    o.server !== undefined
+    serverOrigin ??
+    (o.server !== undefined
       ? 'kubeConfig.server'
       : o.cluster
         ? 'kubeConfig.cluster.server'
-        : `the server of cluster '${clusterName}' in ${origin}`;
+        : `the server of cluster '${clusterName}' in ${origin}`);
   const credentials = credentialKinds(user);
   const kc = new KubeConfig();
   // kubectl and kube-rs spell it `tokenFile`; client-node reads `token-file`.

@@ -16,7 +16,7 @@ import type { Input, PropsInput } from 'alchemy/Input';
 import * as Provider from 'alchemy/Provider';
 import { Resource } from 'alchemy/Resource';
 
-import type { ClickHouseSchemaProps } from './generated/props.js';
+import type { AlchemyKubernetesConnection, ClickHouseSchemaKubeConfig, ClickHouseSchemaProps } from './generated/props.js';
 import type { ClickHouseSchemaError } from './errors.js';
 import {
   apply,
@@ -27,6 +27,7 @@ import {
   type ClickHouseExecutor,
   type ClickHouseSchemaEvent,
   type PlanResult,
+  type ResolvedClusterConnection,
   type SchemaState,
 } from './index.js';
 
@@ -34,11 +35,17 @@ import {
 /**
  * What `clickHouseSchema(id, props)` accepts: the props of the JSON Schema
  * (`schema/props.schema.json`, the one the Rust validation uses), except that
- * `readyBarrier` may be an Alchemy Output (the ordering edge).
+ * `readyBarrier` and `kubeConfig` may be Alchemy Outputs.
  */
-export type ClickHouseSchemaInput = Omit<ClickHouseSchemaProps, 'readyBarrier'> & {
+export type ClickHouseSchemaInput = Omit<ClickHouseSchemaProps, 'readyBarrier' | 'kubeConfig'> & {
   /** Ordering-only: an Output derived from upstream resources. Only the resolved boolean is persisted. */
   readyBarrier?: Input<boolean>;
+  /**
+   * Which cluster: kubeconfig options, or an Alchemy Kubernetes connection,
+   * which may come from another resource (`kubeConfig: cluster` for an
+   * `AWS.EKS.Cluster`, whose attributes carry `connection`).
+   */
+  kubeConfig?: Input<ClickHouseSchemaKubeConfig>;
 };
 
 /** The resource: props as persisted by Alchemy (no executor), outputs = the addon's `SchemaState`. */
@@ -77,6 +84,9 @@ export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
   Effect.suspend(() => {
     const forCheck: Record<string, unknown> = { ...props };
     if (props.readyBarrier !== undefined && typeof props.readyBarrier !== 'boolean') forCheck.readyBarrier = true;
+    // A cluster that another resource has yet to create: its connection is
+    // validated by every lifecycle call once it has resolved.
+    if (props.kubeConfig !== undefined && !isResolved(props.kubeConfig)) delete forCheck.kubeConfig;
     // Validates, and throws synchronously when invalid. Effect.suspend turns
     // that into a defect of the declaring program, which fails the deploy with
     // the error object intact; a typed failure is not an option here, since a
@@ -86,7 +96,7 @@ export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
       Effect.forEach(warnings, (w) => Effect.logWarning(`ClickHouseSchema '${id}': ${w.path} ${w.reason}`), {
         discard: true,
       }),
-      // The cast only bridges `Input<boolean>` for readyBarrier.
+      // The cast only bridges the Inputs of readyBarrier and kubeConfig.
       ClickHouseSchema(id, props as PropsInput<ClickHouseSchemaProps>),
     );
   });
@@ -101,6 +111,94 @@ const planned = (result: PlanResult): string => {
     ? 'every selected pod'
     : result.pods.map((p) => `${p.pod} (${p.why === 'newPod' ? 'new pod' : 'replaced pod'})`).join(', ');
   return `statements [${statements}] on ${where}`;
+};
+
+/**
+ * An Alchemy Kubernetes connection in `kubeConfig` (`Kubernetes.KubeConfig(...)`,
+ * a `Kubernetes.Connection`, or a cluster resource carrying one as
+ * `connection`), the shapes Alchemy's own `toConnection` accepts; undefined
+ * for kubeconfig options or no prop. Which shapes are valid is the addon's
+ * validation; this only picks the value to hand to the adapter.
+ */
+const alchemyConnection = (kubeConfig: unknown): AlchemyKubernetesConnection | undefined => {
+  if (typeof kubeConfig !== 'object' || kubeConfig === null) return undefined;
+  if ('auth' in kubeConfig) return kubeConfig as AlchemyKubernetesConnection;
+  if ('connection' in kubeConfig) return (kubeConfig as { connection: AlchemyKubernetesConnection }).connection;
+  return undefined;
+};
+
+/**
+ * The addon's `options.connection` for props whose `kubeConfig` is an Alchemy
+ * Kubernetes connection: when the call needs the cluster, it asks the cluster
+ * adapter registered for the auth kind in the stack's providers (as Alchemy's
+ * own Kubernetes resources do) for the endpoint, CA and a fresh token. What
+ * the adapter yields goes to the addon for that call and nowhere else: not
+ * into props, outputs, logs or progress. A failure (no adapter registered,
+ * the cluster gone, an exec plugin failing) rejects, and the addon fails the
+ * call with `E_KUBERNETES_API`, redacted.
+ */
+const clusterConnection = (kubeConfig: unknown) =>
+  Effect.gen(function* () {
+    const connection = alchemyConnection(kubeConfig);
+    if (connection === undefined) return undefined;
+    const kind = connection.auth.kind;
+    // Loaded only for such props: alchemy/Kubernetes takes about half a second to import.
+    const { ClusterAdapter } = yield* Effect.promise(() => import('alchemy/Kubernetes'));
+    const adapter = Option.getOrUndefined(yield* Effect.serviceOption(ClusterAdapter(kind)));
+    return (): Promise<ResolvedClusterConnection> => {
+      if (adapter === undefined) {
+        return Promise.reject(
+          new Error(
+            `no Kubernetes cluster adapter is registered for auth kind '${kind}': add the provider layer that ` +
+              "contributes it to the stack's providers (Kubernetes.providers() for 'kubeconfig' and 'exec', " +
+              "AWS.providers() for 'aws-eks')",
+          ),
+        );
+      }
+      return Effect.runPromise(
+        adapter.connect(connection as Parameters<typeof adapter.connect>[0]).pipe(
+          Effect.flatMap((transport) =>
+            Effect.flatMap(transport.headers, (headers) =>
+              Effect.try({
+                try: (): ResolvedClusterConnection => {
+                  const token = bearerToken(kind, headers);
+                  const { certificateAuthorityData: ca, insecureSkipTlsVerify: insecure, clientCert } = transport;
+                  return {
+                    endpoint: transport.endpoint,
+                    ...(ca !== undefined && { certificateAuthorityData: ca }),
+                    ...(insecure !== undefined && { insecureSkipTlsVerify: insecure }),
+                    ...(token !== undefined && { token }),
+                    ...(clientCert !== undefined && { clientCert }),
+                  };
+                },
+                catch: (error) => error as Error,
+              }),
+            ),
+          ),
+        ),
+      );
+    };
+  });
+
+/**
+ * The token of the adapter's `Authorization: Bearer` header. The addon sends
+ * a bearer token or a client certificate, nothing else, so any other header
+ * is refused (by name; a value could be a credential).
+ */
+const bearerToken = (kind: string, headers: Record<string, string>): string | undefined => {
+  let token: string | undefined;
+  for (const [name, value] of Object.entries(headers)) {
+    const bearer = /^Bearer (.+)$/i.exec(value);
+    if (name.toLowerCase() !== 'authorization' || !bearer) {
+      throw new Error(
+        `the cluster adapter for auth kind '${kind}' asks for the request header '${name}'` +
+          (name.toLowerCase() === 'authorization' ? ' with a scheme other than Bearer' : '') +
+          '; only a bearer token or a client certificate can be sent',
+      );
+    }
+    token = bearer[1];
+  }
+  return token;
 };
 
 /**
@@ -136,7 +234,12 @@ export const clickHouseSchemaProvider = Provider.effect(
   ClickHouseSchema,
   Effect.gen(function* () {
     const executor = Option.getOrUndefined(yield* Effect.serviceOption(ClickHouseSchemaExecutor));
-    const options = executor ? { executor } : undefined;
+    /** The options of one addon call on `props`: the executor, and the cluster connection when there is one. */
+    const optionsFor = (props: { kubeConfig?: unknown } | undefined) =>
+      Effect.map(clusterConnection(props?.kubeConfig), (connection) => ({
+        ...(executor ? { executor } : {}),
+        ...(connection ? { connection } : {}),
+      }));
     return {
       diff: ({ id, news, output }) => {
         // First create: nothing recorded, the engine creates.
@@ -145,7 +248,8 @@ export const clickHouseSchemaProvider = Provider.effect(
         // created or updated): skip the probe. Alchemy treats the Output-fed prop as
         // changed and reconciles, and `apply` makes the full check then.
         if (!isResolved(news)) return Effect.void;
-        return call(() => plan(id, news, output, options)).pipe(
+        return optionsFor(news).pipe(
+          Effect.flatMap((options) => call(() => plan(id, news, output, options))),
           Effect.flatMap((result) =>
             result.changed
               ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'}): ${planned(result)}`).pipe(
@@ -183,7 +287,8 @@ export const clickHouseSchemaProvider = Provider.effect(
             }),
           ),
         );
-        return call(() => apply(id, news, output, { ...options, onEvent })).pipe(
+        return optionsFor(news).pipe(
+          Effect.flatMap((options) => call(() => apply(id, news, output, { ...options, onEvent }))),
           Effect.ensuring(shown),
           Effect.tap((result) =>
             Effect.andThen(
@@ -203,7 +308,8 @@ export const clickHouseSchemaProvider = Provider.effect(
           Effect.map((result) => result.state),
         );
       },
-      delete: ({ id, olds, output }) => call(() => destroy(id, olds, output, options)),
+      delete: ({ id, olds, output }) =>
+        optionsFor(olds).pipe(Effect.flatMap((options) => call(() => destroy(id, olds, output, options)))),
       // Drift (`alchemy drift`): the addon's `verify` looks up the declared
       // objects on every recorded pod. When a pod lacks one, or holds another
       // definition, the observed attributes are the recorded state without that
@@ -214,7 +320,8 @@ export const clickHouseSchemaProvider = Provider.effect(
       // undefined makes Alchemy create.
       read: ({ id, olds, output }) => {
         if (output === undefined || olds === undefined) return Effect.succeed(undefined);
-        return call(() => verify(id, olds, output, options)).pipe(
+        return optionsFor(olds).pipe(
+          Effect.flatMap((options) => call(() => verify(id, olds, output, options))),
           Effect.map((result): SchemaState => {
             if (!result.drifted) return output;
             const stale = new Set(result.pods.filter((p) => p.objects.some((o) => o.status !== 'ok')).map((p) => p.pod));

@@ -8,6 +8,8 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
@@ -19,6 +21,9 @@ const stateRoot = mkdtempSync(join(tmpdir(), 'alchemy-ch-test-'));
 process.chdir(stateRoot);
 const Alchemy = await import('alchemy');
 const Output = await import('alchemy/Output');
+const Provider = await import('alchemy/Provider');
+const { Resource } = await import('alchemy/Resource');
+const Kubernetes = await import('alchemy/Kubernetes');
 const Effect = await import('effect/Effect');
 const Layer = await import('effect/Layer');
 const { deployStack, destroyStack, driftStack } = await import('../dist/examples/runtime.js');
@@ -381,5 +386,191 @@ describe('clickHouseSchema through Alchemy with an injected executor (no cluster
     await deployStack(fakeStack('fake-oncluster', cluster, props), STAGE);
     assert.equal(cluster.lists, 0);
     assert.equal(cluster.execs.length, 0);
+  });
+});
+
+describe("kubeConfig from Alchemy's Kubernetes connection (sandbox)", () => {
+  const TARGET = { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } };
+  const T1 = 'CREATE TABLE IF NOT EXISTS orders.via_adapter (id UInt64) ENGINE = MergeTree ORDER BY id';
+
+  // A stand-in for a managed cluster resource (AWS.EKS.Cluster): its
+  // attributes carry a connection without any credential; the adapter
+  // registered for its auth kind mints the token when a call needs it.
+  const SandboxCluster = Resource('Test.SandboxCluster');
+  const clusterProvider = () =>
+    Provider.succeed(SandboxCluster, {
+      reconcile: ({ news }) =>
+        Effect.sync(() => ({
+          name: 'sandbox',
+          connection: {
+            endpoint: sandbox.info.server,
+            certificateAuthorityData: caData(),
+            auth: { kind: 'sandbox-cluster', user: news.user },
+          },
+        })),
+      delete: () => Effect.void,
+      read: ({ output }) => Effect.succeed(output),
+    });
+  const caData = () => /certificate-authority-data:\s*(\S+)/.exec(readFileSync(sandbox.kubeconfig, 'utf8'))[1];
+
+  /** The adapter: what it mints is up to the test (`adapter.mode`); it counts its calls. */
+  const adapter = { mode: 'minimal', mints: 0, kinds: [] };
+  const tokenOf = (user) => ({ minimal: sandbox.info.tokens.minimal, admin: sandbox.info.tokens.admin, 'no-exec': sandbox.info.tokens.no_exec })[user];
+  const adapterLayer = () =>
+    Layer.succeed(Kubernetes.ClusterAdapter('sandbox-cluster'), {
+      kind: 'Kubernetes.ClusterAdapter',
+      connect: (connection) =>
+        Effect.suspend(() => {
+          adapter.mints += 1;
+          adapter.kinds.push(connection.auth.kind);
+          if (adapter.mode === 'fail') return Effect.fail(new Error('the cluster sandbox is being deleted'));
+          const token = adapter.mode === 'wrong' ? WRONG_TOKEN : tokenOf(adapter.mode === 'rotate' ? 'admin' : connection.auth.user);
+          return Effect.succeed({
+            endpoint: connection.endpoint,
+            certificateAuthorityData: connection.certificateAuthorityData,
+            headers: Effect.succeed({ Authorization: `Bearer ${token}` }),
+          });
+        }),
+    });
+  const WRONG_TOKEN = 'wrong-token-4f1c2d9e8b7a6f5e';
+
+  function connectionStack(name, user, { providers, kubeConfig, statements = [S0, T1] } = {}) {
+    return Alchemy.Stack(
+      name,
+      {
+        providers: providers ?? Layer.mergeAll(clickHouseSchemaProvider, clusterProvider(), adapterLayer()),
+        state: Alchemy.localState(),
+      },
+      Effect.gen(function* () {
+        const cluster = yield* SandboxCluster('cluster', { user });
+        const schema = yield* clickHouseSchema('adapter-schema', {
+          target: TARGET,
+          // The whole cluster resource, as with Kubernetes.Deployment's `cluster`.
+          kubeConfig: kubeConfig ?? cluster,
+          statements,
+          retry: { maxAttempts: 1, backoffMs: 0 },
+          waitForPod: { timeoutMs: 30_000 },
+          verify: 'off',
+        });
+        return { clusterId: schema.clusterId, podNames: schema.podNames };
+      }),
+    );
+  }
+
+  /** Runs `step` with stdout and stderr captured; resolves to its outcome and the text. */
+  async function logged(step) {
+    const lines = [];
+    const capture = (write) => (chunk, ...rest) => {
+      lines.push(String(chunk));
+      return write(chunk, ...rest);
+    };
+    const [out, err] = [process.stdout.write, process.stderr.write];
+    process.stdout.write = capture(out.bind(process.stdout));
+    process.stderr.write = capture(err.bind(process.stderr));
+    try {
+      return { outcome: await step().then((value) => ({ value }), (error) => ({ error })), text: lines.join('') };
+    } finally {
+      process.stdout.write = out;
+      process.stderr.write = err;
+    }
+  }
+
+  /** Every file under Alchemy's state directory, as one text. */
+  const allState = () => spawnSync('grep', ['-r', '-h', '', join(stateRoot, '.alchemy')], { encoding: 'utf8' }).stdout;
+
+  const secrets = () => [sandbox.info.tokens.minimal, sandbox.info.tokens.admin, sandbox.info.tokens.no_exec, WRONG_TOKEN];
+  const assertNoSecret = (what, text) => {
+    for (const secret of secrets()) assert.ok(!text.includes(secret), `${what} holds a token`);
+  };
+
+  test("the adapter's token is the one used: a user without exec fails the deploy with the API's 403", { timeout }, async () => {
+    adapter.mode = 'token-of-user';
+    const { outcome, text } = await logged(() => deployStack(connectionStack('conn', 'no-exec'), STAGE));
+    assert.ok(outcome.error, 'the deploy failed');
+    assert.equal(isClickHouseSchemaError(outcome.error), true, String(outcome.error));
+    assert.equal(outcome.error.code, 'E_KUBERNETES_API');
+    assert.match(outcome.error.message, /forbidden/);
+    assert.match(outcome.error.message, /pods\/exec/);
+    assertNoSecret('the error', JSON.stringify({ ...outcome.error, message: outcome.error.message }));
+    assertNoSecret('the log', text);
+    assert.equal(stateOf('conn', 'adapter-schema')?.attr, undefined, 'nothing recorded');
+  });
+
+  test("a cluster resource's connection deploys to every pod; no token in state, outputs or log; clusterId is server and CA", { timeout }, async () => {
+    adapter.mints = 0;
+    adapter.kinds = [];
+    const { outcome, text } = await logged(() => deployStack(connectionStack('conn', 'minimal'), STAGE));
+    assert.ifError(outcome.error);
+    for (const pod of sandbox.info.pods) assert.ok(sandbox.tablesOn(pod, 'orders').includes('via_adapter'), pod);
+    assert.ok(adapter.mints >= 1, 'the adapter was asked');
+    assert.deepEqual([...new Set(adapter.kinds)], ['sandbox-cluster']);
+    const state = stateOf('conn', 'adapter-schema');
+    // The identity: cluster name (none), server, CA data, CA file (none), skip-TLS, as the
+    // cluster identity's encoding pins them; no credential.
+    const expected = createHash('sha256').update(`|${sandbox.info.server}|${caData()}||false`).digest('hex');
+    assert.equal(state.attr.clusterId, expected);
+    assert.equal(state.props.kubeConfig.connection.auth.kind, 'sandbox-cluster', 'the props keep the connection as written');
+    assertNoSecret('the state', allState());
+    assertNoSecret('the outputs', JSON.stringify(outcome.value));
+    assertNoSecret('the log', text);
+  });
+
+  test('a fresh token on the next deploy changes nothing: one pod list, no exec, same clusterId', { timeout }, async () => {
+    adapter.mode = 'rotate';
+    const before = stateOf('conn', 'adapter-schema').attr.clusterId;
+    const m = await measured(() => deployStack(connectionStack('conn', 'minimal'), STAGE));
+    assert.equal(m.podLists, 1);
+    assert.equal(m.execs.length, 0);
+    assert.equal(stateOf('conn', 'adapter-schema').attr.clusterId, before);
+    adapter.mode = 'token-of-user';
+  });
+
+  test('an adapter failure, or a token the server refuses, fails the deploy with E_KUBERNETES_API and no token', { timeout }, async () => {
+    adapter.mode = 'fail';
+    const recorded = stateOf('conn', 'adapter-schema').attr.fingerprint;
+    const changed = [S0, T1, 'CREATE TABLE IF NOT EXISTS orders.via_adapter_2 (id UInt64) ENGINE = MergeTree ORDER BY id'];
+    let err = await rejection(deployStack(connectionStack('conn', 'minimal', { statements: changed }), STAGE));
+    assert.equal(err.code, 'E_KUBERNETES_API');
+    assert.match(err.message, /the Alchemy Kubernetes connection could not be resolved/);
+    assert.match(err.message, /the cluster sandbox is being deleted/);
+    adapter.mode = 'wrong';
+    err = await rejection(deployStack(connectionStack('conn', 'minimal', { statements: changed }), STAGE));
+    assert.equal(err.code, 'E_KUBERNETES_API');
+    assert.match(err.message, /401|Unauthorized/i);
+    assertNoSecret('the error', err.message);
+    assert.equal(stateOf('conn', 'adapter-schema').attr.fingerprint, recorded, 'the outputs are the last good apply');
+    adapter.mode = 'token-of-user';
+  });
+
+  test('no adapter registered for the auth kind: the error names the kind and the layer to add', { timeout }, async () => {
+    const providers = Layer.mergeAll(clickHouseSchemaProvider, clusterProvider());
+    const err = await rejection(deployStack(connectionStack('conn-no-adapter', 'minimal', { providers }), STAGE));
+    assert.equal(err.code, 'E_KUBERNETES_API');
+    assert.match(err.message, /no Kubernetes cluster adapter is registered for auth kind 'sandbox-cluster'/);
+    assert.match(err.message, /Kubernetes\.providers\(\)/);
+  });
+
+  test("Kubernetes.KubeConfig({ path, context }) goes through Alchemy's kubeconfig adapter; destroy too", { timeout }, async () => {
+    const providers = Layer.mergeAll(clickHouseSchemaProvider, clusterProvider(), Kubernetes.providers());
+    const kubeConfig = Kubernetes.KubeConfig({ path: sandbox.kubeconfig, context: 'sandbox-minimal' });
+    const T2 = 'CREATE TABLE IF NOT EXISTS orders.via_kubeconfig (id UInt64) ENGINE = MergeTree ORDER BY id';
+    const stack = connectionStack('conn-kubeconfig', 'minimal', { providers, kubeConfig, statements: [S0, T2] });
+    await deployStack(stack, STAGE);
+    for (const pod of sandbox.info.pods) assert.ok(sandbox.tablesOn(pod, 'orders').includes('via_kubeconfig'), pod);
+    const state = stateOf('conn-kubeconfig', 'adapter-schema');
+    assert.deepEqual(state.props.kubeConfig, { auth: { kind: 'kubeconfig', path: sandbox.kubeconfig, context: 'sandbox-minimal' } });
+    assertNoSecret('the state', allState());
+    await destroyStack(stack, STAGE);
+    assert.equal(stateOf('conn-kubeconfig', 'adapter-schema'), undefined);
+  });
+
+  test("a 'token' connection is refused at declaration: the token would be stored with the props", { timeout }, async () => {
+    const kubeConfig = { endpoint: sandbox.info.server, auth: { kind: 'token', token: sandbox.info.tokens.admin } };
+    const err = await rejection(deployStack(connectionStack('conn-token', 'minimal', { kubeConfig }), STAGE));
+    assert.equal(err.code, 'E_INVALID_CONFIG');
+    assert.equal(err.issues[0].path, 'kubeConfig.auth.kind');
+    assert.match(err.message, /stores verbatim in its state/);
+    assertNoSecret('the error', err.message);
+    assertNoSecret('the state', allState());
   });
 });

@@ -406,6 +406,53 @@ test('an injected executor with a kubeConfig prop records the documented cluster
   }
 });
 
+test('options.connection: the identity is server, CA and TLS switch; it is called per call, and its failures and misuse are errors', async () => {
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const ALCHEMY = { kubeConfig: { connection: { auth: { kind: 'aws-eks', clusterName: 'prod' } }, arn: 'arn:aws:eks:x' } };
+  let minted = 0;
+  const connection = async () => {
+    minted += 1;
+    return { endpoint: 'https://eks.example:443', certificateAuthorityData: 'Q0EK', token: `token-${minted}` };
+  };
+  const first = await apply('orders-schema', props(ALCHEMY), undefined, { executor, connection });
+  assert.equal(first.state.clusterId, clusterIdOf('', 'https://eks.example:443', 'Q0EK', undefined, false));
+  assert.equal(minted, 1);
+  // Another token, the same cluster: nothing to do.
+  const again = await apply('orders-schema', props(ALCHEMY), first.state, { executor, connection });
+  assert.equal(again.changed, false);
+  assert.equal(minted, 2);
+  assert.equal(calls.execs.length, 2, 'only the first apply ran the statements');
+  // Without a kubeConfig prop, a caller's own connection is used alike.
+  const plain = await apply('orders-schema', props(), undefined, { executor, connection });
+  assert.equal(plain.state.clusterId, first.state.clusterId);
+  // A destroy that retains never asks for a token.
+  await destroy('orders-schema', props(ALCHEMY), first.state, { executor, connection });
+  assert.equal(minted, 3);
+
+  // An Alchemy connection nobody resolves.
+  let err = await rejection(apply('orders-schema', props(ALCHEMY), undefined, { executor }));
+  assert.equal(err.code, 'E_INVALID_CONFIG');
+  assert.equal(err.issues[0].path, 'kubeConfig');
+  assert.match(err.message, /auth kind 'aws-eks'/);
+  assert.match(err.message, /options\.connection/);
+  // Kubeconfig options and a connection at once.
+  err = await rejection(apply('orders-schema', props({ kubeConfig: { context: 'prod' } }), undefined, { executor, connection }));
+  assert.equal(err.code, 'E_INVALID_CONFIG');
+  assert.match(err.message, /pass one of the two/);
+  // The resolver fails, or gives no endpoint: E_KUBERNETES_API, and a token it quotes is not repeated.
+  const failing = async () => {
+    throw new Error('exec plugin failed: Authorization: Bearer abcdef0123456789abcdef');
+  };
+  err = await rejection(apply('orders-schema', props(ALCHEMY), undefined, { executor, connection: failing }));
+  assert.equal(err.code, 'E_KUBERNETES_API');
+  assert.match(err.message, /could not be resolved/);
+  assert.ok(!err.message.includes('abcdef0123456789abcdef'), err.message);
+  err = await rejection(apply('orders-schema', props(ALCHEMY), undefined, { executor, connection: async () => ({ endpoint: ' ' }) }));
+  assert.equal(err.code, 'E_KUBERNETES_API');
+  assert.match(err.message, /gave no endpoint/);
+  assert.equal(calls.execs.length, 4, 'no failed call ran anything');
+});
+
 test('KUBECONFIG files merge with the first one winning, as kubectl and kube-rs merge them', async () => {
   const first = kubeconfigDir(KUBECONFIG_YAML.replace('current-context: prod', 'current-context: staging'));
   const second = kubeconfigDir(

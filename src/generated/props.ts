@@ -24,6 +24,11 @@ export type ClickHouseSchemaVerify = "fail" | "warn" | "off";
  * @minItems 1
  */
 export type ClickHouseSchemaDeleteStatements = [string, ...string[]];
+/**
+ * Which cluster to talk to. Omit to use the ambient kubeconfig (KUBECONFIG or ~/.kube/config, current context). Either kubeconfig options, or an Alchemy Kubernetes connection: Kubernetes.KubeConfig(...), a Kubernetes.Connection, or a cluster resource whose attributes carry one as `connection` (AWS.EKS.Cluster). Recorded with the props (delete needs it), so it never holds a credential; not in the outputs and not part of the fingerprint.
+ */
+export type ClickHouseSchemaKubeConfig =
+  SerializableKubeConfigOptions | AlchemyKubernetesConnection | AlchemyClusterLike;
 
 /**
  * Props of a ClickHouseSchema resource: which ClickHouse server pods to reach, which DDL to apply to them, and how. Cross-field rules (onDelete/deleteStatements, ON CLUSTER under execution.mode 'onCluster') are described on the fields they involve and enforced by the native validator.
@@ -55,7 +60,7 @@ export interface ClickHouseSchemaProps {
    */
   maxStatementBytes?: number;
   retry?: ClickHouseSchemaRetry;
-  kubeConfig?: SerializableKubeConfigOptions;
+  kubeConfig?: ClickHouseSchemaKubeConfig;
   /**
    * Ordering-only input: pass an Output derived from the ClickHouse instance so Alchemy deploys it first. Only the resolved boolean is persisted; it is not part of the fingerprint.
    */
@@ -155,7 +160,7 @@ export interface ClickHouseSchemaRetry {
   backoffMs?: number;
 }
 /**
- * Which cluster to talk to. Omit to use the ambient kubeconfig (KUBECONFIG or ~/.kube/config, current context). Only credential-free fields are accepted: tokens, client certificates and keys are referenced by file or come from the kubeconfig itself, which is why it may be recorded with the props (delete needs it). Not in the outputs and not part of the fingerprint.
+ * Kubeconfig options: a kubeconfig file, a context, server and TLS overrides, or an inline cluster and user whose credentials are files. Only credential-free fields are accepted: tokens, client certificates and keys are referenced by file or come from the kubeconfig itself.
  */
 export interface SerializableKubeConfigOptions {
   /**
@@ -204,4 +209,37 @@ export interface SerializableKubeUser {
   name: string;
   certFile?: string;
   keyFile?: string;
+}
+/**
+ * Alchemy's Kubernetes.Connection, as Kubernetes.KubeConfig(...) or a cluster resource builds it. The provider resolves it at call time through the cluster adapter registered for auth.kind (Kubernetes.providers() registers kubeconfig and exec; a cloud's providers register theirs, such as aws-eks): the endpoint, CA and short-lived token it yields are used for that call only and never recorded.
+ */
+export interface AlchemyKubernetesConnection {
+  /**
+   * API server URL; optional when the adapter discovers it.
+   */
+  endpoint?: string;
+  /**
+   * Base64-encoded PEM CA bundle of the endpoint.
+   */
+  certificateAuthorityData?: string;
+  /**
+   * Skip TLS verification of the endpoint (development clusters only).
+   */
+  insecureSkipTlsVerify?: boolean;
+  auth: AlchemyKubernetesAuth;
+  [k: string]: unknown;
+}
+/**
+ * How to authenticate; kind selects the cluster adapter. The kinds 'token' and 'client-cert' carry the credential itself and are refused, since Alchemy stores props in its state.
+ */
+export interface AlchemyKubernetesAuth {
+  kind: string;
+  [k: string]: unknown;
+}
+/**
+ * A value carrying an Alchemy Kubernetes connection as `connection`, such as a cluster resource; its other attributes are ignored.
+ */
+export interface AlchemyClusterLike {
+  connection: AlchemyKubernetesConnection;
+  [k: string]: unknown;
 }

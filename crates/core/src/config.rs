@@ -72,9 +72,9 @@ pub struct ResolvedConfig {
     pub max_statement_bytes: u64,
     /// Retries of transport failures (never of a statement ClickHouse rejected).
     pub retry: Retry,
-    /// Connection options. Carries file paths and cluster endpoints, so callers
-    /// must leave it out of persisted state; it is also outside the fingerprint.
-    pub kube_config: Option<KubeConfigOptions>,
+    /// Which cluster to reach. Carries file paths and cluster endpoints, so
+    /// callers must leave it out of the outputs; it is also outside the fingerprint.
+    pub kube_config: Option<KubeConfig>,
     /// Ordering-only; outside the fingerprint.
     pub ready_barrier: Option<bool>,
 }
@@ -251,6 +251,40 @@ pub struct Retry {
     pub backoff_ms: u64,
 }
 
+/// The `kubeConfig` prop, in either of its forms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KubeConfig {
+    /// Kubeconfig options, which the transport resolves itself.
+    Options(KubeConfigOptions),
+    /// Alchemy's `Kubernetes.Connection`, or a value carrying one as
+    /// `connection` (a cluster resource's attributes), kept as written. Only
+    /// the cluster adapter registered for its auth kind can turn it into an
+    /// endpoint and credentials, so the caller resolves it at call time and
+    /// hands the result over as a [`crate::connection::ResolvedConnection`].
+    Alchemy(Value),
+}
+
+impl KubeConfig {
+    /// The kubeconfig options, when the prop is in that form.
+    pub fn options(&self) -> Option<&KubeConfigOptions> {
+        match self {
+            KubeConfig::Options(options) => Some(options),
+            KubeConfig::Alchemy(_) => None,
+        }
+    }
+
+    /// The auth kind of an Alchemy connection (`kubeconfig`, `exec`,
+    /// `aws-eks`, ...); `None` for kubeconfig options.
+    pub fn alchemy_auth_kind(&self) -> Option<&str> {
+        let KubeConfig::Alchemy(value) = self else {
+            return None;
+        };
+        let connection = value.get("connection").unwrap_or(value);
+        connection.pointer("/auth/kind").and_then(Value::as_str)
+    }
+}
+
 /// The serializable subset of TypeKro's kubeconfig options.
 ///
 /// Everything here is either a locator (file path, context name, server URL)
@@ -399,7 +433,7 @@ struct Props {
     #[serde(default)]
     retry: PropsRetry,
     #[serde(default)]
-    kube_config: Option<KubeConfigOptions>,
+    kube_config: Option<KubeConfig>,
     #[serde(default)]
     ready_barrier: Option<bool>,
 }

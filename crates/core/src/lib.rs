@@ -17,6 +17,7 @@ pub(crate) mod client_options;
 pub mod cluster_id;
 pub mod command;
 pub mod config;
+pub mod connection;
 pub mod credential_literals;
 pub mod declared;
 pub mod definition;

@@ -198,6 +198,33 @@ fn translate(
         return;
     }
 
+    // The kubeConfig union: jsonschema reports that no form matched, with each
+    // form's own errors; the form the value is meant as (an Alchemy connection
+    // has `auth`, a cluster resource `connection`) gives the ones worth saying.
+    if let (ValidationErrorKind::AnyOf { context }, [Segment::Key(k)]) = (error.kind(), segments.as_slice())
+        && k == "kubeConfig"
+    {
+        match props.get("kubeConfig") {
+            Some(Value::Object(value)) => {
+                let form = if value.contains_key("auth") {
+                    KUBE_CONFIG_CONNECTION
+                } else if value.contains_key("connection") {
+                    KUBE_CONFIG_CLUSTER
+                } else {
+                    KUBE_CONFIG_OPTIONS
+                };
+                for inner in context.get(form).into_iter().flatten() {
+                    translate(inner, schema, props, execution_explained, issues);
+                }
+            }
+            _ => issues.push(issue(
+                "kubeConfig",
+                "must be an object: kubeconfig options, or an Alchemy Kubernetes connection",
+            )),
+        }
+        return;
+    }
+
     let schema_path = error.schema_path().as_str();
     let (node_pointer, _) = schema_path.rsplit_once('/').unwrap_or(("", schema_path));
     let node = schema.pointer(node_pointer);
@@ -240,6 +267,11 @@ fn translate(
         }
     }
 }
+
+/// The forms of `kubeConfig`, in the order of its `anyOf`.
+const KUBE_CONFIG_OPTIONS: usize = 0;
+const KUBE_CONFIG_CONNECTION: usize = 1;
+const KUBE_CONFIG_CLUSTER: usize = 2;
 
 #[derive(Debug, Clone)]
 enum Segment {
@@ -615,6 +647,9 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
     {
         issues.extend(options.combination_issues());
     }
+    if let Some(issue) = props.get("kubeConfig").and_then(credential_in_connection) {
+        issues.push(issue);
+    }
 
     let max_bytes = max_statement_bytes(props);
     check_sizes(props, "statements", max_bytes, issues);
@@ -628,6 +663,29 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
             check_on_cluster(props, "deleteStatements", cluster, max_bytes, issues);
         }
     }
+}
+
+/// An Alchemy connection whose auth kind carries the credential itself:
+/// `token` (a bearer token) or `client-cert` (a private key). Props are
+/// stored verbatim in Alchemy's state, so the credential would be too.
+fn credential_in_connection(kube_config: &Value) -> Option<ConfigIssue> {
+    let (connection, prefix) = match kube_config.get("connection") {
+        Some(inner) if kube_config.get("auth").is_none() => (inner, "kubeConfig.connection"),
+        _ => (kube_config, "kubeConfig"),
+    };
+    let what = match connection.pointer("/auth/kind").and_then(Value::as_str)? {
+        "token" => "a bearer token",
+        "client-cert" => "a client private key",
+        _ => return None,
+    };
+    Some(issue(
+        format!("{prefix}.auth.kind"),
+        format!(
+            "carries {what} in props, which Alchemy stores verbatim in its state; use Kubernetes.KubeConfig(...) \
+             (a kubeconfig whose credentials, exec plugins included, stay in the file), an 'exec' connection, or \
+             your cloud's cluster resource, whose adapter mints a short-lived token at each deploy"
+        ),
+    ))
 }
 
 /// `maxStatementBytes` when it is valid (the schema reports it otherwise), else the default.

@@ -858,6 +858,54 @@ fn kube_config() {
 }
 
 #[test]
+fn kube_config_as_an_alchemy_connection() {
+    // Kubernetes.KubeConfig(...), a raw Connection, and a cluster resource's
+    // attributes carrying one (other attributes included) are accepted as written.
+    for fine in [
+        json!({ "auth": { "kind": "kubeconfig", "path": "/k", "context": "prod" } }),
+        json!({ "endpoint": "https://10.0.0.1", "certificateAuthorityData": "Q0E=", "auth": { "kind": "aws-eks", "clusterName": "prod", "region": "eu-west-1" } }),
+        json!({ "clusterName": "prod", "arn": "arn:aws:eks:x", "connection": { "auth": { "kind": "exec", "command": "aws", "args": ["eks", "get-token"] } } }),
+    ] {
+        let config = validate("orders-schema", &with(base(), "/kubeConfig", fine.clone()))
+            .unwrap_or_else(|e| panic!("{fine} was refused: {e}"));
+        // Kept verbatim: Alchemy's adapter reads it back at call time.
+        assert_eq!(serde_json::to_value(&config).unwrap()["kubeConfig"], fine);
+    }
+    assert_single_issue(
+        with(base(), "/kubeConfig", json!({ "auth": {} })),
+        "kubeConfig.auth.kind",
+        "is required",
+    );
+    assert_single_issue(
+        with(base(), "/kubeConfig", json!({ "auth": { "kind": "" } })),
+        "kubeConfig.auth.kind",
+        "empty",
+    );
+    assert_single_issue(
+        with(base(), "/kubeConfig", json!({ "endpoint": 443, "auth": { "kind": "aws-eks" } })),
+        "kubeConfig.endpoint",
+        "must be a string",
+    );
+    assert_single_issue(
+        with(base(), "/kubeConfig", json!({ "connection": { "endpoint": "https://x" } })),
+        "kubeConfig.connection.auth",
+        "is required",
+    );
+    // The kinds that hold the credential itself would put it in Alchemy's state.
+    for (kube_config, path) in [
+        (json!({ "endpoint": "https://x", "auth": { "kind": "token", "token": "s3cr3t" } }), "kubeConfig.auth.kind"),
+        (
+            json!({ "connection": { "endpoint": "https://x", "auth": { "kind": "client-cert", "certificate": "C", "key": "s3cr3t" } } }),
+            "kubeConfig.connection.auth.kind",
+        ),
+    ] {
+        let err = assert_issue(with(base(), "/kubeConfig", kube_config), path, "stores verbatim in its state");
+        assert_eq!(err.issues.len(), 1, "{err}");
+        assert!(!err.message.contains("s3cr3t"), "{err}");
+    }
+}
+
+#[test]
 fn ready_barrier() {
     assert_single_issue(
         with(base(), "/readyBarrier", json!("true")),

@@ -63,7 +63,11 @@
 use std::path::{Path, PathBuf};
 
 use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use clickhouse_schema_core::config::{KubeClusterOptions, KubeConfigOptions, KubeUserOptions};
+use clickhouse_schema_core::connection::{RESOLVED_ORIGIN, ResolvedConnection};
+use secrecy::SecretString;
 use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use kube::config::{
@@ -109,7 +113,53 @@ impl std::fmt::Debug for Connection {
 /// Resolves the configuration (see the module docs) and builds a client.
 /// The client does not retry on its own; every failure reaches the caller.
 pub async fn connect(options: Option<&KubeConfigOptions>) -> Result<Connection, ConnectError> {
-    let resolved = resolve(options)?;
+    build(resolve(options)?).await
+}
+
+/// Builds a client for a connection the caller resolved for this call (an
+/// Alchemy cluster adapter's endpoint, CA and short-lived token), through an
+/// in-memory kubeconfig: nothing reaches the disk, and the rules of a
+/// kubeconfig hold (no credential over plain HTTP, the proxy from the
+/// environment, no retry of kube-rs's own). The identity is the server, the
+/// CA and the TLS switch (see [`ResolvedConnection::cluster_endpoint`]). Any
+/// message is scrubbed of the connection's secrets.
+pub async fn connect_resolved(resolved: &ResolvedConnection) -> Result<Connection, ConnectError> {
+    const NAME: &str = "alchemy-connection";
+    let client_certificate = resolved.client_certificate.as_ref();
+    let kubeconfig = one_context(
+        NAME,
+        Cluster {
+            server: Some(resolved.endpoint.clone()),
+            insecure_skip_tls_verify: Some(resolved.insecure_skip_tls_verify),
+            certificate_authority_data: resolved.certificate_authority_data.clone(),
+            ..Default::default()
+        },
+        NAME,
+        AuthInfo {
+            token: resolved.token.clone().map(SecretString::from),
+            client_certificate_data: client_certificate.map(|c| BASE64.encode(&c.certificate)),
+            client_key_data: client_certificate.map(|c| SecretString::from(BASE64.encode(&c.key))),
+            ..Default::default()
+        },
+        NAME,
+    );
+    let built = build(Resolved {
+        source: Source::Kubeconfig {
+            kubeconfig: Box::new(kubeconfig),
+            origin: RESOLVED_ORIGIN.to_owned(),
+        },
+        context: Some(NAME.to_owned()),
+        endpoint: Some(resolved.cluster_endpoint()),
+        server_source: format!("the endpoint of {RESOLVED_ORIGIN}"),
+        proxy_url: None,
+    })
+    .await;
+    built.map_err(|e| ConnectError {
+        message: resolved.scrub(&e.message),
+    })
+}
+
+async fn build(resolved: Resolved) -> Result<Connection, ConnectError> {
     let config = match resolved.source {
         Source::Kubeconfig { kubeconfig, origin } => {
             let Some(context) = resolved.context else {
@@ -320,32 +370,43 @@ fn endpoint(name: &str, cluster: &Cluster) -> ClusterEndpoint {
 }
 
 fn inline(cluster: &KubeClusterOptions, user: &KubeUserOptions, context: &str) -> Kubeconfig {
+    one_context(
+        &cluster.name,
+        Cluster {
+            server: Some(cluster.server.clone()),
+            insecure_skip_tls_verify: cluster.skip_tls_verify,
+            certificate_authority: cluster.ca_file.clone(),
+            certificate_authority_data: cluster.ca_data.clone(),
+            ..Default::default()
+        },
+        &user.name,
+        AuthInfo {
+            client_certificate: user.cert_file.clone(),
+            client_key: user.key_file.clone(),
+            ..Default::default()
+        },
+        context,
+    )
+}
+
+/// A kubeconfig of one cluster, one user and the context joining them, current.
+fn one_context(cluster_name: &str, cluster: Cluster, user_name: &str, user: AuthInfo, context: &str) -> Kubeconfig {
     Kubeconfig {
         clusters: vec![NamedCluster {
-            name: cluster.name.clone(),
-            cluster: Some(Cluster {
-                server: Some(cluster.server.clone()),
-                insecure_skip_tls_verify: cluster.skip_tls_verify,
-                certificate_authority: cluster.ca_file.clone(),
-                certificate_authority_data: cluster.ca_data.clone(),
-                ..Default::default()
-            }),
+            name: cluster_name.to_owned(),
+            cluster: Some(cluster),
             ..Default::default()
         }],
         auth_infos: vec![NamedAuthInfo {
-            name: user.name.clone(),
-            auth_info: Some(AuthInfo {
-                client_certificate: user.cert_file.clone(),
-                client_key: user.key_file.clone(),
-                ..Default::default()
-            }),
+            name: user_name.to_owned(),
+            auth_info: Some(user),
             ..Default::default()
         }],
         contexts: vec![NamedContext {
             name: context.to_owned(),
             context: Some(Context {
-                cluster: cluster.name.clone(),
-                user: Some(user.name.clone()),
+                cluster: cluster_name.to_owned(),
+                user: Some(user_name.to_owned()),
                 ..Default::default()
             }),
             ..Default::default()

@@ -15,7 +15,7 @@ use clickhouse_schema_core::transport::{
     ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError,
 };
 
-pub use kubeconfig::{ConnectError, Connection, connect, endpoint_of, resolve_endpoint};
+pub use kubeconfig::{ConnectError, Connection, connect, connect_resolved, endpoint_of, resolve_endpoint};
 
 /// Lists pods and runs execs through one kube-rs client.
 #[derive(Clone)]

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::transport::{Executor, PodLister, TransportErrorKind};
-use clickhouse_schema_kube::{KubeTransport, connect, resolve_endpoint};
+use clickhouse_schema_core::connection::ResolvedConnection;
+use clickhouse_schema_kube::{KubeTransport, connect, connect_resolved, resolve_endpoint};
 use clickhouse_schema_sandbox::{AddPod, Container, DropPoint, Fault, PodState, Sandbox, SandboxOptions};
 use common::*;
 
@@ -83,6 +84,67 @@ async fn kubeconfig_path_identifies_the_selected_cluster() {
         .await
         .expect("lists through the overridden server");
     assert_eq!(pods.len(), 3);
+    sb.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolved_connection_uses_its_token_and_is_identified_by_server_and_ca() {
+    let sb = local().await;
+    let kc = sb.kubeconfig_path().to_path_buf();
+    let ca = expected_endpoint(&kc, None).expect("named").ca_data;
+    let tokens = sb.info().tokens;
+    let resolved = |token: &str| ResolvedConnection {
+        endpoint: sb.server_url(),
+        certificate_authority_data: ca.clone(),
+        insecure_skip_tls_verify: false,
+        token: Some(token.to_owned()),
+        client_certificate: None,
+    };
+
+    let conn = connect_resolved(&resolved(&tokens.minimal)).await.expect("connects");
+    let identity = ClusterEndpoint {
+        cluster_name: String::new(),
+        server: sb.server_url(),
+        ca_data: ca.clone(),
+        ca_file: None,
+        skip_tls_verify: false,
+    };
+    assert_eq!(conn.endpoint.as_ref(), Some(&identity));
+    let pods = KubeTransport::from(&conn)
+        .list_pods(NAMESPACE, &selector())
+        .await
+        .expect("lists with the minimal user's token");
+    assert_eq!(pods.len(), 3);
+    // The token is the minimal user's: exec is allowed, leases are not its business.
+    let exec = KubeTransport::from(&conn)
+        .exec(shell_exec(POD, "true", Duration::from_secs(20)))
+        .await
+        .expect("execs");
+    assert_eq!(exec.exit_code, 0);
+
+    // Another token, the same cluster.
+    let admin = connect_resolved(&resolved(&tokens.admin)).await.expect("connects");
+    assert_eq!(admin.cluster_id(), conn.cluster_id());
+
+    // A token the server refuses: the API's 401, and the token nowhere.
+    let wrong = "not-a-token-0123456789abcdef";
+    let conn = connect_resolved(&resolved(wrong)).await.expect("connects");
+    let e = KubeTransport::from(&conn)
+        .list_pods(NAMESPACE, &selector())
+        .await
+        .expect_err("401");
+    assert_eq!((e.kind, e.http_status), (TransportErrorKind::Refused, Some(401)));
+    assert!(!e.message.contains(wrong), "{}", e.message);
+
+    // Never over plain HTTP, and the refusal does not repeat the token.
+    let plain = ResolvedConnection {
+        endpoint: format!("http://127.0.0.1:{}", sb.port()),
+        ..resolved(&tokens.admin)
+    };
+    let e = connect_resolved(&plain).await.expect_err("refused");
+    assert!(e.message.contains("plain http://") && e.message.contains("a bearer token"), "{}", e.message);
+    assert!(e.message.contains("the endpoint of the Alchemy Kubernetes connection"), "{}", e.message);
+    assert!(!e.message.contains(&tokens.admin), "{}", e.message);
     sb.shutdown().await.expect("shutdown");
 }
 

@@ -208,6 +208,33 @@ impl KubernetesApi {
         promise.await.map_err(|e| redact(&e.reason))
     }
 
+    /// `resolve` for a connection the caller resolved (see `js_connection`):
+    /// the argument is `{ resolvedConnection }`, which no kubeConfig prop can
+    /// be, and the JavaScript side builds its client from it in memory.
+    pub(crate) async fn resolve_connection(
+        &self,
+        resolved: &clickhouse_schema_core::connection::ResolvedConnection,
+    ) -> Result<JsResolution, String> {
+        let arg = serde_json::json!({
+            "resolvedConnection": {
+                "endpoint": resolved.endpoint,
+                "certificateAuthorityData": resolved.certificate_authority_data,
+                "insecureSkipTlsVerify": resolved.insecure_skip_tls_verify,
+                "token": resolved.token,
+                "clientCert": resolved.client_certificate.as_ref().map(|c| serde_json::json!({
+                    "certificate": c.certificate,
+                    "key": c.key,
+                })),
+            }
+        });
+        let promise = self
+            .resolve
+            .call_async_catch(arg)
+            .await
+            .map_err(|e| redact(&resolved.scrub(&e.reason)))?;
+        promise.await.map_err(|e| redact(&resolved.scrub(&e.reason)))
+    }
+
     /// `connect` through `proxy` (a URL, or none).
     pub(crate) async fn connect(&self, proxy: Option<String>) -> Result<(), String> {
         let promise = self

@@ -1,5 +1,5 @@
 //! The options argument of `apply`, `plan`, `verify` and `destroy`:
-//! `{ executor?, onEvent?, signal? }`.
+//! `{ executor?, connection?, onEvent?, signal? }`.
 //!
 //! Read on the JS thread before any work is spawned. The `AbortSignal` is
 //! turned into the core's [`Cancel`]: a watch channel set from the signal's
@@ -14,6 +14,7 @@ use napi::threadsafe_function::ThreadsafeFunction;
 use napi_derive::napi;
 use tokio::sync::watch;
 
+use crate::js_connection::ConnectionFn;
 use crate::js_executor::ClickHouseExecutor;
 use crate::js_kubernetes::KubernetesApi;
 use crate::timers::HostTimers;
@@ -28,6 +29,16 @@ pub(crate) struct LifecycleOptions {
     /// embedding). Without it the `kubeConfig` prop, else `KUBECONFIG` /
     /// `~/.kube/config`, else the in-cluster service account is used.
     pub executor: Option<ClickHouseExecutor>,
+    /// Resolves the cluster of this call: called once when the call first needs
+    /// the cluster, never for a destroy that retains. The Alchemy provider passes
+    /// it for a `kubeConfig` that is an Alchemy Kubernetes connection, asking the
+    /// cluster adapter of its auth kind; a caller may also pass it without a
+    /// `kubeConfig` prop. The token and key it yields are used for this call
+    /// only: never recorded, logged or fingerprinted; the recorded `clusterId`
+    /// comes from the endpoint, CA and TLS switch. A rejection fails the call
+    /// with `E_KUBERNETES_API`.
+    #[napi(ts_type = "() => Promise<ResolvedClusterConnection>")]
+    pub connection: Option<ConnectionFn>,
     /// Called with what happens as it happens (see `ClickHouseSchemaEvent`): pods
     /// selected, waits, each statement started and finished, retries, re-lists, the
     /// live-schema check. Events carry no statement text and no server output.
@@ -103,6 +114,7 @@ type EventCallback = ThreadsafeFunction<serde_json::Value, (), serde_json::Value
 /// What a lifecycle call takes from its options.
 pub(crate) struct Options {
     pub executor: Option<ClickHouseExecutor>,
+    pub connection: Option<ConnectionFn>,
     pub events: JsEvents,
     pub cancel: SignalCancel,
     /// Only the WASM build reaches the Kubernetes API through it.
@@ -119,6 +131,7 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     let Some(options) = options else {
         return Ok(Options {
             executor: None,
+            connection: None,
             events: JsEvents(None),
             cancel: SignalCancel(rx),
             kubernetes: None,
@@ -128,6 +141,9 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     let executor = options
         .get::<ClickHouseExecutor>("executor")
         .map_err(|e| Error::new(e.status, format!("options.executor: {}", e.reason)))?;
+    let connection = options
+        .get::<ConnectionFn>("connection")
+        .map_err(|e| Error::new(e.status, format!("options.connection: {}", e.reason)))?;
     let kubernetes = options
         .get::<KubernetesApi>("kubernetes")
         .map_err(|e| Error::new(e.status, format!("options.kubernetes: {}", e.reason)))?;
@@ -152,6 +168,7 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     }
     Ok(Options {
         executor,
+        connection,
         events: JsEvents(on_event),
         cancel: SignalCancel(rx),
         kubernetes,

@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod clock;
+mod js_connection;
 mod js_error;
 mod js_executor;
 // Declared in both builds (index.d.ts comes from the native one), driven only

@@ -6,16 +6,18 @@
 use clickhouse_schema_core::ClickHouseSchemaError;
 use clickhouse_schema_core::cluster_id;
 use clickhouse_schema_core::config::ResolvedConfig;
+use clickhouse_schema_core::connection::{self, ClusterSource};
 use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
 use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{Executor, PodLister};
 use clickhouse_schema_core::validate::validate;
 #[cfg(not(target_family = "wasm"))]
-use clickhouse_schema_kube::{KubeTransport, connect, kubeconfig::resolve_endpoint};
+use clickhouse_schema_kube::{KubeTransport, connect, connect_resolved, kubeconfig::resolve_endpoint};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use crate::clock::SystemClock;
+use crate::js_connection;
 use crate::js_error::throw;
 use crate::js_executor::ClickHouseExecutor;
 #[cfg(target_family = "wasm")]
@@ -55,7 +57,7 @@ pub(crate) fn apply<'env>(
     let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
         let (config, previous) = inputs?;
-        let session = Session::open(&config, options).await?;
+        let session = Session::open(&id, &config, options).await?;
         lifecycle::apply(&id, &config, previous.as_ref(), &session.cluster()).await
     };
     settle(env, work, |(state, outcome)| {
@@ -96,7 +98,7 @@ pub(crate) fn plan<'env>(
     let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
         let (config, previous) = inputs?;
-        let session = Session::open(&config, options).await?;
+        let session = Session::open(&id, &config, options).await?;
         lifecycle::plan(&id, &config, previous.as_ref(), &session.cluster()).await
     };
     settle(env, work, |outcome| {
@@ -125,7 +127,7 @@ pub(crate) fn verify<'env>(
     let inputs = inputs(&id, props, state, "state");
     let work = async move {
         let (config, state) = inputs?;
-        let session = Session::open(&config, options).await?;
+        let session = Session::open(&id, &config, options).await?;
         lifecycle::verify(&id, &config, state.as_ref(), &session.cluster()).await
     };
     settle(env, work, |outcome| {
@@ -154,7 +156,7 @@ pub(crate) fn destroy<'env>(
         if !lifecycle::destroy_reaches_cluster(&config) {
             return Ok(());
         }
-        let session = Session::open(&config, options).await?;
+        let session = Session::open(&id, &config, options).await?;
         lifecycle::destroy(&id, &config, state.as_ref(), &session.cluster()).await
     };
     settle(env, work, Ok)
@@ -207,42 +209,56 @@ impl Session {
     /// `kubeConfig` prop (else the ambient kubeconfig, else in-cluster config):
     /// kube-rs natively, the package's JavaScript transport under WASM.
     async fn open(
+        id: &str,
         config: &ResolvedConfig,
         options: Options,
     ) -> std::result::Result<Self, ClickHouseSchemaError> {
-        let kube_config = config.kube_config.as_ref();
+        let source = connection::source(config, id, options.connection.is_some())?;
+        let resolved = match (source, &options.connection) {
+            (ClusterSource::Resolved, Some(connect)) => Some(js_connection::resolve(connect).await?),
+            _ => None,
+        };
+        let kube_config = match source {
+            ClusterSource::KubeConfig(options) => options,
+            ClusterSource::Resolved => None,
+        };
         let timers = Timers::new(options.timers).ok_or_else(|| wasm_host_missing("options.timers"))?;
         let (transport, cluster_id) = match options.executor {
             Some(js) => {
-                #[cfg(not(target_family = "wasm"))]
-                let id = cluster_id::of_injected_executor(kube_config, |options| {
-                    std::future::ready(resolve_endpoint(Some(options)).map_err(ClickHouseSchemaError::from))
-                })
-                .await?;
-                #[cfg(target_family = "wasm")]
-                let id = {
-                    let api = options.kubernetes.as_ref();
-                    cluster_id::of_injected_executor(kube_config, |prop| async move {
-                        let api = wasm_kubernetes(api)?;
-                        let resolution = api.resolve(Some(prop)).await.map_err(kubernetes_error)?;
-                        Ok::<_, ClickHouseSchemaError>(resolution.endpoint.map(Into::into))
-                    })
-                    .await?
+                let id = match &resolved {
+                    Some(resolved) => Some(cluster_id::cluster_id(&resolved.cluster_endpoint())),
+                    None => executor_cluster_id(kube_config, options.kubernetes.as_ref()).await?,
                 };
                 (Transport::Js(js, timers.clone()), id)
             }
             #[cfg(not(target_family = "wasm"))]
             None => {
-                let connection = connect(kube_config).await?;
+                let connection = match &resolved {
+                    Some(resolved) => connect_resolved(resolved).await?,
+                    None => connect(kube_config).await?,
+                };
                 let id = connection.cluster_id();
                 (Transport::Kube(KubeTransport::from(&connection)), id)
             }
             #[cfg(target_family = "wasm")]
             None => {
                 let api = wasm_kubernetes(options.kubernetes)?;
-                let resolution = api.resolve(kube_config).await.map_err(kubernetes_error)?;
-                let Some(endpoint) = resolution.endpoint else {
-                    return Err(kubernetes_error(cluster_id::no_context(&resolution.origin)));
+                // Whatever the JavaScript side says is scrubbed of the connection's secrets too.
+                let scrub = |message: String| match &resolved {
+                    Some(resolved) => resolved.scrub(&message),
+                    None => message,
+                };
+                let resolution = match &resolved {
+                    Some(resolved) => api.resolve_connection(resolved).await,
+                    None => api.resolve(kube_config).await,
+                }
+                .map_err(|m| kubernetes_error(scrub(m)))?;
+                let endpoint = match &resolved {
+                    Some(resolved) => resolved.cluster_endpoint(),
+                    None => match resolution.endpoint {
+                        Some(endpoint) => endpoint.into(),
+                        None => return Err(kubernetes_error(cluster_id::no_context(&resolution.origin))),
+                    },
                 };
                 let credentials: Vec<&str> = resolution.credentials.iter().map(String::as_str).collect();
                 if let Some(refusal) = clickhouse_schema_core::transport::credentials_over_plain_http(
@@ -258,8 +274,8 @@ impl Session {
                     |name| resolution.proxy_environment.get(name).cloned(),
                 )
                 .map_err(kubernetes_error)?;
-                api.connect(proxy).await.map_err(kubernetes_error)?;
-                let id = cluster_id::cluster_id(&endpoint.into());
+                api.connect(proxy).await.map_err(|m| kubernetes_error(scrub(m)))?;
+                let id = cluster_id::cluster_id(&endpoint);
                 (Transport::Kubernetes(api, timers.clone()), Some(id))
             }
         };
@@ -281,6 +297,28 @@ impl Session {
             events: &self.events,
         }
     }
+}
+
+/// The identity recorded for an injected executor: what the `kubeConfig`
+/// options name (resolved by kube-rs natively, by the JavaScript transport
+/// under WASM), none without them.
+#[cfg_attr(not(target_family = "wasm"), allow(unused_variables))]
+async fn executor_cluster_id(
+    kube_config: Option<&clickhouse_schema_core::config::KubeConfigOptions>,
+    kubernetes: Option<&crate::js_kubernetes::KubernetesApi>,
+) -> std::result::Result<Option<String>, ClickHouseSchemaError> {
+    #[cfg(not(target_family = "wasm"))]
+    return cluster_id::of_injected_executor(kube_config, |options| {
+        std::future::ready(resolve_endpoint(Some(options)).map_err(ClickHouseSchemaError::from))
+    })
+    .await;
+    #[cfg(target_family = "wasm")]
+    return cluster_id::of_injected_executor(kube_config, |prop| async move {
+        let api = wasm_kubernetes(kubernetes)?;
+        let resolution = api.resolve(Some(prop)).await.map_err(kubernetes_error)?;
+        Ok::<_, ClickHouseSchemaError>(resolution.endpoint.map(Into::into))
+    })
+    .await;
 }
 
 /// A Kubernetes configuration problem found by the JavaScript transport
