@@ -255,8 +255,9 @@ pub struct Retry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum KubeConfig {
-    /// Kubeconfig options, which the transport resolves itself.
-    Options(KubeConfigOptions),
+    /// Kubeconfig options, which the transport resolves itself. (Boxed: the
+    /// two forms differ a lot in size.)
+    Options(Box<KubeConfigOptions>),
     /// Alchemy's `Kubernetes.Connection`, or a value carrying one as
     /// `connection` (a cluster resource's attributes), kept as written. Only
     /// the cluster adapter registered for its auth kind can turn it into an

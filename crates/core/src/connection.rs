@@ -53,10 +53,16 @@ impl fmt::Debug for ResolvedConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResolvedConnection")
             .field("endpoint", &self.endpoint)
-            .field("certificate_authority_data", &self.certificate_authority_data.is_some())
+            .field(
+                "certificate_authority_data",
+                &self.certificate_authority_data.is_some(),
+            )
             .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("client_certificate", &self.client_certificate.as_ref().map(|_| "<redacted>"))
+            .field(
+                "client_certificate",
+                &self.client_certificate.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -193,7 +199,9 @@ mod tests {
 
     #[test]
     fn a_cluster_resource_carrying_a_connection_reads_the_same() {
-        let c = config(json!({ "name": "prod", "arn": "x", "connection": { "auth": { "kind": "exec", "command": "aws" } } }));
+        let c = config(
+            json!({ "name": "prod", "arn": "x", "connection": { "auth": { "kind": "exec", "command": "aws" } } }),
+        );
         assert_eq!(c.kube_config.as_ref().unwrap().alchemy_auth_kind(), Some("exec"));
         assert_eq!(source(&c, "r", true).unwrap(), ClusterSource::Resolved);
     }
@@ -203,7 +211,9 @@ mod tests {
         let c = config(json!({ "context": "prod" }));
         let err = source(&c, "r", true).unwrap_err();
         assert!(err.message.contains("pass one of the two"), "{}", err.message);
-        assert!(matches!(source(&c, "r", false).unwrap(), ClusterSource::KubeConfig(Some(o)) if o.context.as_deref() == Some("prod")));
+        assert!(
+            matches!(source(&c, "r", false).unwrap(), ClusterSource::KubeConfig(Some(o)) if o.context.as_deref() == Some("prod"))
+        );
     }
 
     #[test]
@@ -217,7 +227,10 @@ mod tests {
     fn the_identity_ignores_the_credential() {
         let a = resolved("token-one");
         let b = resolved("token-two");
-        assert_eq!(cluster_id(&a.cluster_endpoint()), cluster_id(&b.cluster_endpoint()));
+        assert_eq!(
+            cluster_id(&a.cluster_endpoint()),
+            cluster_id(&b.cluster_endpoint())
+        );
         // Pinned: the encoding of the cluster identity with an empty cluster name.
         assert_eq!(
             a.cluster_endpoint(),
@@ -233,7 +246,10 @@ mod tests {
             endpoint: "https://10.0.0.2:6443".to_owned(),
             ..a.clone()
         };
-        assert_ne!(cluster_id(&a.cluster_endpoint()), cluster_id(&moved.cluster_endpoint()));
+        assert_ne!(
+            cluster_id(&a.cluster_endpoint()),
+            cluster_id(&moved.cluster_endpoint())
+        );
     }
 
     #[test]
@@ -244,9 +260,18 @@ mod tests {
             key: "PRIVATE-KEY".to_owned(),
         });
         let text = format!("{c:?}");
-        assert!(!text.contains("s3cr3t-token") && !text.contains("PRIVATE-KEY"), "{text}");
+        assert!(
+            !text.contains("s3cr3t-token") && !text.contains("PRIVATE-KEY"),
+            "{text}"
+        );
         assert_eq!(c.secrets(), vec!["s3cr3t-token", "PRIVATE-KEY"]);
-        assert_eq!(c.scrub("got s3cr3t-token and PRIVATE-KEY"), "got <redacted> and <redacted>");
-        assert_eq!(c.credential_kinds(), vec!["a bearer token", "a client certificate"]);
+        assert_eq!(
+            c.scrub("got s3cr3t-token and PRIVATE-KEY"),
+            "got <redacted> and <redacted>"
+        );
+        assert_eq!(
+            c.credential_kinds(),
+            vec!["a bearer token", "a client certificate"]
+        );
     }
 }

@@ -262,7 +262,11 @@ fn schema_is_generator_friendly() {
             .and_then(Value::as_str)
             .is_some_and(|t| t.starts_with("Alchemy"));
         if alchemy {
-            assert_eq!(obj.get("additionalProperties"), Some(&json!(true)), "{at} must stay open");
+            assert_eq!(
+                obj.get("additionalProperties"),
+                Some(&json!(true)),
+                "{at} must stay open"
+            );
         } else if obj.get("type") == Some(&json!("object")) {
             assert_eq!(
                 obj.get("additionalProperties"),

@@ -882,24 +882,39 @@ fn kube_config_as_an_alchemy_connection() {
         "empty",
     );
     assert_single_issue(
-        with(base(), "/kubeConfig", json!({ "endpoint": 443, "auth": { "kind": "aws-eks" } })),
+        with(
+            base(),
+            "/kubeConfig",
+            json!({ "endpoint": 443, "auth": { "kind": "aws-eks" } }),
+        ),
         "kubeConfig.endpoint",
         "must be a string",
     );
     assert_single_issue(
-        with(base(), "/kubeConfig", json!({ "connection": { "endpoint": "https://x" } })),
+        with(
+            base(),
+            "/kubeConfig",
+            json!({ "connection": { "endpoint": "https://x" } }),
+        ),
         "kubeConfig.connection.auth",
         "is required",
     );
     // The kinds that hold the credential itself would put it in Alchemy's state.
     for (kube_config, path) in [
-        (json!({ "endpoint": "https://x", "auth": { "kind": "token", "token": "s3cr3t" } }), "kubeConfig.auth.kind"),
+        (
+            json!({ "endpoint": "https://x", "auth": { "kind": "token", "token": "s3cr3t" } }),
+            "kubeConfig.auth.kind",
+        ),
         (
             json!({ "connection": { "endpoint": "https://x", "auth": { "kind": "client-cert", "certificate": "C", "key": "s3cr3t" } } }),
             "kubeConfig.connection.auth.kind",
         ),
     ] {
-        let err = assert_issue(with(base(), "/kubeConfig", kube_config), path, "stores verbatim in its state");
+        let err = assert_issue(
+            with(base(), "/kubeConfig", kube_config),
+            path,
+            "stores verbatim in its state",
+        );
         assert_eq!(err.issues.len(), 1, "{err}");
         assert!(!err.message.contains("s3cr3t"), "{err}");
     }

@@ -62,18 +62,18 @@
 
 use std::path::{Path, PathBuf};
 
-use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::{KubeClusterOptions, KubeConfigOptions, KubeUserOptions};
 use clickhouse_schema_core::connection::{RESOLVED_ORIGIN, ResolvedConnection};
-use secrecy::SecretString;
 use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use kube::config::{
     AuthInfo, Cluster, Context, KubeConfigOptions as KubeRsOptions, Kubeconfig, KubeconfigError,
     NamedAuthInfo, NamedCluster, NamedContext,
 };
+use secrecy::SecretString;
 
 use crate::error::chain;
 use clickhouse_schema_core::proxy;
@@ -390,7 +390,13 @@ fn inline(cluster: &KubeClusterOptions, user: &KubeUserOptions, context: &str) -
 }
 
 /// A kubeconfig of one cluster, one user and the context joining them, current.
-fn one_context(cluster_name: &str, cluster: Cluster, user_name: &str, user: AuthInfo, context: &str) -> Kubeconfig {
+fn one_context(
+    cluster_name: &str,
+    cluster: Cluster,
+    user_name: &str,
+    user: AuthInfo,
+    context: &str,
+) -> Kubeconfig {
     Kubeconfig {
         clusters: vec![NamedCluster {
             name: cluster_name.to_owned(),

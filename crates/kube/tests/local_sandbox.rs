@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
-use clickhouse_schema_core::transport::{Executor, PodLister, TransportErrorKind};
 use clickhouse_schema_core::connection::ResolvedConnection;
+use clickhouse_schema_core::transport::{Executor, PodLister, TransportErrorKind};
 use clickhouse_schema_kube::{KubeTransport, connect, connect_resolved, resolve_endpoint};
 use clickhouse_schema_sandbox::{AddPod, Container, DropPoint, Fault, PodState, Sandbox, SandboxOptions};
 use common::*;
@@ -101,7 +101,9 @@ async fn a_resolved_connection_uses_its_token_and_is_identified_by_server_and_ca
         client_certificate: None,
     };
 
-    let conn = connect_resolved(&resolved(&tokens.minimal)).await.expect("connects");
+    let conn = connect_resolved(&resolved(&tokens.minimal))
+        .await
+        .expect("connects");
     let identity = ClusterEndpoint {
         cluster_name: String::new(),
         server: sb.server_url(),
@@ -123,7 +125,9 @@ async fn a_resolved_connection_uses_its_token_and_is_identified_by_server_and_ca
     assert_eq!(exec.exit_code, 0);
 
     // Another token, the same cluster.
-    let admin = connect_resolved(&resolved(&tokens.admin)).await.expect("connects");
+    let admin = connect_resolved(&resolved(&tokens.admin))
+        .await
+        .expect("connects");
     assert_eq!(admin.cluster_id(), conn.cluster_id());
 
     // A token the server refuses: the API's 401, and the token nowhere.
@@ -142,8 +146,17 @@ async fn a_resolved_connection_uses_its_token_and_is_identified_by_server_and_ca
         ..resolved(&tokens.admin)
     };
     let e = connect_resolved(&plain).await.expect_err("refused");
-    assert!(e.message.contains("plain http://") && e.message.contains("a bearer token"), "{}", e.message);
-    assert!(e.message.contains("the endpoint of the Alchemy Kubernetes connection"), "{}", e.message);
+    assert!(
+        e.message.contains("plain http://") && e.message.contains("a bearer token"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message
+            .contains("the endpoint of the Alchemy Kubernetes connection"),
+        "{}",
+        e.message
+    );
     assert!(!e.message.contains(&tokens.admin), "{}", e.message);
     sb.shutdown().await.expect("shutdown");
 }

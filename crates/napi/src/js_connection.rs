@@ -40,8 +40,7 @@ pub(crate) struct ResolvedClientCert {
     pub key: String,
 }
 
-pub(crate) type ConnectionFn =
-    ThreadsafeFunction<(), Promise<ResolvedClusterConnection>, (), Status, false>;
+pub(crate) type ConnectionFn = ThreadsafeFunction<(), Promise<ResolvedClusterConnection>, (), Status, false>;
 
 /// Resolves the connection for this call. A throw or rejection is an
 /// `E_KUBERNETES_API` error saying the connection could not be resolved.
@@ -55,7 +54,10 @@ pub(crate) async fn resolve(connection: &ConnectionFn) -> Result<ResolvedConnect
             )),
         )
     };
-    let promise = connection.call_async_catch(()).await.map_err(|e| failed(&e.reason))?;
+    let promise = connection
+        .call_async_catch(())
+        .await
+        .map_err(|e| failed(&e.reason))?;
     let js = promise.await.map_err(|e| failed(&e.reason))?;
     if js.endpoint.trim().is_empty() {
         return Err(failed("it gave no endpoint"));
