@@ -96,6 +96,24 @@ async function measured(step) {
   };
 }
 
+/** Runs `step` with stdout and stderr captured; resolves to its outcome and the text. */
+async function logged(step) {
+  const lines = [];
+  const capture = (write) => (chunk, ...rest) => {
+    lines.push(String(chunk));
+    return write(chunk, ...rest);
+  };
+  const [out, err] = [process.stdout.write, process.stderr.write];
+  process.stdout.write = capture(out.bind(process.stdout));
+  process.stderr.write = capture(err.bind(process.stderr));
+  try {
+    return { outcome: await step().then((value) => ({ value }), (error) => ({ error })), text: lines.join('') };
+  } finally {
+    process.stdout.write = out;
+    process.stderr.write = err;
+  }
+}
+
 async function rejection(promise) {
   try {
     await promise;
@@ -122,7 +140,13 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
 
   test('create: every pod gets the tables; outputs carry no kubeConfig and readyBarrier persists as true', { timeout }, async () => {
     pods = sandbox.info.pods;
-    const { result, execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1] }), STAGE));
+    const { outcome, text } = await logged(() => measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1] }), STAGE)));
+    assert.ifError(outcome.error);
+    const { result, execs } = outcome.value;
+    // The provider's progress notes: the row's settle lines (as it settles, and in the summary) keep the last one.
+    const settled = text.split('\n').filter((line) => line.includes(`[${ID}] created`));
+    assert.ok(settled.length >= 1, 'a settle line');
+    for (const line of settled) assert.match(line, /\[orders-schema\] created — applied to 3 pod\(s\)/);
     assert.deepEqual(result.podNames, [...pods].sort());
     assert.equal(execs.length, 2 * pods.length);
     for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['events']);
@@ -455,24 +479,6 @@ describe("kubeConfig from Alchemy's Kubernetes connection (sandbox)", () => {
         return { clusterId: schema.clusterId, podNames: schema.podNames };
       }),
     );
-  }
-
-  /** Runs `step` with stdout and stderr captured; resolves to its outcome and the text. */
-  async function logged(step) {
-    const lines = [];
-    const capture = (write) => (chunk, ...rest) => {
-      lines.push(String(chunk));
-      return write(chunk, ...rest);
-    };
-    const [out, err] = [process.stdout.write, process.stderr.write];
-    process.stdout.write = capture(out.bind(process.stdout));
-    process.stderr.write = capture(err.bind(process.stderr));
-    try {
-      return { outcome: await step().then((value) => ({ value }), (error) => ({ error })), text: lines.join('') };
-    } finally {
-      process.stdout.write = out;
-      process.stderr.write = err;
-    }
   }
 
   /** Every file under Alchemy's state directory, as one text. */
