@@ -90,6 +90,27 @@ export interface PlanResult {
   statements: Array<PlannedStatement>
 }
 
+/** One pod's ledger entry for this resource. */
+export interface PodLedgerStatus {
+  /** The pod's name. */
+  pod: string
+  /** Whether the pod was Ready with the container, so its ledger was read. */
+  read: boolean
+  /**
+   * The fingerprint its newest row for this resource holds (empty: the
+   * schema's delete statements ran there); absent when it has none.
+   */
+  fingerprint?: string
+  /** When that row was written (RFC 3339 UTC). */
+  appliedAt?: string
+  /** How many statements that apply ran. */
+  statementCount?: number
+  /** The package version that wrote it. */
+  packageVersion?: string
+  /** Whether it holds the current fingerprint (false for a pod behind, or not read). */
+  current: boolean
+}
+
 /** One covered pod object. */
 export interface PodRef {
   /** Pod name. */
@@ -154,12 +175,42 @@ export interface SkippedPod {
   why: 'terminating' | 'finished'
 }
 
+/** What `status` found: the current fingerprint and every matching pod's entry, by name. */
+export interface StatusResult {
+  /** The fingerprint of the props. */
+  fingerprint: string
+  /** Every pod matching the target. */
+  pods: Array<PodLedgerStatus>
+}
+
 /** What `verify` found: `drifted` when any pod lacks an object or holds another definition. */
 export interface VerifyResult {
   /** Whether any object on any pod is not as declared. */
   drifted: boolean
   /** Every pod looked at, by name, with every declared object. */
   pods: Array<PodReport>
+}
+
+/**
+ * Alchemy's adoption contract for resource `id` with no recorded state: reads
+ * the ledger of the Ready matching pods (and, when no ledger mentions the
+ * schema, looks the declared objects up). Without the `ledger` prop resolves
+ * `absent` without any call. Runs no statement.
+ */
+export declare function adopt(id: string, props: unknown, options?: LifecycleOptions | null): Promise<AdoptResult>
+
+/** What `adopt` found for a resource without a recorded state. */
+export interface AdoptResult {
+  /**
+   * `owned`: this resource applied the current fingerprint (adopt silently);
+   * `unowned`: another resource id did, or the objects exist with no ledger
+   * entry (adopt only when asked); `absent`: nothing to adopt.
+   */
+  ownership: 'owned' | 'unowned' | 'absent'
+  /** The state to adopt (owned or unowned). */
+  state?: SchemaState
+  /** Why, in one sentence. */
+  reason: string
 }
 
 /**
@@ -230,6 +281,15 @@ export declare const enum ClickHouseSchemaErrorCode {
   E_SCHEMA_MISMATCH = 'E_SCHEMA_MISMATCH',
   /** The live-schema check could not run on a pod. */
   E_VERIFICATION_FAILED = 'E_VERIFICATION_FAILED',
+  /** The ledger could not be written or read on a pod. */
+  E_LEDGER_FAILED = 'E_LEDGER_FAILED',
+  /**
+   * Another deploy holds the resource's Lease, and it did not come free in time; the
+   * message names the holder and when the lease expires.
+   */
+  E_LEASE_HELD = 'E_LEASE_HELD',
+  /** Another deploy took the Lease over, or it could not be renewed, while this call held it. */
+  E_LEASE_LOST = 'E_LEASE_LOST',
   /** A bug; the message says what was expected. */
   E_INTERNAL = 'E_INTERNAL',
 }
@@ -252,14 +312,17 @@ export declare const enum ClickHouseSchemaErrorCode {
  *   objects as declared (`ok`);
  * - `schemaMismatch` (under `verify: 'warn'`): `objects` on `pod` are
  *   missing or differ;
- * - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`.
+ * - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`;
+ * - `leaseWaiting`: another deploy (`holder`) holds the resource's `lease`; `remainingMs`
+ *   of `waitForPod` are left;
+ * - `leaseTaken`: this call took the `lease` after `waitedMs`.
  *
  * Events carry no statement text and no server or transport output; only
  * indices, pod names, exit codes, timings and the redacted differences of a
  * `schemaMismatch`.
  */
 export interface ClickHouseSchemaEvent {
-  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed'
+  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken'
   message: string
   pod?: string
   pods?: Array<string>
@@ -279,6 +342,9 @@ export interface ClickHouseSchemaEvent {
   objectCount?: number
   ok?: boolean
   objects?: Array<ObjectReport>
+  lease?: string
+  holder?: string
+  waitedMs?: number
 }
 
 /** A warning about valid props: where, and why it matters. */
@@ -376,6 +442,15 @@ export interface KubernetesApi {
   listPods: (namespace: string, labelSelector: string) => Promise<KubernetesPodList>
   /** Runs one exec over a WebSocket (`v5.channel.k8s.io`, else `v4`). */
   exec: (request: KubernetesExecRequest) => Promise<KubernetesExecOutcome>
+  /**
+   * One `coordination.k8s.io/v1` Lease call: `get` (resolves without `lease`
+   * when there is none), `create`, or `replace` conditional on
+   * `resourceVersion`. A write that conflicts resolves with the API's 409
+   * as its `failure`.
+   */
+  lease: (request: KubernetesLeaseRequest) => Promise<KubernetesLeaseOutcome>
+  /** `<host>/<pid>` of this process, for the lease holder identity. */
+  identity: string
 }
 
 /**
@@ -437,6 +512,37 @@ export interface KubernetesFailure {
   message: string
   /** The HTTP status the API server (or a proxy) answered with, when one did. */
   httpStatus?: number
+}
+
+/**
+ * A Lease's spec as the lease logic reads and writes it (times are RFC 3339
+ * with microseconds).
+ */
+export interface KubernetesLease {
+  /** `metadata.resourceVersion` (absent in a request's spec). */
+  resourceVersion?: string
+  holder?: string
+  durationSeconds?: number
+  acquireTime?: string
+  renewTime?: string
+  transitions?: number
+}
+
+/** The answer to `KubernetesApi.lease`. */
+export interface KubernetesLeaseOutcome {
+  /** The lease after the call; absent for a `get` of none. */
+  lease?: KubernetesLease
+  /** Set when the call failed (a 409 conflict included). */
+  failure?: KubernetesFailure
+}
+
+/** What `KubernetesApi.lease` receives. */
+export interface KubernetesLeaseRequest {
+  verb: 'get' | 'create' | 'replace'
+  namespace: string
+  name: string
+  resourceVersion?: string
+  spec?: JsLease
 }
 
 /** The answer to `KubernetesApi.listPods`: the pods, or why there are none. */
@@ -575,6 +681,15 @@ export interface ResolvedClusterConnection {
   /** PEM client certificate and key for mutual TLS. */
   clientCert?: ResolvedClientCert
 }
+
+/**
+ * Each matching pod's ledger entry for resource `id`: the fingerprint its
+ * newest row holds, when, and whether that is the props' current one, so an
+ * operator sees which pods are behind. One pod list and one exec per Ready
+ * pod; runs no statement. Rejects with `E_INVALID_CONFIG` without the
+ * `ledger` prop, `E_LEDGER_FAILED` when a pod's ledger cannot be read.
+ */
+export declare function status(id: string, props: unknown, options?: LifecycleOptions | null): Promise<StatusResult>
 
 /**
  * Validates `props` for the resource `id` and returns the resolved

@@ -773,7 +773,8 @@ if (
   }
 }
 
-const { apply, ClickHouseSchemaErrorCode, configWarnings, destroy, fingerprint, plan, redactClickHouseOutput, validateConfig, verify } = nativeBinding
+const { adopt, apply, ClickHouseSchemaErrorCode, configWarnings, destroy, fingerprint, plan, redactClickHouseOutput, status, validateConfig, verify } = nativeBinding
+export { adopt }
 export { apply }
 export { ClickHouseSchemaErrorCode }
 export { configWarnings }
@@ -781,6 +782,7 @@ export { destroy }
 export { fingerprint }
 export { plan }
 export { redactClickHouseOutput }
+export { status }
 export { validateConfig }
 export { verify }
 export const __napiBindingTarget = __napiLoadedBindingTarget

@@ -55,7 +55,10 @@ export function redactClickHouseOutput(output: string, statement: string): bindi
 }
 
 export type {
+  AdoptResult,
   ApplyResult,
+  PodLedgerStatus,
+  StatusResult,
   ClickHouseExecutor,
   ClickHouseSchemaEvent,
   DifferenceReport,
@@ -117,6 +120,25 @@ export function verify(
   options?: binding.LifecycleOptions,
 ): Promise<binding.VerifyResult> {
   return withAddonOptions(options, (o) => binding.verify(id, props, state ?? null, o));
+}
+
+/**
+ * Each matching pod's ledger entry for resource `id` (needs the `ledger`
+ * prop): the fingerprint its newest row holds, when, and whether that is the
+ * props' current one. Runs no statement.
+ */
+export function status(id: string, props: unknown, options?: binding.LifecycleOptions): Promise<binding.StatusResult> {
+  return withAddonOptions(options, (o) => binding.status(id, props, o));
+}
+
+/**
+ * Alchemy's adoption contract for resource `id` with no recorded state, from
+ * the ledgers: `owned` (this id applied the current fingerprint), `unowned`
+ * (another id did, or the objects exist with no ledger entry) or `absent`,
+ * with the state to adopt. Without the `ledger` prop: `absent`, no call.
+ */
+export function adopt(id: string, props: unknown, options?: binding.LifecycleOptions): Promise<binding.AdoptResult> {
+  return withAddonOptions(options, (o) => binding.adopt(id, props, o));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */

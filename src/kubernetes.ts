@@ -33,7 +33,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import * as http from 'node:http';
 import * as https from 'node:https';
 import { createRequire } from 'node:module';
-import { homedir } from 'node:os';
+import { homedir, hostname } from 'node:os';
 import { delimiter, isAbsolute } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -82,6 +82,8 @@ import type {
   KubernetesExecOutcome,
   KubernetesExecRequest,
   KubernetesFailure,
+  KubernetesLeaseOutcome,
+  KubernetesLeaseRequest,
   KubernetesPodList,
   KubernetesResolution,
 } from '../index.js';
@@ -172,6 +174,8 @@ export function kubernetesApi(signal?: AbortSignal): { api: KubernetesApi; dispo
       },
       listPods: (namespace, labelSelector) => listPods(connected(), namespace, labelSelector),
       exec: (request) => exec(connected(), request, open),
+      lease: (request) => lease(connected(), request),
+      identity: `${hostname()}/${process.pid}`,
     },
     dispose: () => signal?.removeEventListener('abort', abort),
   };
@@ -583,19 +587,78 @@ async function listPods(connection: Connection, namespace: string, labelSelector
   }
 }
 
-function get(url: URL, opts: https.RequestOptions): Promise<{ status: number; body: string }> {
+/**
+ * One Lease call (`coordination.k8s.io/v1`): get (none: no `lease`),
+ * create, or replace carrying the resourceVersion read, which the API server
+ * refuses with 409 when the lease moved on. The lease logic is the addon's.
+ */
+async function lease(connection: Connection, request: KubernetesLeaseRequest): Promise<KubernetesLeaseOutcome> {
+  try {
+    const opts = await requestOptions(connection);
+    const base = `${connection.server}/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(request.namespace)}/leases`;
+    const named = `${base}/${encodeURIComponent(request.name)}`;
+    const body =
+      request.verb === 'get'
+        ? undefined
+        : JSON.stringify({
+            apiVersion: 'coordination.k8s.io/v1',
+            kind: 'Lease',
+            metadata: withoutUndefined({ name: request.name, resourceVersion: request.resourceVersion ?? undefined }),
+            spec: withoutUndefined({
+              holderIdentity: request.spec?.holder ?? undefined,
+              leaseDurationSeconds: request.spec?.durationSeconds ?? undefined,
+              acquireTime: request.spec?.acquireTime ?? undefined,
+              renewTime: request.spec?.renewTime ?? undefined,
+              leaseTransitions: request.spec?.transitions ?? undefined,
+            }),
+          });
+    const method = request.verb === 'get' ? 'GET' : request.verb === 'create' ? 'POST' : 'PUT';
+    const { status, body: answer } = await get(new URL(request.verb === 'create' ? base : named), opts, method, body);
+    if (request.verb === 'get' && status === 404) return {};
+    if (status < 200 || status >= 300) return { failure: { message: statusMessage(status, answer), httpStatus: status } };
+    let object: { metadata?: { resourceVersion?: string }; spec?: Record<string, unknown> };
+    try {
+      object = JSON.parse(answer) as typeof object;
+    } catch {
+      return { failure: { message: "the API server's answer to a lease call could not be read (not JSON)" } };
+    }
+    const spec = object.spec ?? {};
+    const text = (v: unknown) => (typeof v === 'string' ? v : undefined);
+    const count = (v: unknown) => (typeof v === 'number' ? v : undefined);
+    return {
+      lease: withoutUndefined({
+        resourceVersion: object.metadata?.resourceVersion,
+        holder: text(spec.holderIdentity),
+        durationSeconds: count(spec.leaseDurationSeconds),
+        acquireTime: text(spec.acquireTime),
+        renewTime: text(spec.renewTime),
+        transitions: count(spec.leaseTransitions),
+      }),
+    };
+  } catch (err) {
+    return { failure: failureOf(err) };
+  }
+}
+
+function get(
+  url: URL,
+  opts: https.RequestOptions,
+  method = 'GET',
+  body?: string,
+): Promise<{ status: number; body: string }> {
   const client = url.protocol === 'http:' ? http : https;
+  const headers = { ...opts.headers, accept: 'application/json', ...(body === undefined ? {} : { 'content-type': 'application/json' }) };
   return new Promise((resolve, reject) => {
-    const req = client.request(url, { ...opts, method: 'GET', headers: { ...opts.headers, accept: 'application/json' } }, (res) => {
+    const req = client.request(url, { ...opts, method, headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
       res.on('error', reject);
     });
     // The addon bounds the list (30 s); this frees the socket when it gives up.
-    req.setTimeout(35_000, () => req.destroy(new Error('the pod list timed out')));
+    req.setTimeout(35_000, () => req.destroy(new Error('the request timed out')));
     req.on('error', reject);
-    req.end();
+    req.end(body);
   });
 }
 

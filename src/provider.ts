@@ -18,13 +18,16 @@ import { Resource } from 'alchemy/Resource';
 
 import type { AlchemyKubernetesConnection, ClickHouseSchemaKubeConfig, ClickHouseSchemaProps } from './generated/props.js';
 import type { ClickHouseSchemaError } from './errors.js';
+import { Unowned } from 'alchemy/AdoptPolicy';
 import {
+  adopt,
   apply,
   configWarnings,
   destroy,
   plan,
   verify,
   type ClickHouseExecutor,
+  type ApplyResult,
   type ClickHouseSchemaEvent,
   type PlanResult,
   type ResolvedClusterConnection,
@@ -142,8 +145,8 @@ const clusterConnection = (kubeConfig: unknown) =>
     const connection = alchemyConnection(kubeConfig);
     if (connection === undefined) return undefined;
     const kind = connection.auth.kind;
-    // Loaded only for such props: alchemy/Kubernetes takes about half a second to import.
-    const { ClusterAdapter } = yield* Effect.promise(() => import('alchemy/Kubernetes'));
+    // Loaded only for such props (alchemy/Kubernetes as a whole takes about half a second to import).
+    const { ClusterAdapter } = yield* Effect.promise(() => import('alchemy/Kubernetes/ClusterAdapter'));
     const adapter = Option.getOrUndefined(yield* Effect.serviceOption(ClusterAdapter(kind)));
     return (): Promise<ResolvedClusterConnection> => {
       if (adapter === undefined) {
@@ -200,6 +203,14 @@ const bearerToken = (kind: string, headers: Record<string, string>): string | un
   }
   return token;
 };
+
+/** What an apply did, in words: `applied to <where>`, or why nothing ran. */
+const outcome = (result: ApplyResult, where: string): string =>
+  !result.changed
+    ? 'unchanged, no statement ran'
+    : result.appliedTo.length === 0
+      ? `recorded ${result.state.podNames.length} pod(s) whose ledger holds this schema, no statement ran`
+      : `applied to ${where}`;
 
 /**
  * Runs an addon promise, keeping its `ClickHouseSchemaError` (code,
@@ -293,14 +304,8 @@ export const clickHouseSchemaProvider = Provider.effect(
           Effect.tap((result) =>
             Effect.andThen(
               // The row's last progress line, which the plain CLI keeps on its settle line.
-              session.note(
-                result.changed ? `applied to ${result.appliedTo.length} pod(s)` : 'unchanged, no statement ran',
-                { kind: 'status' },
-              ),
-              Effect.logInfo(
-                `ClickHouseSchema '${id}': ` +
-                  (result.changed ? `applied to ${result.appliedTo.join(', ')}` : 'unchanged, no statement ran'),
-              ),
+              session.note(outcome(result, result.appliedTo.length + ' pod(s)'), { kind: 'status' }),
+              Effect.logInfo(`ClickHouseSchema '${id}': ${outcome(result, result.appliedTo.join(', '))}`),
             ),
           ),
           // The outputs are the addon's SchemaState: no kubeConfig, no executor, no
@@ -316,10 +321,27 @@ export const clickHouseSchemaProvider = Provider.effect(
       // pod, so they differ from the persisted ones (Alchemy reports drift) and a
       // repair's `apply` sees a pod it has not covered and re-runs the statements
       // on exactly that pod; a differing object then fails as E_SCHEMA_MISMATCH.
-      // Without recorded outputs there is nothing of ours to find (no adoption):
-      // undefined makes Alchemy create.
+      // Without recorded outputs (a first deploy, or a lost state) Alchemy asks
+      // whether the schema already exists and whose it is: the addon's `adopt`
+      // reads the ledgers (only with the ledger prop; otherwise it answers
+      // `absent` without a call). Owned: the state is adopted silently and the
+      // following update runs nothing; unowned (another resource id applied it,
+      // or its objects exist with no ledger entry): Alchemy refuses unless the
+      // user adopts; absent: Alchemy creates.
       read: ({ id, olds, output }) => {
-        if (output === undefined || olds === undefined) return Effect.succeed(undefined);
+        if (olds === undefined) return Effect.succeed(undefined);
+        if (output === undefined) {
+          return optionsFor(olds).pipe(
+            Effect.flatMap((options) => call(() => adopt(id, olds, options))),
+            Effect.map((found): SchemaState | undefined =>
+              found.state === undefined || found.ownership === 'absent'
+                ? undefined
+                : found.ownership === 'owned'
+                  ? found.state
+                  : Unowned(found.state),
+            ),
+          );
+        }
         return optionsFor(olds).pipe(
           Effect.flatMap((options) => call(() => verify(id, olds, output, options))),
           Effect.map((result): SchemaState => {

@@ -453,6 +453,15 @@ test('options.connection: the identity is server, CA and TLS switch; it is calle
   assert.equal(calls.execs.length, 4, 'no failed call ran anything');
 });
 
+test('the lease needs the Kubernetes API: with an injected executor it is refused before anything runs', async () => {
+  const { executor, calls } = fakeCluster(['chi-0']);
+  const err = await rejection(apply('orders-schema', props({ lease: true }), undefined, { executor }));
+  assert.equal(err.code, 'E_KUBERNETES_API');
+  assert.match(err.message, /the lease clickhouse-schema-orders-schema-[0-9a-f]{8} could not be read/);
+  assert.match(err.message, /no Lease API/);
+  assert.equal(calls.execs.length, 0);
+});
+
 test('KUBECONFIG files merge with the first one winning, as kubectl and kube-rs merge them', async () => {
   const first = kubeconfigDir(KUBECONFIG_YAML.replace('current-context: prod', 'current-context: staging'));
   const second = kubeconfigDir(

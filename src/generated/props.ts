@@ -25,6 +25,17 @@ export type ClickHouseSchemaVerify = "fail" | "warn" | "off";
  */
 export type ClickHouseSchemaDeleteStatements = [string, ...string[]];
 /**
+ * Serialize applies and destroys of this resource across processes (a laptop and CI, two CI jobs) with a coordination.k8s.io/v1 Lease in the target namespace, named from the resource id. true takes it with the defaults; { ttlSeconds } sets how long a holder that stops renewing keeps it (default 60). Taken only when something has to run, renewed while held, released at the end; a deploy that finds it held waits within waitForPod.timeoutMs, then fails with E_LEASE_HELD. Needs get, create and update on leases. Off by default; not part of the fingerprint.
+ */
+export type ClickHouseSchemaLease =
+  | boolean
+  | {
+      /**
+       * Seconds a holder keeps the lease without renewing it (renewed every third of it). 5 to 3600; default 60.
+       */
+      ttlSeconds?: number;
+    };
+/**
  * Which cluster to talk to. Omit to use the ambient kubeconfig (KUBECONFIG or ~/.kube/config, current context). Either kubeconfig options, or an Alchemy Kubernetes connection: Kubernetes.KubeConfig(...), a Kubernetes.Connection, or a cluster resource whose attributes carry one as `connection` (AWS.EKS.Cluster). Recorded with the props (delete needs it), so it never holds a credential; not in the outputs and not part of the fingerprint.
  */
 export type ClickHouseSchemaKubeConfig =
@@ -60,6 +71,8 @@ export interface ClickHouseSchemaProps {
    */
   maxStatementBytes?: number;
   retry?: ClickHouseSchemaRetry;
+  lease?: ClickHouseSchemaLease;
+  ledger?: ClickHouseSchemaLedger;
   kubeConfig?: ClickHouseSchemaKubeConfig;
   /**
    * Ordering-only input: pass an Output derived from the ClickHouse instance so Alchemy deploys it first. Only the resolved boolean is persisted; it is not part of the fingerprint.
@@ -158,6 +171,19 @@ export interface ClickHouseSchemaRetry {
    * Milliseconds to wait between attempts. Between 0 and 600000 (10 minutes).
    */
   backoffMs?: number;
+}
+/**
+ * Keep a ledger on every pod: after a pod's statements succeed, a row (resource id, fingerprint, statement count, pod name and uid, time, package version) goes into a MergeTree table the apply creates if needed. A deploy whose Alchemy state was lost then records the pods whose ledger holds the current fingerprint instead of running the statements again, `read` adopts such a schema, and status() shows which pods are behind. Its writes are not schema statements. Off by default; not part of the fingerprint.
+ */
+export interface ClickHouseSchemaLedger {
+  /**
+   * Database holding the ledger table (created if needed).
+   */
+  database: string;
+  /**
+   * Ledger table name.
+   */
+  table?: string;
 }
 /**
  * Kubeconfig options: a kubeconfig file, a context, server and TLS overrides, or an inline cluster and user whose credentials are files. Only credential-free fields are accepted: tokens, client certificates and keys are referenced by file or come from the kubeconfig itself.

@@ -112,6 +112,17 @@ pub fn render_script(
     )
 }
 
+/// argv for a script whose statements must all succeed (the ledger's write): `--multiquery`
+/// alone, so the first failure ends it with a non-zero exit code.
+pub fn render_multiquery(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    script_bytes: usize,
+    statement_timeout: Duration,
+) -> Vec<String> {
+    render_with(client, settings, script_bytes, statement_timeout, " --multiquery")
+}
+
 fn render_with(
     client: &ClientConfig,
     settings: &BTreeMap<String, SettingValue>,

@@ -37,6 +37,10 @@ pub const DEFAULT_MAX_RECONCILE_PASSES: u32 = 3;
 pub const DEFAULT_PARALLELISM: u32 = 8;
 /// One attempt and two retries.
 pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 3;
+/// How long a lease holder that stops renewing keeps the lease.
+pub const DEFAULT_LEASE_TTL_SECONDS: u32 = 60;
+/// The ledger table's name when `ledger.table` is not given.
+pub const DEFAULT_LEDGER_TABLE: &str = "clickhouse_schema_ledger";
 /// One second before the first retry, doubling after each.
 pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 1_000;
 
@@ -72,6 +76,10 @@ pub struct ResolvedConfig {
     pub max_statement_bytes: u64,
     /// Retries of transport failures (never of a statement ClickHouse rejected).
     pub retry: Retry,
+    /// The Lease that serializes applies and destroys; `None`: off. Outside the fingerprint.
+    pub lease: Option<LeaseConfig>,
+    /// The per-pod ledger; `None`: off. Outside the fingerprint.
+    pub ledger: Option<LedgerConfig>,
     /// Which cluster to reach. Carries file paths and cluster endpoints, so
     /// callers must leave it out of the outputs; it is also outside the fingerprint.
     pub kube_config: Option<KubeConfig>,
@@ -230,6 +238,24 @@ impl VerifyMode {
             VerifyMode::Off => "off",
         }
     }
+}
+
+/// The Lease against concurrent applies and destroys of the same resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseConfig {
+    /// Seconds a holder keeps the lease without renewing it.
+    pub ttl_seconds: u32,
+}
+
+/// Where the per-pod ledger lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerConfig {
+    /// Database of the ledger table (a plain identifier).
+    pub database: String,
+    /// The ledger table (a plain identifier).
+    pub table: String,
 }
 
 /// The readiness budget.
@@ -434,9 +460,31 @@ struct Props {
     #[serde(default)]
     retry: PropsRetry,
     #[serde(default)]
+    lease: Option<PropsLease>,
+    #[serde(default)]
+    ledger: Option<PropsLedger>,
+    #[serde(default)]
     kube_config: Option<KubeConfig>,
     #[serde(default)]
     ready_barrier: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PropsLease {
+    On(bool),
+    Options {
+        #[serde(default, rename = "ttlSeconds", deserialize_with = "integral")]
+        ttl_seconds: Option<u32>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PropsLedger {
+    database: String,
+    #[serde(default)]
+    table: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -548,6 +596,19 @@ pub(crate) fn resolve(props: &Value) -> Result<ResolvedConfig, String> {
             max_attempts: props.retry.max_attempts.unwrap_or(DEFAULT_RETRY_MAX_ATTEMPTS),
             backoff_ms: props.retry.backoff_ms.unwrap_or(DEFAULT_RETRY_BACKOFF_MS),
         },
+        lease: match props.lease {
+            None | Some(PropsLease::On(false)) => None,
+            Some(PropsLease::On(true)) => Some(LeaseConfig {
+                ttl_seconds: DEFAULT_LEASE_TTL_SECONDS,
+            }),
+            Some(PropsLease::Options { ttl_seconds }) => Some(LeaseConfig {
+                ttl_seconds: ttl_seconds.unwrap_or(DEFAULT_LEASE_TTL_SECONDS),
+            }),
+        },
+        ledger: props.ledger.map(|l| LedgerConfig {
+            database: l.database,
+            table: l.table.unwrap_or_else(|| DEFAULT_LEDGER_TABLE.to_owned()),
+        }),
         kube_config: props.kube_config,
         ready_barrier: props.ready_barrier,
     })

@@ -43,13 +43,19 @@ pub enum ErrorKind {
     SchemaMismatch,
     /// The live-schema check itself could not run on a pod (no scratch database, a failed query).
     VerificationFailed,
+    /// The ledger could not be written or read on a pod (a missing grant, a failed query).
+    LedgerFailed,
+    /// The Lease is held by another deploy, and did not come free within the budget.
+    LeaseHeld,
+    /// The Lease was taken over by another deploy, or could not be renewed, while this one held it.
+    LeaseLost,
     /// A bug or an impossible state; the message says what was expected.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, for tests that check other lists against this one.
-    pub const ALL: [ErrorKind; 14] = [
+    pub const ALL: [ErrorKind; 17] = [
         ErrorKind::InvalidConfig,
         ErrorKind::StatementFailed,
         ErrorKind::Transport,
@@ -63,6 +69,9 @@ impl ErrorKind {
         ErrorKind::Cancelled,
         ErrorKind::SchemaMismatch,
         ErrorKind::VerificationFailed,
+        ErrorKind::LedgerFailed,
+        ErrorKind::LeaseHeld,
+        ErrorKind::LeaseLost,
         ErrorKind::Internal,
     ];
 
@@ -82,6 +91,9 @@ impl ErrorKind {
             ErrorKind::Cancelled => "E_CANCELLED",
             ErrorKind::SchemaMismatch => "E_SCHEMA_MISMATCH",
             ErrorKind::VerificationFailed => "E_VERIFICATION_FAILED",
+            ErrorKind::LedgerFailed => "E_LEDGER_FAILED",
+            ErrorKind::LeaseHeld => "E_LEASE_HELD",
+            ErrorKind::LeaseLost => "E_LEASE_LOST",
             ErrorKind::Internal => "E_INTERNAL",
         }
     }

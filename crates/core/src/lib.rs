@@ -23,10 +23,13 @@ pub mod declared;
 pub mod definition;
 pub(crate) mod error;
 pub mod fingerprint;
+pub mod lease;
+pub mod ledger;
 pub mod lexer;
 pub mod lifecycle;
 pub mod live_schema;
 pub mod on_cluster;
+pub mod ownership;
 pub mod proxy;
 pub(crate) mod reconcile;
 pub mod redact;
@@ -44,7 +47,7 @@ pub use lifecycle::{
 };
 pub use state::{PodRef, SchemaState};
 pub use transport::{
-    Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, NeverCancelled, NoEvents, PodInfo,
-    PodLister, TransportError, TransportErrorKind,
+    Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec,
+    NeverCancelled, NoEvents, PodInfo, PodLister, TransportError, TransportErrorKind,
 };
 pub use validate::validate;

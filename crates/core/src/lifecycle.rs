@@ -9,9 +9,10 @@ use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::fingerprint::fingerprint;
 use crate::live_schema::{PodReport, VerifyPlan};
-use crate::reconcile::{Failure, FanoutStart, Run, Verification, bounded};
+use crate::ownership::ledger_covered;
+use crate::reconcile::{Failure, FanoutStart, LedgerWrite, Run, Verification, bounded};
 use crate::state::{PodRef, RecordedTarget, STATE_VERSION, SchemaState};
-use crate::transport::{Cancel, Clock, Events, Executor, PodInfo, PodLister};
+use crate::transport::{Cancel, Clock, Events, Executor, LeaseApi, PodInfo, PodLister};
 
 /// What `apply` did, for logs and tests; the state is what gets recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,7 +340,7 @@ fn planned_statements(config: &ResolvedConfig) -> Vec<PlannedStatement> {
 /// as it was). When only the pod set changed, pods recorded with the same
 /// name and uid are not re-run. Any other change re-runs the whole list on
 /// every selected pod.
-pub async fn apply<T: PodLister + Executor, C: Clock>(
+pub async fn apply<T: PodLister + Executor + LeaseApi, C: Clock>(
     resource_id: &str,
     config: &ResolvedConfig,
     previous: Option<&SchemaState>,
@@ -359,7 +360,12 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
     .with_verification(Verification {
         plan: &verify_plan,
         mode: config.verify,
-    });
+    })
+    .with_ledger(config.ledger.as_ref().map(|ledger| LedgerWrite {
+        config: ledger,
+        fingerprint: &fingerprint,
+        statement_count: statement_count(config),
+    }));
     let decision = decide(
         &run,
         config,
@@ -369,28 +375,22 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
     )
     .await?;
 
-    let (pods, skipped) = match (decision, &config.execution) {
-        (Decision::Unchanged, _) => {
-            let prev = previous.cloned().ok_or_else(|| {
-                ClickHouseSchemaError::new(
-                    ErrorKind::Internal,
-                    "an unchanged decision without a previous state",
-                )
-            })?;
-            return Ok((prev, ApplyOutcome::Unchanged));
-        }
-        (_, Execution::OnCluster { .. }) => (vec![run.on_cluster(&config.statements).await?], Vec::new()),
-        (Decision::ApplyAll { .. }, Execution::Fanout) => (
-            run.fanout(&config.statements, FanoutStart::default()).await?,
-            Vec::new(),
-        ),
-        (Decision::NewPodsOnly { live, covered, .. }, Execution::Fanout) => {
-            let start = FanoutStart {
-                covered: covered.clone(),
-                first_observation: Some(live),
-            };
-            (run.fanout(&config.statements, start).await?, covered)
-        }
+    if let Decision::Unchanged = decision {
+        let prev = previous.cloned().ok_or_else(|| {
+            ClickHouseSchemaError::new(
+                ErrorKind::Internal,
+                "an unchanged decision without a previous state",
+            )
+        })?;
+        return Ok((prev, ApplyOutcome::Unchanged));
+    }
+    // Something has to run: under the lease when there is one (never taken for
+    // an unchanged deploy). `waited`: another deploy held it first, so what that
+    // one did is in the ledger.
+    let work = |waited: bool| run_decision(&run, config, &fingerprint, previous, decision, waited);
+    let (pods, skipped) = match config.lease {
+        Some(lease) => run.with_lease(lease, work).await?,
+        None => work(false).await?,
     };
     let ran_on = pods
         .iter()
@@ -401,6 +401,54 @@ pub async fn apply<T: PodLister + Executor, C: Clock>(
         record(config, fingerprint, pods, cluster),
         ApplyOutcome::Applied { pods: ran_on },
     ))
+}
+
+/// Runs what `decision` says, and returns the pods to record and those of
+/// them that ran nothing. With a ledger, when there is no state (it was lost,
+/// or this is the first apply) or this call waited for another deploy's
+/// lease, the pods whose ledger already holds this fingerprint are recorded
+/// without running anything.
+async fn run_decision<T: PodLister + Executor, C: Clock>(
+    run: &Run<'_, T, C>,
+    config: &ResolvedConfig,
+    fingerprint: &str,
+    previous: Option<&SchemaState>,
+    decision: Decision,
+    waited: bool,
+) -> Result<(Vec<PodRef>, Vec<PodRef>), ClickHouseSchemaError> {
+    let ledger = config.ledger.as_ref().filter(|_| previous.is_none() || waited);
+    let (first_observation, mut covered) = match decision {
+        Decision::NewPodsOnly { live, covered, .. } => (Some(live), covered),
+        _ => (None, Vec::new()),
+    };
+    let first_observation = match ledger {
+        Some(ledger) => {
+            let live = match first_observation {
+                Some(live) if !waited => live,
+                _ => run.list_matching().await?,
+            };
+            for pod in ledger_covered(run, ledger, fingerprint, &live).await? {
+                if !covered.contains(&pod) {
+                    covered.push(pod);
+                }
+            }
+            Some(live)
+        }
+        None => first_observation,
+    };
+    match &config.execution {
+        Execution::OnCluster { .. } => match covered.first() {
+            Some(pod) if ledger.is_some() => Ok((vec![pod.clone()], vec![pod.clone()])),
+            _ => Ok((vec![run.on_cluster(&config.statements).await?], Vec::new())),
+        },
+        Execution::Fanout => {
+            let start = FanoutStart {
+                covered: covered.clone(),
+                first_observation,
+            };
+            Ok((run.fanout(&config.statements, start).await?, covered))
+        }
+    }
 }
 
 /// What `verify` found: `drifted` when any pod lacks an object or holds another definition.
@@ -517,7 +565,7 @@ pub fn destroy_reaches_cluster(config: &ResolvedConfig) -> bool {
 /// `run` executes `deleteStatements` where the state says the schema landed,
 /// and refuses before any call when nothing was ever applied or the current
 /// cluster is not the one recorded.
-pub async fn destroy<T: PodLister + Executor, C: Clock>(
+pub async fn destroy<T: PodLister + Executor + LeaseApi, C: Clock>(
     resource_id: &str,
     config: &ResolvedConfig,
     state: Option<&SchemaState>,
@@ -560,19 +608,36 @@ pub async fn destroy<T: PodLister + Executor, C: Clock>(
         return Err(ClickHouseSchemaError::invalid_state(resource_id, issues));
     }
     let target = state.target.to_target();
+    // With a ledger, each pod that ran the delete statements gets a row with an
+    // empty fingerprint, so a later deploy without state never adopts what was dropped.
     let run = Run::new(resource_id, config, &target, cluster.transport, cluster.clock)
         .with_cancel(cluster.cancel)
-        .with_events(cluster.events);
-    match &config.execution {
-        Execution::OnCluster { .. } => run.on_cluster(&config.delete_statements).await.map(|_| ()),
-        Execution::Fanout => run
-            .fanout(&config.delete_statements, FanoutStart::default())
-            .await
-            .map(|_| ()),
+        .with_events(cluster.events)
+        .with_ledger(config.ledger.as_ref().map(|ledger| LedgerWrite {
+            config: ledger,
+            fingerprint: "",
+            statement_count: 0,
+        }));
+    let work = |_waited: bool| async {
+        match &config.execution {
+            Execution::OnCluster { .. } => run.on_cluster(&config.delete_statements).await.map(|_| ()),
+            Execution::Fanout => run
+                .fanout(&config.delete_statements, FanoutStart::default())
+                .await
+                .map(|_| ()),
+        }
+    };
+    match config.lease {
+        Some(lease) => run.with_lease(lease, work).await,
+        None => work(false).await,
     }
 }
 
-fn record<T, C: Clock>(
+fn statement_count(config: &ResolvedConfig) -> u32 {
+    u32::try_from(config.statements.len()).unwrap_or(u32::MAX)
+}
+
+pub(crate) fn record<T, C: Clock>(
     config: &ResolvedConfig,
     fingerprint: String,
     mut pods: Vec<PodRef>,
@@ -583,7 +648,7 @@ fn record<T, C: Clock>(
         state_version: STATE_VERSION,
         fingerprint,
         applied_at: cluster.clock.now_iso8601(),
-        statement_count: u32::try_from(config.statements.len()).unwrap_or(u32::MAX),
+        statement_count: statement_count(config),
         database: config.client.database.clone(),
         target: RecordedTarget::from_target(&config.target),
         pod_names: pods.iter().map(|p| p.name.clone()).collect(),

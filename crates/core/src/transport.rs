@@ -284,6 +284,26 @@ pub enum Event {
         /// Why, redacted.
         message: String,
     },
+    /// The resource's Lease is held by another deploy; this one waits.
+    LeaseWaiting {
+        /// The Lease's name.
+        lease: String,
+        /// Who holds it.
+        holder: String,
+        /// What is left of the `waitForPod` budget, in milliseconds.
+        remaining_ms: u64,
+        /// One line.
+        message: String,
+    },
+    /// This call took the resource's Lease, after waiting `waitedMs` for it.
+    LeaseTaken {
+        /// The Lease's name.
+        lease: String,
+        /// How long it waited for another holder, in milliseconds (0: it was free).
+        waited_ms: u64,
+        /// One line.
+        message: String,
+    },
 }
 
 /// How long a pod list may take: a list is small and quick, one that does not
@@ -442,6 +462,87 @@ pub trait PodLister: Send + Sync {
 pub trait Executor: Send + Sync {
     /// Runs `request`; an `Ok` carries the exit code, whatever it is.
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send;
+}
+
+/// A `coordination.k8s.io/v1` Lease as the lease logic reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaseRecord {
+    /// `metadata.resourceVersion`: a write must carry it (optimistic concurrency).
+    pub resource_version: String,
+    /// `spec.holderIdentity`; `None` or empty: free.
+    pub holder: Option<String>,
+    /// `spec.leaseDurationSeconds`.
+    pub duration_seconds: Option<u32>,
+    /// `spec.acquireTime` (RFC 3339 with microseconds).
+    pub acquire_time: Option<String>,
+    /// `spec.renewTime` (RFC 3339 with microseconds).
+    pub renew_time: Option<String>,
+    /// `spec.leaseTransitions`.
+    pub transitions: Option<u32>,
+}
+
+/// The spec a lease write sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSpec {
+    /// Who holds it; `None` releases it.
+    pub holder: Option<String>,
+    /// How long a holder keeps it without renewing.
+    pub duration_seconds: u32,
+    /// When the holder took it.
+    pub acquire_time: Option<String>,
+    /// When the holder last renewed it.
+    pub renew_time: Option<String>,
+    /// How many times it changed hands.
+    pub transitions: u32,
+}
+
+/// The Lease API, for the lease that serializes applies (`lease` prop). Every
+/// write is conditional: `create` fails with HTTP 409 when the lease exists,
+/// `replace` when its resourceVersion moved on. The defaults answer that the
+/// transport has none (an injected executor), which the lease reports.
+pub trait LeaseApi: Send + Sync {
+    /// Who this process is, for the holder identity: the host and a process id.
+    fn process_identity(&self) -> String {
+        "unknown-host".to_owned()
+    }
+
+    /// The lease, or `None` when it does not exist.
+    fn get_lease(
+        &self,
+        _namespace: &str,
+        _name: &str,
+    ) -> impl Future<Output = Result<Option<LeaseRecord>, TransportError>> + Send {
+        std::future::ready(Err(no_lease_api()))
+    }
+
+    /// Creates the lease; HTTP 409 when it already exists.
+    fn create_lease(
+        &self,
+        _namespace: &str,
+        _name: &str,
+        _spec: &LeaseSpec,
+    ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
+        std::future::ready(Err(no_lease_api()))
+    }
+
+    /// Replaces the lease's spec if its resourceVersion is still `resource_version`; HTTP 409 if not.
+    fn replace_lease(
+        &self,
+        _namespace: &str,
+        _name: &str,
+        _resource_version: &str,
+        _spec: &LeaseSpec,
+    ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
+        std::future::ready(Err(no_lease_api()))
+    }
+}
+
+fn no_lease_api() -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Refused,
+        "this transport has no Lease API (an injected executor lists pods and runs execs only); the lease prop \
+         needs the Kubernetes API",
+    )
 }
 
 /// Cooperative cancellation of a lifecycle call (an `AbortSignal` in

@@ -141,6 +141,8 @@ const PROP_ORDER: &[&str] = &[
     "statementTimeoutMs",
     "maxStatementBytes",
     "retry",
+    "lease",
+    "ledger",
     "kubeConfig",
     "executor",
     "readyBarrier",

@@ -47,10 +47,42 @@ fn quick_start_gets_every_default() {
         statement_timeout_ms: 300_000,
         max_statement_bytes: 16 << 20,
         retry: Retry { max_attempts: 3, backoff_ms: 1_000 },
+        lease: None,
+        ledger: None,
         kube_config: None,
         ready_barrier: None,
     };
     assert_eq!(config, expected);
+}
+
+#[test]
+fn lease_and_ledger_resolve_with_their_defaults() {
+    let with = |lease: serde_json::Value, ledger: serde_json::Value| {
+        let mut props = quick_start();
+        props["lease"] = lease;
+        props["ledger"] = ledger;
+        validate("orders-schema", &props).expect("valid")
+    };
+    let c = with(json!(true), json!({ "database": "ops" }));
+    assert_eq!(c.lease, Some(LeaseConfig { ttl_seconds: 60 }));
+    assert_eq!(
+        c.ledger,
+        Some(LedgerConfig {
+            database: "ops".into(),
+            table: "clickhouse_schema_ledger".into()
+        })
+    );
+    let c = with(
+        json!({ "ttlSeconds": 15 }),
+        json!({ "database": "ops", "table": "applied" }),
+    );
+    assert_eq!(c.lease, Some(LeaseConfig { ttl_seconds: 15 }));
+    assert_eq!(c.ledger.unwrap().table, "applied");
+    assert_eq!(with(json!(false), json!({ "database": "ops" })).lease, None);
+    assert_eq!(
+        with(json!({}), json!({ "database": "ops" })).lease,
+        Some(LeaseConfig { ttl_seconds: 60 })
+    );
 }
 
 #[test]

@@ -55,6 +55,8 @@ impl Interleaved {
     }
 }
 
+impl clickhouse_schema_core::transport::LeaseApi for Interleaved {}
+
 impl PodLister for Interleaved {
     fn list_pods(
         &self,

@@ -921,6 +921,59 @@ fn kube_config_as_an_alchemy_connection() {
 }
 
 #[test]
+fn lease_and_ledger() {
+    assert_single_issue(
+        with(base(), "/lease", json!("yes")),
+        "lease",
+        "must be true, false or { ttlSeconds }",
+    );
+    assert_single_issue(
+        with(base(), "/lease", json!({ "ttlSeconds": 1 })),
+        "lease.ttlSeconds",
+        "must be at least 5",
+    );
+    assert_single_issue(
+        with(base(), "/lease", json!({ "ttlSeconds": 1.5 })),
+        "lease.ttlSeconds",
+        "whole number",
+    );
+    assert_single_issue(with(base(), "/lease", json!({ "ttl": 30 })), "lease.ttl", "");
+    assert_single_issue(
+        with(base(), "/ledger", json!({})),
+        "ledger.database",
+        "is required",
+    );
+    assert_single_issue(
+        with(base(), "/ledger", json!(true)),
+        "ledger",
+        "must be an object: { database, table? }",
+    );
+    assert_single_issue(
+        with(base(), "/ledger", json!({ "database": "ops-db" })),
+        "ledger.database",
+        "plain ClickHouse identifier",
+    );
+    assert_single_issue(
+        with(
+            base(),
+            "/ledger",
+            json!({ "database": "ops", "table": "t`; DROP" }),
+        ),
+        "ledger.table",
+        "plain ClickHouse identifier",
+    );
+    for fine in [
+        json!(true),
+        json!(false),
+        json!({}),
+        json!({ "ttlSeconds": 3600 }),
+    ] {
+        validate("orders-schema", &with(base(), "/lease", fine.clone()))
+            .unwrap_or_else(|e| panic!("{fine}: {e}"));
+    }
+}
+
+#[test]
 fn ready_barrier() {
     assert_single_issue(
         with(base(), "/readyBarrier", json!("true")),

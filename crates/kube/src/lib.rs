@@ -7,12 +7,13 @@
 pub mod error;
 pub mod exec;
 pub mod kubeconfig;
+mod leases;
 pub mod pods;
 
 use std::collections::BTreeMap;
 
 use clickhouse_schema_core::transport::{
-    ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError,
+    ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec, PodInfo, PodLister, TransportError,
 };
 
 pub use kubeconfig::{ConnectError, Connection, connect, connect_resolved, endpoint_of, resolve_endpoint};
@@ -61,4 +62,49 @@ impl Executor for KubeTransport {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
         exec::exec(&self.client, request)
     }
+}
+
+impl LeaseApi for KubeTransport {
+    fn process_identity(&self) -> String {
+        process_identity()
+    }
+
+    fn get_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<LeaseRecord>, TransportError>> + Send {
+        leases::get(&self.client, namespace, name)
+    }
+
+    fn create_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &LeaseSpec,
+    ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
+        leases::create(&self.client, namespace, name, spec)
+    }
+
+    fn replace_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        spec: &LeaseSpec,
+    ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
+        leases::replace(&self.client, namespace, name, resource_version, spec)
+    }
+}
+
+/// `<host>/<pid>`: who holds a lease, as an operator reading it would look for it.
+pub fn process_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .or_else(|| std::env::var("COMPUTERNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host}/{}", std::process::id())
 }

@@ -46,6 +46,13 @@ pub enum ClickHouseSchemaErrorCode {
     E_SCHEMA_MISMATCH,
     /// The live-schema check could not run on a pod.
     E_VERIFICATION_FAILED,
+    /// The ledger could not be written or read on a pod.
+    E_LEDGER_FAILED,
+    /// Another deploy holds the resource's Lease, and it did not come free in time; the
+    /// message names the holder and when the lease expires.
+    E_LEASE_HELD,
+    /// Another deploy took the Lease over, or it could not be renewed, while this call held it.
+    E_LEASE_LOST,
     /// A bug; the message says what was expected.
     E_INTERNAL,
 }
@@ -67,6 +74,9 @@ impl ClickHouseSchemaErrorCode {
             ErrorKind::Cancelled => Self::E_CANCELLED,
             ErrorKind::SchemaMismatch => Self::E_SCHEMA_MISMATCH,
             ErrorKind::VerificationFailed => Self::E_VERIFICATION_FAILED,
+            ErrorKind::LedgerFailed => Self::E_LEDGER_FAILED,
+            ErrorKind::LeaseHeld => Self::E_LEASE_HELD,
+            ErrorKind::LeaseLost => Self::E_LEASE_LOST,
             ErrorKind::Internal => Self::E_INTERNAL,
         }
     }

@@ -118,6 +118,9 @@ fn exit_code(reported: f64) -> Result<i32, TransportError> {
     }
 }
 
+/// No Lease API: the lease prop needs the Kubernetes API (the core says so).
+impl clickhouse_schema_core::transport::LeaseApi for ClickHouseExecutor {}
+
 impl PodLister for ClickHouseExecutor {
     fn list_pods(
         &self,

@@ -19,8 +19,8 @@ use std::time::Duration;
 use clickhouse_schema_core::cluster_id::ClusterEndpoint;
 use clickhouse_schema_core::redact_kubernetes::redact;
 use clickhouse_schema_core::transport::{
-    ExecOutput, ExecRequest, ExecStatus, LIST_TIMEOUT, OUTPUT_CAP, PodInfo, TransportError,
-    TransportErrorKind, exec_without_status, label_selector,
+    ExecOutput, ExecRequest, ExecStatus, LIST_TIMEOUT, LeaseRecord, LeaseSpec, OUTPUT_CAP, PodInfo,
+    TransportError, TransportErrorKind, exec_without_status, label_selector,
 };
 use napi::Status;
 use napi::bindgen_prelude::{Error, FnArgs, Promise};
@@ -117,6 +117,7 @@ pub(crate) struct JsExecOutcome {
     pub failure: Option<JsFailure>,
 }
 
+type LeaseFn = ThreadsafeFunction<JsLeaseRequest, Promise<JsLeaseOutcome>, JsLeaseRequest, Status, false>;
 type ConnectFn = ThreadsafeFunction<Option<String>, Promise<()>, Option<String>, Status, false>;
 type ResolveFn =
     ThreadsafeFunction<serde_json::Value, Promise<JsResolution>, serde_json::Value, Status, false>;
@@ -151,6 +152,48 @@ pub(crate) struct KubernetesApi {
     /// Runs one exec over a WebSocket (`v5.channel.k8s.io`, else `v4`).
     #[napi(ts_type = "(request: KubernetesExecRequest) => Promise<KubernetesExecOutcome>")]
     pub exec: ExecFn,
+    /// One `coordination.k8s.io/v1` Lease call: `get` (resolves without `lease`
+    /// when there is none), `create`, or `replace` conditional on
+    /// `resourceVersion`. A write that conflicts resolves with the API's 409
+    /// as its `failure`.
+    #[napi(ts_type = "(request: KubernetesLeaseRequest) => Promise<KubernetesLeaseOutcome>")]
+    pub lease: LeaseFn,
+    /// `<host>/<pid>` of this process, for the lease holder identity.
+    pub identity: String,
+}
+
+/// What `KubernetesApi.lease` receives.
+#[allow(dead_code)]
+#[napi(object, js_name = "KubernetesLeaseRequest", object_from_js = false)]
+pub(crate) struct JsLeaseRequest {
+    #[napi(ts_type = "'get' | 'create' | 'replace'")]
+    pub verb: String,
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub spec: Option<JsLease>,
+}
+
+/// A Lease's spec as the lease logic reads and writes it (times are RFC 3339
+/// with microseconds).
+#[napi(object, js_name = "KubernetesLease")]
+pub(crate) struct JsLease {
+    /// `metadata.resourceVersion` (absent in a request's spec).
+    pub resource_version: Option<String>,
+    pub holder: Option<String>,
+    pub duration_seconds: Option<u32>,
+    pub acquire_time: Option<String>,
+    pub renew_time: Option<String>,
+    pub transitions: Option<u32>,
+}
+
+/// The answer to `KubernetesApi.lease`.
+#[napi(object, js_name = "KubernetesLeaseOutcome")]
+pub(crate) struct JsLeaseOutcome {
+    /// The lease after the call; absent for a `get` of none.
+    pub lease: Option<JsLease>,
+    /// Set when the call failed (a 409 conflict included).
+    pub failure: Option<JsFailure>,
 }
 
 impl From<JsEndpoint> for ClusterEndpoint {
@@ -285,6 +328,60 @@ impl KubernetesApi {
     }
 
     /// Runs `request` as one exec, abandoned after the request's timeout on `timers`.
+    /// One Lease call, bounded like a pod list.
+    pub(crate) async fn lease_within(
+        &self,
+        timers: &Timers,
+        verb: &str,
+        namespace: &str,
+        name: &str,
+        resource_version: Option<&str>,
+        spec: Option<&LeaseSpec>,
+    ) -> Result<Option<LeaseRecord>, TransportError> {
+        let request = JsLeaseRequest {
+            verb: verb.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            resource_version: resource_version.map(str::to_owned),
+            spec: spec.map(|s| JsLease {
+                resource_version: None,
+                holder: s.holder.clone(),
+                duration_seconds: Some(s.duration_seconds),
+                acquire_time: s.acquire_time.clone(),
+                renew_time: s.renew_time.clone(),
+                transitions: Some(s.transitions),
+            }),
+        };
+        let call = async {
+            let promise = self
+                .lease
+                .call_async_catch(request)
+                .await
+                .map_err(|e| rejected("lease", e))?;
+            promise.await.map_err(|e| rejected("lease", e))
+        };
+        let outcome = timers.timeout(LIST_TIMEOUT, call).await.ok_or_else(|| {
+            TransportError::new(
+                TransportErrorKind::Timeout,
+                format!(
+                    "the API server did not answer the lease {verb} within {} s",
+                    LIST_TIMEOUT.as_secs()
+                ),
+            )
+        })??;
+        if let Some(failure) = outcome.failure {
+            return Err(reported(failure));
+        }
+        Ok(outcome.lease.map(|l| LeaseRecord {
+            resource_version: l.resource_version.unwrap_or_default(),
+            holder: l.holder,
+            duration_seconds: l.duration_seconds,
+            acquire_time: l.acquire_time,
+            renew_time: l.renew_time,
+            transitions: l.transitions,
+        }))
+    }
+
     pub(crate) fn exec_within(
         &self,
         timers: &Timers,

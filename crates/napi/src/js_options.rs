@@ -76,7 +76,10 @@ pub(crate) struct LifecycleOptions {
 ///   objects as declared (`ok`);
 /// - `schemaMismatch` (under `verify: 'warn'`): `objects` on `pod` are
 ///   missing or differ;
-/// - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`.
+/// - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`;
+/// - `leaseWaiting`: another deploy (`holder`) holds the resource's `lease`; `remainingMs`
+///   of `waitForPod` are left;
+/// - `leaseTaken`: this call took the `lease` after `waitedMs`.
 ///
 /// Events carry no statement text and no server or transport output; only
 /// indices, pod names, exit codes, timings and the redacted differences of a
@@ -85,7 +88,7 @@ pub(crate) struct LifecycleOptions {
 #[napi(object, object_to_js = false, object_from_js = false)]
 pub(crate) struct ClickHouseSchemaEvent {
     #[napi(
-        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed'"
+        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken'"
     )]
     pub kind: String,
     pub message: String,
@@ -107,6 +110,9 @@ pub(crate) struct ClickHouseSchemaEvent {
     pub object_count: Option<u32>,
     pub ok: Option<bool>,
     pub objects: Option<Vec<clickhouse_schema_core::live_schema::ObjectReport>>,
+    pub lease: Option<String>,
+    pub holder: Option<String>,
+    pub waited_ms: Option<f64>,
 }
 
 type EventCallback = ThreadsafeFunction<serde_json::Value, (), serde_json::Value, Status, false>;

@@ -8,8 +8,11 @@ use clickhouse_schema_core::cluster_id;
 use clickhouse_schema_core::config::ResolvedConfig;
 use clickhouse_schema_core::connection::{self, ClusterSource};
 use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
+use clickhouse_schema_core::ownership;
 use clickhouse_schema_core::state::SchemaState;
-use clickhouse_schema_core::transport::{Executor, PodLister};
+use clickhouse_schema_core::transport::{
+    Executor, LeaseApi, LeaseRecord, LeaseSpec, PodLister, TransportError,
+};
 use clickhouse_schema_core::validate::validate;
 #[cfg(not(target_family = "wasm"))]
 use clickhouse_schema_kube::{KubeTransport, connect, connect_resolved, kubeconfig::resolve_endpoint};
@@ -129,6 +132,83 @@ pub(crate) fn verify<'env>(
         let (config, state) = inputs?;
         let session = Session::open(&id, &config, options).await?;
         lifecycle::verify(&id, &config, state.as_ref(), &session.cluster()).await
+    };
+    settle(env, work, |outcome| {
+        serde_json::to_value(&outcome).map_err(|e| Error::from_reason(format!("internal: {e}")))
+    })
+}
+
+/// Each matching pod's ledger entry for resource `id`: the fingerprint its
+/// newest row holds, when, and whether that is the props' current one, so an
+/// operator sees which pods are behind. One pod list and one exec per Ready
+/// pod; runs no statement. Rejects with `E_INVALID_CONFIG` without the
+/// `ledger` prop, `E_LEDGER_FAILED` when a pod's ledger cannot be read.
+#[napi(
+    ts_args_type = "id: string, props: unknown, options?: LifecycleOptions | null",
+    ts_return_type = "Promise<StatusResult>"
+)]
+pub(crate) fn status<'env>(
+    env: &'env Env,
+    id: String,
+    props: Unknown<'env>,
+    options: Option<Object<'env>>,
+) -> Result<PromiseRaw<'env, serde_json::Value>> {
+    let options = js_options::read(env, options)?;
+    let config = props_json(&id, props).and_then(|props| validate(&id, &props));
+    let work = async move {
+        let config = config?;
+        let session = Session::open(&id, &config, options).await?;
+        ownership::status(&id, &config, &session.cluster()).await
+    };
+    settle(env, work, |outcome| {
+        serde_json::to_value(&outcome).map_err(|e| Error::from_reason(format!("internal: {e}")))
+    })
+}
+
+/// What `adopt` found for a resource without a recorded state.
+#[allow(dead_code)]
+#[napi(object, object_to_js = false, object_from_js = false)]
+pub(crate) struct AdoptResult {
+    /// `owned`: this resource applied the current fingerprint (adopt silently);
+    /// `unowned`: another resource id did, or the objects exist with no ledger
+    /// entry (adopt only when asked); `absent`: nothing to adopt.
+    #[napi(ts_type = "'owned' | 'unowned' | 'absent'")]
+    pub ownership: String,
+    /// The state to adopt (owned or unowned).
+    #[napi(ts_type = "SchemaState")]
+    pub state: Option<serde_json::Value>,
+    /// Why, in one sentence.
+    pub reason: String,
+}
+
+/// Alchemy's adoption contract for resource `id` with no recorded state: reads
+/// the ledger of the Ready matching pods (and, when no ledger mentions the
+/// schema, looks the declared objects up). Without the `ledger` prop resolves
+/// `absent` without any call. Runs no statement.
+#[napi(
+    ts_args_type = "id: string, props: unknown, options?: LifecycleOptions | null",
+    ts_return_type = "Promise<AdoptResult>"
+)]
+pub(crate) fn adopt<'env>(
+    env: &'env Env,
+    id: String,
+    props: Unknown<'env>,
+    options: Option<Object<'env>>,
+) -> Result<PromiseRaw<'env, serde_json::Value>> {
+    let options = js_options::read(env, options)?;
+    let config = props_json(&id, props).and_then(|props| validate(&id, &props));
+    let work = async move {
+        let config = config?;
+        if config.ledger.is_none() {
+            // No ledger, no record of an earlier apply: no session (and no token minted).
+            return Ok(ownership::AdoptOutcome {
+                ownership: ownership::Ownership::Absent,
+                state: None,
+                reason: "without the ledger prop there is no record of an earlier apply to adopt".to_owned(),
+            });
+        }
+        let session = Session::open(&id, &config, options).await?;
+        ownership::adopt(&id, &config, &session.cluster()).await
     };
     settle(env, work, |outcome| {
         serde_json::to_value(&outcome).map_err(|e| Error::from_reason(format!("internal: {e}")))
@@ -390,6 +470,89 @@ impl Executor for Transport {
             Transport::Js(t, timers) => t.exec_within(timers, request).await,
         }
     }
+}
+
+impl LeaseApi for Transport {
+    fn process_identity(&self) -> String {
+        match self {
+            #[cfg(not(target_family = "wasm"))]
+            Transport::Kube(t) => t.process_identity(),
+            #[cfg(target_family = "wasm")]
+            Transport::Kubernetes(t, _) => t.identity.clone(),
+            Transport::Js(..) => "unknown-host".to_owned(),
+        }
+    }
+
+    async fn get_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> std::result::Result<Option<LeaseRecord>, TransportError> {
+        match self {
+            #[cfg(not(target_family = "wasm"))]
+            Transport::Kube(t) => t.get_lease(namespace, name).await,
+            #[cfg(target_family = "wasm")]
+            Transport::Kubernetes(t, timers) => {
+                t.lease_within(timers, "get", namespace, name, None, None).await
+            }
+            Transport::Js(t, _) => t.get_lease(namespace, name).await,
+        }
+    }
+
+    async fn create_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &LeaseSpec,
+    ) -> std::result::Result<LeaseRecord, TransportError> {
+        match self {
+            #[cfg(not(target_family = "wasm"))]
+            Transport::Kube(t) => t.create_lease(namespace, name, spec).await,
+            #[cfg(target_family = "wasm")]
+            Transport::Kubernetes(t, timers) => written(
+                t.lease_within(timers, "create", namespace, name, None, Some(spec))
+                    .await?,
+            ),
+            Transport::Js(t, _) => t.create_lease(namespace, name, spec).await,
+        }
+    }
+
+    async fn replace_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        spec: &LeaseSpec,
+    ) -> std::result::Result<LeaseRecord, TransportError> {
+        match self {
+            #[cfg(not(target_family = "wasm"))]
+            Transport::Kube(t) => t.replace_lease(namespace, name, resource_version, spec).await,
+            #[cfg(target_family = "wasm")]
+            Transport::Kubernetes(t, timers) => written(
+                t.lease_within(
+                    timers,
+                    "replace",
+                    namespace,
+                    name,
+                    Some(resource_version),
+                    Some(spec),
+                )
+                .await?,
+            ),
+            Transport::Js(t, _) => t.replace_lease(namespace, name, resource_version, spec).await,
+        }
+    }
+}
+
+/// The lease a write answered with; a transport that answered none broke the protocol.
+#[cfg(target_family = "wasm")]
+fn written(lease: Option<LeaseRecord>) -> std::result::Result<LeaseRecord, TransportError> {
+    lease.ok_or_else(|| {
+        TransportError::new(
+            clickhouse_schema_core::transport::TransportErrorKind::InvalidResponse,
+            "the Kubernetes transport answered a lease write with no lease",
+        )
+    })
 }
 
 fn parse_state(

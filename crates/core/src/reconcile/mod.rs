@@ -16,7 +16,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
+mod lease;
+mod ledger;
 mod messages;
+
+pub(crate) use ledger::LedgerWrite;
 
 use crate::command;
 use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
@@ -55,6 +59,8 @@ pub(crate) struct Run<'a, T, C> {
     pub verification: Option<Verification<'a>>,
     /// Where progress goes (the binding's `options.onEvent`).
     pub events: &'a dyn Events,
+    /// The row each pod gets in the ledger once its statements (and their check) succeeded.
+    pub ledger: Option<LedgerWrite<'a>>,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
@@ -88,7 +94,14 @@ impl<'a, T, C> Run<'a, T, C> {
             cancel: &NeverCancelled,
             verification: None,
             events: &NoEvents,
+            ledger: None,
         }
+    }
+
+    /// The same run, writing `ledger`'s row on each pod it completes.
+    pub(crate) fn with_ledger(mut self, ledger: Option<LedgerWrite<'a>>) -> Self {
+        self.ledger = ledger;
+        self
     }
 
     /// The same run, reporting its progress to `events`.
@@ -273,7 +286,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             |pod| {
                 let context = &context;
                 async move {
-                    let result = self.apply_all_in(statements, &pod.name, Some(context)).await;
+                    let result = self.apply_all_in(statements, pod, Some(context)).await;
                     if let Err(Failure::Error(_)) = &result {
                         // Before the next pod could start: see `bounded`.
                         context.stop.store(true, Ordering::SeqCst);
@@ -332,7 +345,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .iter()
                 .find(|p| p.ready && p.has_container(&self.target.container));
             if let Some(pod) = chosen {
-                match self.apply_all(statements, &pod.name).await {
+                match self.apply_all(statements, pod).await {
                     Ok(()) => return Ok(PodRef::of(pod)),
                     // Gone since the list: pick again from a fresh one, within
                     // the same budget and at the same pace as any other wait
@@ -358,7 +371,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
     /// The whole ordered list on one pod, one exec per statement, stopping at
     /// the first failure.
-    async fn apply_all(&self, statements: &[String], pod: &str) -> Result<(), Failure> {
+    async fn apply_all(&self, statements: &[String], pod: &PodInfo) -> Result<(), Failure> {
         self.apply_all_in(statements, pod, None).await
     }
 
@@ -368,9 +381,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     async fn apply_all_in(
         &self,
         statements: &[String],
-        pod: &str,
+        pod_info: &PodInfo,
         pass: Option<&PassContext>,
     ) -> Result<(), Failure> {
+        let pod = pod_info.name.as_str();
         let stopped = || pass.is_some_and(|p| p.stop.load(Ordering::SeqCst));
         let count = statements.len();
         for (index, statement) in statements.iter().enumerate() {
@@ -423,6 +437,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(Failure::Stopped);
             }
             self.verify_after_apply(verification, pod).await?;
+        }
+        if let Some(ledger) = self.ledger {
+            if stopped() {
+                return Err(Failure::Stopped);
+            }
+            self.write_ledger(ledger, pod_info).await?;
         }
         if let Some(pass) = pass {
             pass.done.fetch_add(1, Ordering::SeqCst);

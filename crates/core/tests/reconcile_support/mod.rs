@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use clickhouse_schema_core::config::ResolvedConfig;
 use clickhouse_schema_core::transport::{
-    Clock, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportError, TransportErrorKind,
+    Clock, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec, PodInfo, PodLister,
+    TransportError, TransportErrorKind,
 };
 use clickhouse_schema_core::validate::validate;
 
@@ -105,6 +106,110 @@ pub(crate) struct World {
     list_script: Option<ListScript>,
     exec_script: Option<ExecScript>,
     list_failures: Vec<TransportError>,
+    pub lease: FakeLease,
+}
+
+/// An in-memory Lease with the API's optimistic concurrency: every write
+/// bumps the resourceVersion, a stale one is 409.
+#[derive(Default)]
+pub(crate) struct FakeLease {
+    pub record: Option<LeaseRecord>,
+    version: u64,
+    /// What the next Lease calls do, in order: `Some` fails the call, `None` lets it through.
+    pub failures: Vec<Option<TransportError>>,
+    /// Every call, as `get`, `create` or `replace:<holder or ->`.
+    pub calls: Vec<String>,
+}
+
+impl FakeLease {
+    fn next_failure(&mut self) -> Option<TransportError> {
+        if self.failures.is_empty() {
+            None
+        } else {
+            self.failures.remove(0)
+        }
+    }
+
+    fn write(&mut self, spec: &LeaseSpec) -> LeaseRecord {
+        self.version += 1;
+        let record = LeaseRecord {
+            resource_version: self.version.to_string(),
+            holder: spec.holder.clone(),
+            duration_seconds: Some(spec.duration_seconds),
+            acquire_time: spec.acquire_time.clone(),
+            renew_time: spec.renew_time.clone(),
+            transitions: Some(spec.transitions),
+        };
+        self.record = Some(record.clone());
+        record
+    }
+}
+
+fn conflict() -> TransportError {
+    TransportError::new(TransportErrorKind::Refused, "Operation cannot be fulfilled").with_http_status(409)
+}
+
+impl LeaseApi for FakeCluster {
+    fn process_identity(&self) -> String {
+        "test-host/1".to_owned()
+    }
+
+    fn get_lease(
+        &self,
+        _namespace: &str,
+        _name: &str,
+    ) -> impl Future<Output = Result<Option<LeaseRecord>, TransportError>> + Send {
+        let mut world = self.world.lock().unwrap();
+        let lease = &mut world.lease;
+        lease.calls.push("get".to_owned());
+        let result = match lease.next_failure() {
+            None => Ok(lease.record.clone()),
+            Some(e) => Err(e),
+        };
+        std::future::ready(result)
+    }
+
+    fn create_lease(
+        &self,
+        _namespace: &str,
+        _name: &str,
+        spec: &LeaseSpec,
+    ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
+        let mut world = self.world.lock().unwrap();
+        let lease = &mut world.lease;
+        lease.calls.push("create".to_owned());
+        let result = if let Some(e) = lease.next_failure() {
+            Err(e)
+        } else if lease.record.is_some() {
+            Err(conflict())
+        } else {
+            Ok(lease.write(spec))
+        };
+        std::future::ready(result)
+    }
+
+    fn replace_lease(
+        &self,
+        _namespace: &str,
+        _name: &str,
+        resource_version: &str,
+        spec: &LeaseSpec,
+    ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
+        let mut world = self.world.lock().unwrap();
+        let lease = &mut world.lease;
+        lease
+            .calls
+            .push(format!("replace:{}", spec.holder.as_deref().unwrap_or("-")));
+        let current = lease.record.as_ref().map(|r| r.resource_version.clone());
+        let result = if let Some(e) = lease.next_failure() {
+            Err(e)
+        } else if current.as_deref() != Some(resource_version) {
+            Err(conflict())
+        } else {
+            Ok(lease.write(spec))
+        };
+        std::future::ready(result)
+    }
 }
 
 pub(crate) struct FakeCluster {
@@ -122,6 +227,7 @@ impl FakeCluster {
                 list_script: None,
                 exec_script: None,
                 list_failures: Vec::new(),
+                lease: FakeLease::default(),
             }),
         }
     }

@@ -1,0 +1,253 @@
+//! The ledger: what this resource applied on each pod, kept on the pod itself.
+//!
+//! Alchemy's state says which pods a schema reached, but that state can be
+//! lost (a deleted state file, a new CI workspace), and two deploys running
+//! at once do not see each other's state at all. The ledger is the record
+//! that travels with the data: after a pod's statements succeed, the apply
+//! writes a row into a small MergeTree table on that pod. A deploy without a
+//! state (or one that waited for the lease) reads it and records the pods
+//! that already hold the current fingerprint instead of running the
+//! statements again; `read` adopts such a schema; `status` shows which pods
+//! are behind. The rows live with the tables: a pod that lost its data lost
+//! its ledger too, and gets the statements again.
+//!
+//! Shape, chosen to work on every server this project supports (18.16 has
+//! no DateTime64): every column a String or UInt32, `applied_at` an RFC 3339
+//! UTC string (sorts by time), `ORDER BY (resource_id, applied_at)`. A destroy
+//! that runs its delete statements writes a row with an empty fingerprint,
+//! so a later deploy never adopts what was dropped.
+//!
+//! The values are quoted here (`quote`), never interpolated raw: a resource
+//! id may hold any character.
+
+use crate::config::LedgerConfig;
+
+/// One ledger row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerRow {
+    /// The resource that wrote it.
+    pub resource_id: String,
+    /// The fingerprint applied; empty for a destroy that ran its delete statements.
+    pub fingerprint: String,
+    /// How many statements that was.
+    pub statement_count: u32,
+    /// The pod's name.
+    pub pod: String,
+    /// The pod's uid when written.
+    pub pod_uid: String,
+    /// When, RFC 3339 UTC.
+    pub applied_at: String,
+    /// The version of this package that wrote it.
+    pub package_version: String,
+}
+
+/// This package's version, written into every row.
+pub const PACKAGE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The marker the read script prints last, so a cut-off output is never read as a short ledger.
+const END: &str = "__clickhouse_schema_ledger_end__";
+
+/// The table, qualified and back-quoted (both parts are plain identifiers by validation).
+fn table(config: &LedgerConfig) -> String {
+    format!("`{}`.`{}`", config.database, config.table)
+}
+
+/// A ClickHouse string literal of `value`.
+fn quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('\'');
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The script that writes `row`: the database and table if missing, then the row.
+pub fn write_script(config: &LedgerConfig, row: &LedgerRow) -> String {
+    format!(
+        "CREATE DATABASE IF NOT EXISTS `{database}`;\n\
+         CREATE TABLE IF NOT EXISTS {table} (resource_id String, fingerprint String, statement_count UInt32, \
+         pod String, pod_uid String, applied_at String, package_version String) \
+         ENGINE = MergeTree ORDER BY (resource_id, applied_at);\n\
+         INSERT INTO {table} (resource_id, fingerprint, statement_count, pod, pod_uid, applied_at, package_version) \
+         VALUES ({}, {}, {}, {}, {}, {}, {});\n",
+        quote(&row.resource_id),
+        quote(&row.fingerprint),
+        row.statement_count,
+        quote(&row.pod),
+        quote(&row.pod_uid),
+        quote(&row.applied_at),
+        quote(&row.package_version),
+        database = config.database,
+        table = table(config),
+    )
+}
+
+/// The script that reads the rows of `resource_id`, and those of any resource
+/// with `fingerprint` (who else applied the same schema), newest first, then
+/// the end marker. Without the table it prints only the marker.
+pub fn read_script(config: &LedgerConfig, resource_id: &str, fingerprint: &str) -> String {
+    format!(
+        "SELECT resource_id, fingerprint, statement_count, pod, pod_uid, applied_at, package_version FROM {table} \
+         WHERE resource_id = {} OR fingerprint = {} ORDER BY applied_at DESC LIMIT 1000 FORMAT TabSeparated;\n\
+         SELECT {} FORMAT TabSeparated;\n",
+        quote(resource_id),
+        quote(fingerprint),
+        quote(END),
+        table = table(config),
+    )
+}
+
+/// The rows of a read script's output; `Err` says why it cannot be read (no
+/// end marker: the script did not finish).
+pub fn parse(stdout: &str) -> Result<Vec<LedgerRow>, String> {
+    let mut rows = Vec::new();
+    let mut ended = false;
+    for line in stdout.lines() {
+        if line == END {
+            ended = true;
+            break;
+        }
+        let fields: Vec<String> = line.split('\t').map(unescape).collect();
+        let [
+            resource_id,
+            fingerprint,
+            count,
+            pod,
+            pod_uid,
+            applied_at,
+            package_version,
+        ] = fields.as_slice()
+        else {
+            return Err(format!(
+                "a ledger line has {} fields, not 7",
+                line.split('\t').count()
+            ));
+        };
+        rows.push(LedgerRow {
+            resource_id: resource_id.clone(),
+            fingerprint: fingerprint.clone(),
+            statement_count: count
+                .parse()
+                .map_err(|_| "a ledger statement count is not a number".to_owned())?,
+            pod: pod.clone(),
+            pod_uid: pod_uid.clone(),
+            applied_at: applied_at.clone(),
+            package_version: package_version.clone(),
+        });
+    }
+    if ended {
+        Ok(rows)
+    } else {
+        Err("the ledger read did not finish (no end marker)".to_owned())
+    }
+}
+
+/// TabSeparated's escapes, undone.
+fn unescape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some('0') => out.push('\0'),
+            Some('b') => out.push('\u{8}'),
+            Some('f') => out.push('\u{c}'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// The newest row of `resource_id` among `rows` (they come newest first).
+pub fn latest_of<'r>(rows: &'r [LedgerRow], resource_id: &str) -> Option<&'r LedgerRow> {
+    rows.iter().find(|r| r.resource_id == resource_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> LedgerConfig {
+        LedgerConfig {
+            database: "ops".to_owned(),
+            table: "ledger".to_owned(),
+        }
+    }
+
+    fn row(id: &str) -> LedgerRow {
+        LedgerRow {
+            resource_id: id.to_owned(),
+            fingerprint: "ab".repeat(32),
+            statement_count: 3,
+            pod: "chi-0".to_owned(),
+            pod_uid: "uid-0".to_owned(),
+            applied_at: "2026-12-01T10:00:00.000Z".to_owned(),
+            package_version: PACKAGE_VERSION.to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_write_quotes_every_value() {
+        let script = write_script(&config(), &row("it's\\a\ttab\nid"));
+        assert!(
+            script.contains("CREATE DATABASE IF NOT EXISTS `ops`;"),
+            "{script}"
+        );
+        assert!(
+            script.contains("CREATE TABLE IF NOT EXISTS `ops`.`ledger`"),
+            "{script}"
+        );
+        assert!(script.contains("VALUES ('it\\'s\\\\a\\ttab\\nid', "), "{script}");
+        assert_eq!(script.matches(";\n").count(), 3, "{script}");
+    }
+
+    #[test]
+    fn the_read_finds_this_id_or_this_fingerprint_and_ends_with_a_marker() {
+        let script = read_script(&config(), "orders-schema", "f00d");
+        assert!(
+            script.contains("WHERE resource_id = 'orders-schema' OR fingerprint = 'f00d'"),
+            "{script}"
+        );
+        assert!(
+            script
+                .trim_end()
+                .ends_with(&format!("SELECT '{END}' FORMAT TabSeparated;")),
+            "{script}"
+        );
+    }
+
+    #[test]
+    fn parse_reads_rows_until_the_marker_and_undoes_escapes() {
+        let out = format!(
+            "it\\'s\\ta\\\\b\tf1\t2\tchi-0\tu0\t2026-12-01T10:00:00.000Z\t0.1.0\n\
+             other\tf1\t2\tchi-1\tu1\t2026-12-01T09:00:00.000Z\t0.1.0\n{END}\n"
+        );
+        let rows = parse(&out).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].resource_id, "it's\ta\\b");
+        assert_eq!(rows[0].statement_count, 2);
+        assert_eq!(latest_of(&rows, "other").unwrap().pod, "chi-1");
+        assert!(latest_of(&rows, "none").is_none());
+        assert_eq!(parse(&format!("{END}\n")).unwrap(), vec![]);
+        assert!(parse("a\tb\n").unwrap_err().contains("fields"));
+        assert!(parse("").unwrap_err().contains("did not finish"));
+    }
+}

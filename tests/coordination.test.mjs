@@ -1,0 +1,257 @@
+// Coordination against the sandbox's real Lease API and real ClickHouse
+// servers: the lease serializing concurrent deploys of one resource, the
+// ledger on every pod, lost-state recovery, adoption through Alchemy, and
+// status(). What reached the cluster is read from the sandbox's exec and API
+// logs; the lease from its API.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+// Alchemy's local state goes under the cwd as it is when alchemy is first imported.
+const stateRoot = mkdtempSync(join(tmpdir(), 'alchemy-ch-coordination-'));
+process.chdir(stateRoot);
+const Alchemy = await import('alchemy');
+const Layer = await import('effect/Layer');
+const Effect = await import('effect/Effect');
+const { deployStack } = await import('../dist/examples/runtime.js');
+const { addonTarget, adopt, apply, clickHouseSchema, clickHouseSchemaProvider, status } = await import('../dist/index.js');
+const { assertsTheAddonBuild } = await import('./binding.mjs');
+const { rejection } = await import('./lib/rejection.mjs');
+
+assertsTheAddonBuild(addonTarget);
+
+const dir = join(root, '.sandbox-coordination');
+const timeout = 180_000;
+let sandbox;
+
+before(() => {
+  sandbox = startSandbox(dir, 3);
+});
+
+after(() => {
+  stopSandbox(dir);
+  process.chdir(root);
+  rmSync(stateRoot, { recursive: true, force: true });
+});
+
+const S0 = 'CREATE DATABASE IF NOT EXISTS coord';
+// Not idempotent: running it twice on a pod fails, so "ran once" is also what ClickHouse says.
+const S1 = 'CREATE TABLE coord.events (id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id';
+const LEDGER = { database: 'ops' };
+
+function props(extra = {}) {
+  return {
+    target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
+    statements: [S0, S1],
+    // The lease user: the minimal rights plus leases.
+    kubeConfig: { kubeconfigPath: sandbox.kubeconfig, context: 'sandbox-lease' },
+    retry: { maxAttempts: 3, backoffMs: 100 },
+    waitForPod: { timeoutMs: 60_000 },
+    verify: 'off',
+    lease: { ttlSeconds: 10 },
+    ledger: LEDGER,
+    ...extra,
+  };
+}
+
+const execLog = () => sandbox.control('GET', '/sandbox/exec-log');
+const apiLog = () => sandbox.control('GET', '/sandbox/api-log');
+const leaseCalls = (api) => api.filter((r) => r.path.includes('/leases'));
+const statementRuns = (execs, statement) => execs.filter((e) => e.stdin === statement);
+/** kubectl's JSON for `args` against the sandbox (admin), or undefined when it fails (not found). */
+function kubectlJson(args) {
+  try {
+    return JSON.parse(execFileSync('kubectl', ['--kubeconfig', sandbox.kubeconfig, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }));
+  } catch {
+    return undefined;
+  }
+}
+const leaseNameOf = (id) => kubectlJson(['get', 'leases', '-n', 'sandbox', '-o', 'json'])?.items.map((l) => l.metadata.name).find((n) => n.includes(id));
+
+test('five concurrent applies: every statement ran exactly once per pod; the others waited and found it in the ledger', { timeout }, async () => {
+  await sandbox.clearLogs();
+  const events = Array.from({ length: 5 }, () => []);
+  const results = await Promise.all(
+    events.map((list) => apply('coord-five', props(), undefined, { onEvent: (e) => list.push(e) })),
+  );
+  await new Promise((resolve) => setImmediate(resolve));
+  const execs = await execLog();
+  for (const pod of sandbox.info.pods) {
+    for (const statement of [S0, S1]) {
+      assert.equal(statementRuns(execs, statement).filter((e) => e.pod === pod).length, 1, `${statement} on ${pod}`);
+    }
+  }
+  // One of them applied to every pod; the other four ran nothing and recorded every pod from the ledger.
+  const ran = results.filter((r) => r.appliedTo.length > 0);
+  assert.equal(ran.length, 1);
+  assert.deepEqual(ran[0].appliedTo, sandbox.info.pods);
+  for (const r of results) {
+    assert.equal(r.changed, true);
+    assert.deepEqual(r.state.podNames, sandbox.info.pods);
+    assert.equal(r.state.fingerprint, ran[0].state.fingerprint);
+  }
+  const waited = events.filter((list) => list.some((e) => e.kind === 'leaseWaiting'));
+  assert.ok(waited.length >= 3, `at least three waited for the lease, ${waited.length} did`);
+  for (const list of events) assert.equal(list.filter((e) => e.kind === 'leaseTaken').length, 1);
+  // The ledger on each pod: one row of this resource with this fingerprint.
+  for (const pod of sandbox.info.pods) {
+    const rows = sandbox.query(pod, "SELECT fingerprint, statement_count, pod FROM ops.clickhouse_schema_ledger WHERE resource_id = 'coord-five' FORMAT TSV");
+    assert.equal(rows, `${ran[0].state.fingerprint}\t2\t${pod}`, pod);
+  }
+  // Released: no holder left.
+  const name = leaseNameOf('coord-five');
+  assert.ok(name, 'the lease exists');
+  assert.equal(kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']).spec.holderIdentity, undefined);
+
+  // An unchanged deploy takes no lease and reads no ledger: one pod list, nothing else.
+  await sandbox.clearLogs();
+  const again = await apply('coord-five', props(), ran[0].state);
+  assert.equal(again.changed, false);
+  assert.equal(leaseCalls(await apiLog()).length, 0);
+  assert.equal((await execLog()).length, 0);
+});
+
+test('status() shows each pod\'s ledger entry, and which pods are behind a changed schema', { timeout }, async () => {
+  const now = await status('coord-five', props());
+  assert.deepEqual(now.pods.map((p) => p.pod), sandbox.info.pods);
+  for (const p of now.pods) {
+    assert.equal(p.read, true);
+    assert.equal(p.current, true);
+    assert.equal(p.fingerprint, now.fingerprint);
+    assert.equal(p.statementCount, 2);
+    assert.match(p.appliedAt, /^\d{4}-\d\d-\d\dT/);
+  }
+  const changed = await status('coord-five', props({ statements: [S0, S1, 'CREATE TABLE IF NOT EXISTS coord.more (id UInt64) ENGINE = Memory'] }));
+  assert.notEqual(changed.fingerprint, now.fingerprint);
+  for (const p of changed.pods) {
+    assert.equal(p.current, false, 'behind the new statements');
+    assert.equal(p.fingerprint, now.fingerprint, 'the ledger still holds the applied one');
+  }
+  const err = await rejection(status('coord-five', props({ ledger: undefined })));
+  assert.equal(err.code, 'E_INVALID_CONFIG');
+  assert.equal(err.issues[0].path, 'ledger');
+});
+
+test('a holder killed mid-apply is taken over once its lease expires, and the taker finishes the work', { timeout }, async () => {
+  const slow = props({ statements: ['CREATE DATABASE IF NOT EXISTS coord_kill', 'SELECT sleep(3)', 'CREATE TABLE IF NOT EXISTS coord_kill.t (id UInt64) ENGINE = Memory'], lease: { ttlSeconds: 6 } });
+  // The holder: another process, applying with the same lease.
+  const child = spawn(
+    process.execPath,
+    ['--input-type=module', '-e', `import { apply } from ${JSON.stringify(join(root, 'dist/index.js'))}; await apply('coord-kill', ${JSON.stringify(slow)});`],
+    { stdio: 'ignore', env: process.env },
+  );
+  let holder;
+  for (let i = 0; i < 200 && !holder; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const name = leaseNameOf('coord-kill');
+    holder = name && kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json'])?.spec?.holderIdentity;
+  }
+  assert.ok(holder, 'the child took the lease');
+  assert.ok(holder.includes(`/${child.pid}/`), `the holder names the child's pid: ${holder}`);
+  child.kill('SIGKILL');
+  const killedAt = Date.now();
+  const events = [];
+  const result = await apply('coord-kill', slow, undefined, { onEvent: (e) => events.push(e) });
+  const tookAfter = Date.now() - killedAt;
+  assert.ok(events.some((e) => e.kind === 'leaseWaiting' && e.holder === holder), 'it waited for the dead holder');
+  assert.ok(tookAfter >= 3_000, `taken over after the lease ran out, not at once (${tookAfter} ms)`);
+  assert.deepEqual(result.state.podNames, sandbox.info.pods);
+  for (const pod of sandbox.info.pods) assert.deepEqual(sandbox.tablesOn(pod, 'coord_kill'), ['t'], pod);
+  const name = leaseNameOf('coord-kill');
+  assert.ok(kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']).spec.leaseTransitions >= 1);
+});
+
+test('409 and 500 from the Lease API are retried; the apply goes through', { timeout }, async () => {
+  await sandbox.control('POST', '/sandbox/faults', { kind: 'lease_error', verb: 'get', count: 1, status: 500 });
+  await sandbox.control('POST', '/sandbox/faults', { kind: 'lease_error', verb: 'create', count: 1, status: 409 });
+  await sandbox.control('POST', '/sandbox/faults', { kind: 'lease_error', verb: 'update', count: 1, status: 500 });
+  const events = [];
+  const result = await apply('coord-faults', props({ statements: [S0] }), undefined, { onEvent: (e) => events.push(e) });
+  assert.deepEqual(result.appliedTo, sandbox.info.pods);
+  assert.ok(events.some((e) => e.kind === 'retry' && /the lease/.test(e.message)), 'a retry of the lease was reported');
+  await sandbox.control('DELETE', '/sandbox/faults');
+});
+
+test('the minimal RBAC (no leases) is refused with the verbs to grant; nothing ran', { timeout }, async () => {
+  await sandbox.clearLogs();
+  const err = await rejection(apply('coord-rbac', props({ kubeConfig: { kubeconfigPath: sandbox.kubeconfig, context: 'sandbox-minimal' } })));
+  assert.equal(err.code, 'E_KUBERNETES_API');
+  assert.match(err.message, /forbidden/);
+  assert.match(err.message, /needs get, create and update on leases \(API group coordination\.k8s\.io\) in namespace 'sandbox'/);
+  assert.equal((await execLog()).length, 0);
+});
+
+test('a ledger that cannot be written fails the apply with E_LEDGER_FAILED, naming the pod and the grants', { timeout }, async () => {
+  // A table of another shape in the ledger's place: the ledger's INSERT fails.
+  const err = await rejection(
+    apply('coord-ledger-bad', props({ statements: [S0, 'CREATE TABLE IF NOT EXISTS coord.notledger (x UInt8) ENGINE = Memory'], ledger: { database: 'coord', table: 'notledger' }, lease: false })),
+  );
+  assert.equal(err.code, 'E_LEDGER_FAILED');
+  assert.ok(sandbox.info.pods.includes(err.pod), err.pod);
+  assert.match(err.message, /the ledger `coord`.`notledger` could not be written on pod/);
+  assert.match(err.message, /grant them, or remove the ledger prop/);
+});
+
+// Through Alchemy: `read` with no state is the adoption probe.
+const STAGE = 'test';
+function stack(name, id, extra = {}) {
+  return Alchemy.Stack(
+    name,
+    { providers: Layer.mergeAll(clickHouseSchemaProvider), state: Alchemy.localState() },
+    Effect.gen(function* () {
+      const schema = yield* clickHouseSchema(id, props({ statements: [S0, 'CREATE TABLE IF NOT EXISTS coord.adopted (id UInt64) ENGINE = MergeTree ORDER BY id'], ...extra }));
+      return { podNames: schema.podNames };
+    }),
+  );
+}
+const stateFile = (name, id) => join(stateRoot, '.alchemy/state', name, STAGE, `${id}.json`);
+
+test('a lost Alchemy state with a ledger re-runs nothing: read adopts the schema as this resource\'s', { timeout }, async () => {
+  await deployStack(stack('lost', 'coord-adopt'), STAGE);
+  assert.ok(existsSync(stateFile('lost', 'coord-adopt')));
+  rmSync(join(stateRoot, '.alchemy/state/lost'), { recursive: true, force: true });
+  await sandbox.clearLogs();
+  const outputs = await deployStack(stack('lost', 'coord-adopt'), STAGE);
+  assert.deepEqual(outputs.podNames, sandbox.info.pods);
+  const execs = await execLog();
+  assert.equal(execs.filter((e) => !e.stdin.startsWith('SELECT resource_id')).length, 0, 'only ledger reads ran');
+  assert.equal(execs.length, sandbox.info.pods.length, 'one ledger read per pod');
+  assert.ok(existsSync(stateFile('lost', 'coord-adopt')), 'the state is back');
+});
+
+/** Alchemy's own refusal to adopt (not a ClickHouseSchemaError). */
+async function refusedToAdopt(promise, id) {
+  const err = await promise.then(
+    () => assert.fail('expected Alchemy to refuse'),
+    (e) => e,
+  );
+  assert.equal(err._tag, 'OwnedBySomeoneElse', String(err));
+  assert.match(err.message, new RegExp(`Cannot adopt resource '${id}'`));
+}
+
+test('read refuses a schema another resource id applied, and objects present with no ledger entry', { timeout }, async () => {
+  await sandbox.clearLogs();
+  await refusedToAdopt(deployStack(stack('other', 'coord-other-id'), STAGE), 'coord-other-id');
+  // The same objects, a ledger in another table that never heard of them.
+  await refusedToAdopt(
+    deployStack(stack('noledger', 'coord-no-ledger', { ledger: { database: 'ops', table: 'other_ledger' } }), STAGE),
+    'coord-no-ledger',
+  );
+  const execs = await execLog();
+  assert.equal(execs.filter((e) => e.stdin.startsWith('CREATE TABLE')).length, 0, 'no statement ran');
+  // What the addon says, directly.
+  const foreign = await adopt('coord-other-id', props({ statements: [S0, 'CREATE TABLE IF NOT EXISTS coord.adopted (id UInt64) ENGINE = MergeTree ORDER BY id'] }));
+  assert.equal(foreign.ownership, 'unowned');
+  assert.match(foreign.reason, /applied by resource 'coord-adopt'/);
+  const none = await adopt('coord-nothing', props({ statements: ['CREATE DATABASE IF NOT EXISTS coord_never_made'] }));
+  assert.equal(none.ownership, 'absent');
+  const noLedger = await adopt('coord-nothing', props({ ledger: undefined }));
+  assert.equal(noLedger.ownership, 'absent');
+});
