@@ -1,7 +1,8 @@
 // The demo's narrative: the quick-start stack (examples/quickstart/stack.ts)
-// deployed with Alchemy against the sandbox, redeployed, scaled out and torn
-// down, with what reached the cluster at each step read from the sandbox's own
-// request logs.
+// deployed with Alchemy against the sandbox, redeployed, scaled out, drifted
+// and repaired, then two concurrent deploys of a leased schema and a lost
+// state, and the teardown, with what reached the cluster at each step read
+// from the sandbox's own request logs.
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -93,7 +94,33 @@ say('   `alchemy drift --repair`: the statements run again on exactly the pod th
 await measured(() => driftStack('quickstart', 'dev', clickHouseSchemaProvider, true));
 detail(`${victim} has tables: ${tables(victim)}`);
 
-say("5. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
+say(
+  '5. Two deploys at once, then a lost state. A second schema, \'audit-schema\', turns on `lease` and `ledger`;\n' +
+    '   two deploys of it start at the same moment (a laptop and CI, say)',
+);
+const { apply } = await import('../dist/index.js');
+const audit = {
+  target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
+  statements: ['CREATE DATABASE IF NOT EXISTS audit', 'CREATE TABLE audit.log (at DateTime, what String) ENGINE = MergeTree ORDER BY at'],
+  kubeConfig: { kubeconfigPath: kubeconfig },
+  lease: { ttlSeconds: 15 },
+  ledger: { database: 'ops' },
+};
+const said = (who) => (e) => {
+  if (e.kind === 'leaseTaken' || e.kind === 'leaseWaiting') detail(`${who}: ${e.message}`);
+};
+const [laptop, ci] = await measured(() =>
+  Promise.all([apply('audit-schema', audit, undefined, { onEvent: said('laptop') }), apply('audit-schema', audit, undefined, { onEvent: said('CI') })]),
+);
+detail(`laptop ran the statements on: ${laptop.appliedTo.join(', ') || 'no pod'}`);
+detail(`CI ran the statements on: ${ci.appliedTo.join(', ') || 'no pod'} (it waited for the lease, then read the ledger)`);
+detail('(CREATE TABLE without IF NOT EXISTS: running it twice on a pod would have failed the deploy)');
+say('   The state of that deploy is lost. The next deploy, with no state, reads the ledger on each pod and runs nothing');
+const recovered = await measured(() => apply('audit-schema', audit));
+detail(`ran the statements on: ${recovered.appliedTo.join(', ') || 'no pod'}; recorded: ${recovered.state.podNames.join(', ')}`);
+detail(`${info.pods[0]}'s ledger: ${query(info.pods[0], "SELECT resource_id, statement_count, pod FROM ops.clickhouse_schema_ledger FORMAT TSV").replace(/\n/g, '; ')}`);
+
+say("6. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
 await measured(() => destroyStack(stack));
 detail(`${info.pods[0]} still has tables: ${tables(info.pods[0])}`);
 

@@ -168,6 +168,27 @@ test('a holder killed mid-apply is taken over once its lease expires, and the ta
   assert.ok(kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']).spec.leaseTransitions >= 1);
 });
 
+test('a holder that works longer than its TTL keeps the lease by renewing it; the second deploy waits for it', { timeout }, async () => {
+  // 3 x 2 s of statements on each pod, the pods one after another: about 18 s against a 6 s lease.
+  const long = props({
+    statements: ['CREATE DATABASE IF NOT EXISTS coord_long', 'SELECT sleep(2)', 'SELECT sleep(2)', 'SELECT sleep(2)'],
+    lease: { ttlSeconds: 6 },
+    parallelism: 1,
+  });
+  await sandbox.clearLogs();
+  const first = apply('coord-long', long);
+  await new Promise((resolve) => setTimeout(resolve, 1_000));
+  const events = [];
+  const second = apply('coord-long', long, undefined, { onEvent: (e) => events.push(e) });
+  const [a, b] = await Promise.all([first, second]);
+  assert.deepEqual(a.appliedTo, sandbox.info.pods, 'the first finished everything, its lease renewed throughout');
+  assert.deepEqual(b.appliedTo, [], 'the second found it all in the ledger');
+  const waited = events.find((e) => e.kind === 'leaseTaken');
+  assert.ok(waited.waitedMs >= 10_000, `the second waited for the whole first apply (${waited.waitedMs} ms)`);
+  const sleeps = (await execLog()).filter((e) => e.stdin === 'SELECT sleep(2)');
+  assert.equal(sleeps.length, 3 * sandbox.info.pods.length, 'each ran once per pod');
+});
+
 test('409 and 500 from the Lease API are retried; the apply goes through', { timeout }, async () => {
   await sandbox.control('POST', '/sandbox/faults', { kind: 'lease_error', verb: 'get', count: 1, status: 500 });
   await sandbox.control('POST', '/sandbox/faults', { kind: 'lease_error', verb: 'create', count: 1, status: 409 });

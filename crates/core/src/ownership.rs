@@ -169,11 +169,7 @@ pub async fn adopt<T: PodLister + Executor, C: Clock>(
     cluster: &Cluster<'_, T, C>,
 ) -> Result<AdoptOutcome, ClickHouseSchemaError> {
     let Some(ledger) = &config.ledger else {
-        return Ok(AdoptOutcome {
-            ownership: Ownership::Absent,
-            state: None,
-            reason: "without the ledger prop there is no record of an earlier apply to adopt".to_owned(),
-        });
+        return Ok(adopt_without_cluster(config).unwrap_or_else(absent));
     };
     let fingerprint = fingerprint(config);
     let run = run_for(resource_id, config, cluster);
@@ -254,6 +250,16 @@ pub async fn adopt<T: PodLister + Executor, C: Clock>(
         }
     }
     Ok(absent())
+}
+
+/// The answer of [`adopt`] when it needs no cluster call (no ledger prop: no
+/// record of an earlier apply), so a binding need not even connect.
+pub fn adopt_without_cluster(config: &ResolvedConfig) -> Option<AdoptOutcome> {
+    config.ledger.is_none().then(|| AdoptOutcome {
+        ownership: Ownership::Absent,
+        state: None,
+        reason: "without the ledger prop there is no record of an earlier apply to adopt".to_owned(),
+    })
 }
 
 fn absent() -> AdoptOutcome {

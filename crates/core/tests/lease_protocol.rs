@@ -232,6 +232,54 @@ fn a_failed_apply_still_releases_the_lease() {
     assert_eq!(record(&cluster).unwrap().holder, None, "released");
 }
 
+/// Cancellation as an AbortSignal gives it: a flag the caller sets.
+#[derive(Default)]
+struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl clickhouse_schema_core::transport::Cancel for Flag {
+    fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::poll_fn(move |_| {
+            if self.is_cancelled() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        }))
+    }
+}
+
+#[test]
+fn a_cancelled_apply_releases_the_lease() {
+    let flag = Flag::default();
+    let set = flag.0.clone();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |_, _| {
+        // The caller aborts while the first statement runs, the lease held.
+        set.store(true, std::sync::atomic::Ordering::SeqCst);
+        None
+    });
+    let clock = FakeClock::default();
+    let mut p = props(json!(true));
+    p["statements"] = json!([
+        S0,
+        "CREATE TABLE IF NOT EXISTS orders.t (x UInt8) ENGINE = Memory"
+    ]);
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &flag,
+        events: &NoEvents,
+    };
+    let err = block_on(apply("orders-schema", &config(p), None, &c)).expect_err("cancelled");
+    assert_eq!(err.kind, ErrorKind::Cancelled);
+    assert_eq!(cluster.execs().len(), 1);
+    assert_eq!(record(&cluster).unwrap().holder, None, "released");
+}
+
 #[test]
 fn destroy_takes_the_lease_too() {
     let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]);

@@ -1,4 +1,5 @@
-//! `apply` and `destroy` for JavaScript: picks the transport (kube-rs, or under
+//! The lifecycle exports for JavaScript (`apply`, `plan`, `verify`, `status`,
+//! `adopt`, `destroy`): picks the transport (kube-rs, or under
 //! WASM the package's JavaScript Kubernetes transport, or an injected
 //! executor), runs the core lifecycle on napi's tokio runtime, and maps the
 //! outcome. Every decision is the core's.
@@ -199,13 +200,9 @@ pub(crate) fn adopt<'env>(
     let config = props_json(&id, props).and_then(|props| validate(&id, &props));
     let work = async move {
         let config = config?;
-        if config.ledger.is_none() {
-            // No ledger, no record of an earlier apply: no session (and no token minted).
-            return Ok(ownership::AdoptOutcome {
-                ownership: ownership::Ownership::Absent,
-                state: None,
-                reason: "without the ledger prop there is no record of an earlier apply to adopt".to_owned(),
-            });
+        // No session (and no token minted) when the answer needs no cluster.
+        if let Some(outcome) = ownership::adopt_without_cluster(&config) {
+            return Ok(outcome);
         }
         let session = Session::open(&id, &config, options).await?;
         ownership::adopt(&id, &config, &session.cluster()).await
