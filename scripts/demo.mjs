@@ -37,15 +37,17 @@ async function measured(step) {
   const api = await control('GET', '/sandbox/api-log');
   const execs = await control('GET', '/sandbox/exec-log');
   const lists = api.filter((r) => r.method === 'GET' && r.path.endsWith('/pods')).length;
-  // The live-schema check's exec is recognisable by its script's first line.
+  // The live-schema check's and the ledger's execs are recognisable by their scripts' first lines.
   const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
+  const isLedger = (e) => e.stdin.startsWith('SELECT resource_id,') || e.stdin.startsWith('CREATE DATABASE IF NOT EXISTS `ops`;');
+  const statements = execs.filter((e) => !isCheck(e) && !isLedger(e));
   const perPod = {};
-  for (const e of execs.filter((e) => !isCheck(e))) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
+  for (const e of statements) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
-  const checks = execs.filter(isCheck).length;
+  const ledger = execs.filter(isLedger).length;
   say(
-    `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${execs.length - checks} statement exec(s) [${where}], ` +
-      `${checks} live-schema check(s)`,
+    `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${statements.length} statement exec(s) [${where}], ` +
+      `${execs.filter(isCheck).length} live-schema check(s)${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}`,
   );
   return result;
 }

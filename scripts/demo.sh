@@ -17,6 +17,8 @@ cargo build --quiet --release --locked -p clickhouse-schema-sandbox
 export SANDBOX_DIR=.sandbox-demo
 trap 'say "Stopping the sandbox..."; target/release/sandbox stop --dir "$SANDBOX_DIR" || true' EXIT
 target/release/sandbox stop --dir "$SANDBOX_DIR" >/dev/null 2>&1 || true
+# Empty disks every time: the narrative (what runs where, the ledger) starts from nothing.
+rm -rf "$SANDBOX_DIR"
 say "Starting a 3-pod sandbox cluster (a local Kubernetes API whose pods are real ClickHouse servers)..."
 target/release/sandbox start --dir "$SANDBOX_DIR" --pods 3
 
