@@ -20,6 +20,7 @@
 //! The values are quoted here (`quote`), never interpolated raw: a resource
 //! id may hold any character.
 
+use crate::clickhouse_text::{literal, unescape};
 use crate::config::LedgerConfig;
 
 /// One ledger row.
@@ -53,25 +54,6 @@ fn table(config: &LedgerConfig) -> String {
     format!("`{}`.`{}`", config.database, config.table)
 }
 
-/// A ClickHouse string literal of `value`.
-fn quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('\'');
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\0' => out.push_str("\\0"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
 /// The script that writes `row`: the database and table if missing, then the row.
 pub fn write_script(config: &LedgerConfig, row: &LedgerRow) -> String {
     format!(
@@ -81,13 +63,13 @@ pub fn write_script(config: &LedgerConfig, row: &LedgerRow) -> String {
          ENGINE = MergeTree ORDER BY (resource_id, applied_at);\n\
          INSERT INTO {table} (resource_id, fingerprint, statement_count, pod, pod_uid, applied_at, package_version) \
          VALUES ({}, {}, {}, {}, {}, {}, {});\n",
-        quote(&row.resource_id),
-        quote(&row.fingerprint),
+        literal(&row.resource_id),
+        literal(&row.fingerprint),
         row.statement_count,
-        quote(&row.pod),
-        quote(&row.pod_uid),
-        quote(&row.applied_at),
-        quote(&row.package_version),
+        literal(&row.pod),
+        literal(&row.pod_uid),
+        literal(&row.applied_at),
+        literal(&row.package_version),
         database = config.database,
         table = table(config),
     )
@@ -101,9 +83,9 @@ pub fn read_script(config: &LedgerConfig, resource_id: &str, fingerprint: &str) 
         "SELECT resource_id, fingerprint, statement_count, pod, pod_uid, applied_at, package_version FROM {table} \
          WHERE resource_id = {} OR fingerprint = {} ORDER BY applied_at DESC LIMIT 1000 FORMAT TabSeparated;\n\
          SELECT {} FORMAT TabSeparated;\n",
-        quote(resource_id),
-        quote(fingerprint),
-        quote(END),
+        literal(resource_id),
+        literal(fingerprint),
+        literal(END),
         table = table(config),
     )
 }
@@ -151,29 +133,6 @@ pub fn parse(stdout: &str) -> Result<Vec<LedgerRow>, String> {
     } else {
         Err("the ledger read did not finish (no end marker)".to_owned())
     }
-}
-
-/// TabSeparated's escapes, undone.
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut chars = field.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('0') => out.push('\0'),
-            Some('b') => out.push('\u{8}'),
-            Some('f') => out.push('\u{c}'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
 }
 
 /// The newest row of `resource_id` among `rows` (they come newest first).

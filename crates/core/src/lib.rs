@@ -13,6 +13,7 @@
 //! stay public for the narrower pieces (command rendering, redaction, the
 //! lexer, cluster identity), which hosts and tests reach by module path.
 
+pub(crate) mod clickhouse_text;
 pub(crate) mod client_options;
 pub mod cluster_id;
 pub mod command;

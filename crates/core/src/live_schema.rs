@@ -41,6 +41,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::clickhouse_text::{literal, unescape};
 use crate::declared::{Declaration, DeclarationForm, ObjectKind, StatementClass, classify};
 use crate::definition::{self, Definition, Difference, Scope, keywords_at};
 use crate::lexer::{Token, TokenKind, significant};
@@ -854,47 +855,6 @@ fn later_effect(sql: &str, default_database: &str, verb: &str) -> (Effect, Vec<S
         i += 1;
     }
     (effect, names, database_statement)
-}
-
-/// `value` as a ClickHouse string literal.
-fn literal(value: &str) -> String {
-    let mut out = String::from("'");
-    for ch in value.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\0' => out.push_str("\\0"),
-            _ => out.push(ch),
-        }
-    }
-    out.push('\'');
-    out
-}
-
-/// One TabSeparated field, unescaped.
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut chars = field.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('0') => out.push('\0'),
-            Some('b') => out.push('\u{8}'),
-            Some('f') => out.push('\u{c}'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
 }
 
 /// `text` for a message: every string literal replaced when `all_literals`, and always the

@@ -14,7 +14,7 @@ use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{
     Event, Events, LeaseRecord, NeverCancelled, NoEvents, TransportError, TransportErrorKind,
 };
-use reconcile_support::{FakeClock, FakeCluster, block_on, config, pod};
+use reconcile_support::{FakeClock, FakeCluster, Flag, block_on, config, pod};
 use serde_json::json;
 
 const S0: &str = "CREATE DATABASE IF NOT EXISTS orders";
@@ -230,26 +230,6 @@ fn a_failed_apply_still_releases_the_lease() {
     let err = run(&cluster, &clock, json!(true), None, &NoEvents).expect_err("fails");
     assert_eq!(err.kind, ErrorKind::StatementFailed);
     assert_eq!(record(&cluster).unwrap().holder, None, "released");
-}
-
-/// Cancellation as an AbortSignal gives it: a flag the caller sets.
-#[derive(Default)]
-struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl clickhouse_schema_core::transport::Cancel for Flag {
-    fn is_cancelled(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(std::future::poll_fn(move |_| {
-            if self.is_cancelled() {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        }))
-    }
 }
 
 #[test]

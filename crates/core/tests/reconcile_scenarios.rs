@@ -11,7 +11,7 @@ use clickhouse_schema_core::state::{PodRef, SchemaState};
 use clickhouse_schema_core::transport::{
     ExecOutput, NeverCancelled, NoEvents, TransportError, TransportErrorKind,
 };
-use reconcile_support::{FakeClock, FakeCluster, block_on, config, pending, pod};
+use reconcile_support::{FakeClock, FakeCluster, Flag, block_on, config, pending, pod};
 use serde_json::json;
 
 const S0: &str = "CREATE DATABASE IF NOT EXISTS orders";
@@ -1181,26 +1181,6 @@ fn destroy_refuses_a_state_that_is_malformed_or_names_another_target_before_any_
     let err = block_on(destroy("orders-schema", &cfg, Some(&other_selector), &here)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::InvalidState);
     assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
-}
-
-/// Cancellation as an AbortSignal gives it: a flag the caller sets.
-#[derive(Default)]
-struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl clickhouse_schema_core::transport::Cancel for Flag {
-    fn is_cancelled(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(std::future::poll_fn(move |_| {
-            if self.is_cancelled() {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        }))
-    }
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::Run;
+use super::{Call, Run};
 use crate::config::LeaseConfig;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::lease::{holder_identity, lease_name, micro_time, unix_micros};
@@ -221,78 +221,30 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// One renewal: `Err(Some)` when the lease is another's, `Err(None)` when
     /// the API could not be reached (tried again at the next tick).
     async fn renew(&self, held: &Held) -> Result<(), Option<Lost>> {
-        for _ in 0..3 {
-            let Ok(current) = self
-                .lease_call(|| self.transport.get_lease(&self.target.namespace, &held.name))
-                .await
-            else {
-                return Err(None);
-            };
-            let Some(record) = current.filter(|r| r.holder.as_deref() == Some(held.holder.as_str())) else {
-                return Err(Some(Lost("another deploy took it over".to_owned())));
-            };
-            let spec = LeaseSpec {
-                holder: Some(held.holder.clone()),
-                duration_seconds: u32::try_from(held.ttl.as_secs()).unwrap_or(u32::MAX),
-                acquire_time: Some(held.acquire_time.clone()),
-                renew_time: Some(micro_time(&self.clock.now_iso8601())),
-                transitions: held.transitions,
-            };
-            match self
-                .lease_call(|| {
-                    self.transport.replace_lease(
-                        &self.target.namespace,
-                        &held.name,
-                        &record.resource_version,
-                        &spec,
-                    )
-                })
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(e) if e.http_status == Some(CONFLICT) => continue,
-                Err(_) => return Err(None),
-            }
+        let spec = LeaseSpec {
+            renew_time: Some(micro_time(&self.clock.now_iso8601())),
+            ..self.spec_of(held)
+        };
+        match self.rewrite_if_held(held, &spec).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Some(Lost("another deploy took it over".to_owned()))),
+            Err(()) => Err(None),
         }
-        Err(None)
     }
 
     /// Clears the holder, so a waiting deploy goes on at once. A failure is
     /// reported as an event only: the work is done, and the lease lapses at
     /// its expiry anyway.
     async fn release_lease(&self, held: &Held) {
-        for _ in 0..3 {
-            let current = self
-                .lease_call(|| self.transport.get_lease(&self.target.namespace, &held.name))
-                .await;
-            let record = match current {
-                Ok(Some(record)) if record.holder.as_deref() == Some(held.holder.as_str()) => record,
-                // Gone, or someone else's by now: nothing of ours to release.
-                Ok(_) => return,
-                Err(_) => break,
-            };
-            let spec = LeaseSpec {
-                holder: None,
-                duration_seconds: u32::try_from(held.ttl.as_secs()).unwrap_or(u32::MAX),
-                acquire_time: None,
-                renew_time: None,
-                transitions: held.transitions,
-            };
-            match self
-                .lease_call(|| {
-                    self.transport.replace_lease(
-                        &self.target.namespace,
-                        &held.name,
-                        &record.resource_version,
-                        &spec,
-                    )
-                })
-                .await
-            {
-                Ok(_) => return,
-                Err(e) if e.http_status == Some(CONFLICT) => continue,
-                Err(_) => break,
-            }
+        let spec = LeaseSpec {
+            holder: None,
+            acquire_time: None,
+            renew_time: None,
+            ..self.spec_of(held)
+        };
+        // Not ours any more (gone, or taken over): nothing of ours to release.
+        if self.rewrite_if_held(held, &spec).await.is_ok() {
+            return;
         }
         self.events.emit(Event::Retry {
             pod: None,
@@ -307,36 +259,57 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
         });
     }
 
+    /// The spec of `held` as taken.
+    fn spec_of(&self, held: &Held) -> LeaseSpec {
+        LeaseSpec {
+            holder: Some(held.holder.clone()),
+            duration_seconds: u32::try_from(held.ttl.as_secs()).unwrap_or(u32::MAX),
+            acquire_time: Some(held.acquire_time.clone()),
+            renew_time: None,
+            transitions: held.transitions,
+        }
+    }
+
+    /// Writes `spec` if `held` still holds the lease: reads it, replaces it
+    /// with the resourceVersion read, and reads again after a 409, three
+    /// times at most. `Ok(false)`: it is no longer ours (or gone); `Err`:
+    /// the API could not be reached, or kept conflicting.
+    async fn rewrite_if_held(&self, held: &Held, spec: &LeaseSpec) -> Result<bool, ()> {
+        for _ in 0..3 {
+            let current = self
+                .lease_call(|| self.transport.get_lease(&self.target.namespace, &held.name))
+                .await;
+            let record = match current {
+                Ok(Some(record)) if record.holder.as_deref() == Some(held.holder.as_str()) => record,
+                Ok(_) => return Ok(false),
+                Err(_) => return Err(()),
+            };
+            let written = self
+                .lease_call(|| {
+                    self.transport.replace_lease(
+                        &self.target.namespace,
+                        &held.name,
+                        &record.resource_version,
+                        spec,
+                    )
+                })
+                .await;
+            match written {
+                Ok(_) => return Ok(true),
+                Err(e) if e.http_status == Some(CONFLICT) => {}
+                Err(_) => return Err(()),
+            }
+        }
+        Err(())
+    }
+
     /// A Lease API call with the `retry` policy for transient failures.
-    async fn lease_call<F, Fut, V>(&self, mut op: F) -> Result<V, TransportError>
+    async fn lease_call<F, Fut, V>(&self, op: F) -> Result<V, TransportError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<V, TransportError>>,
     {
-        let max_attempts = self.retry.max_attempts.max(1);
-        let mut attempt = 1;
-        loop {
-            match op().await {
-                Err(err) if err.is_retryable() && attempt < max_attempts => {
-                    let delay_ms = self
-                        .retry
-                        .backoff_ms
-                        .saturating_mul(1u64 << (attempt - 1).min(16));
-                    self.events.emit(Event::Retry {
-                        pod: None,
-                        index: None,
-                        attempt,
-                        delay_ms,
-                        message: format!(
-                            "the lease: attempt {attempt} failed in transport; trying again in {delay_ms} ms"
-                        ),
-                    });
-                    self.clock.sleep(Duration::from_millis(delay_ms)).await;
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+        self.with_retry(Call::Lease, op).await.map_err(|(err, _)| err)
     }
 
     fn lease_failed(&self, name: &str, what: &str, e: &TransportError) -> ClickHouseSchemaError {

@@ -3,7 +3,7 @@
 //! an earlier deploy did. One exec each; transport failures are retried like
 //! a statement's.
 
-use super::{Failure, Run, bounded};
+use super::{Call, Failure, Run, bounded};
 use crate::command;
 use crate::config::LedgerConfig;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
@@ -45,7 +45,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .with_pod(&pod.name),
             ));
         }
-        let attempt = self.with_retry(Some(&pod.name), || self.transport.exec(request.clone()));
+        let attempt = self.with_retry(Call::Ledger { pod: &pod.name }, || {
+            self.transport.exec(request.clone())
+        });
         let output = match self.unless_cancelled(attempt).await {
             None => {
                 return Err(Failure::Error(
@@ -125,7 +127,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .cancelled(&format!("before the ledger read on pod {pod}"))
                 .with_pod(pod));
         }
-        let attempt = self.with_retry(Some(pod), || self.transport.exec(request.clone()));
+        let attempt = self.with_retry(Call::Ledger { pod }, || self.transport.exec(request.clone()));
         let output = match self.unless_cancelled(attempt).await {
             None => {
                 return Err(self

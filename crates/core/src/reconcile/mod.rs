@@ -522,7 +522,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .with_pod(pod),
             ));
         }
-        let attempt = self.with_retry(Some(pod), || self.transport.exec(request.clone()));
+        let attempt = self.with_retry(Call::Check { pod }, || self.transport.exec(request.clone()));
         let output = match self.unless_cancelled(attempt).await {
             None => {
                 return Err(Failure::Error(
@@ -597,7 +597,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     return Err(Failure::Vanished);
                 }
                 Err(err) if err.is_retryable() && attempt < max_attempts => {
-                    self.backoff(attempt, Some(pod), Some(index)).await;
+                    self.backoff(attempt, Call::Statement { pod, index }).await;
                     attempt += 1;
                 }
                 Err(err) => {
@@ -618,7 +618,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if self.cancel.is_cancelled() {
             return Err(self.cancelled("before listing pods"));
         }
-        let listing = self.with_retry(None, || {
+        let listing = self.with_retry(Call::List, || {
             self.transport
                 .list_pods(&self.target.namespace, &self.target.pod_selector)
         });
@@ -643,10 +643,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         .await
     }
 
-    /// Retries transient transport failures with exponential backoff; a
-    /// refusal (RBAC, unknown pod) is returned at once since repeating it
-    /// cannot help. On failure returns the last error and the attempts made.
-    async fn with_retry<F, Fut, V>(&self, pod: Option<&str>, mut op: F) -> Result<V, (TransportError, u32)>
+    /// Retries transient transport failures of `call` with exponential
+    /// backoff; a refusal (RBAC, unknown pod) is returned at once since
+    /// repeating it cannot help. On failure returns the last error and the
+    /// attempts made.
+    async fn with_retry<F, Fut, V>(&self, call: Call<'_>, mut op: F) -> Result<V, (TransportError, u32)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<V, TransportError>>,
@@ -657,7 +658,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             match op().await {
                 Ok(value) => return Ok(value),
                 Err(err) if err.is_retryable() && attempt < max_attempts => {
-                    self.backoff(attempt, pod, None).await;
+                    self.backoff(attempt, call).await;
                     attempt += 1;
                 }
                 Err(err) => return Err((err, attempt)),
@@ -665,15 +666,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
     }
 
-    /// Exponential backoff after failed attempt number `attempt` (1-based) of
-    /// a call to `pod` (an exec; `None`: the pod list), for statement `index`.
-    async fn backoff(&self, attempt: u32, pod: Option<&str>, index: Option<usize>) {
+    /// Exponential backoff after failed attempt number `attempt` (1-based) of `call`.
+    async fn backoff(&self, attempt: u32, call: Call<'_>) {
         let factor = 1u64 << (attempt - 1).min(16);
         let delay_ms = self.retry.backoff_ms.saturating_mul(factor);
-        let what = match (pod, index) {
-            (Some(pod), Some(index)) => format!("statement {index} on {pod}"),
-            (Some(pod), None) => format!("the live-schema check on {pod}"),
-            _ => "the pod list".to_owned(),
+        let (what, pod, index) = match call {
+            Call::Statement { pod, index } => (format!("statement {index} on {pod}"), Some(pod), Some(index)),
+            Call::Check { pod } => (format!("the live-schema check on {pod}"), Some(pod), None),
+            Call::Ledger { pod } => (format!("the ledger on {pod}"), Some(pod), None),
+            Call::List => ("the pod list".to_owned(), None, None),
+            Call::Lease => ("the lease".to_owned(), None, None),
         };
         self.events.emit(Event::Retry {
             pod: pod.map(str::to_owned),
@@ -717,6 +719,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 }
 
 /// Why a pod's list did not complete.
+/// What a transport call is, for its retry events.
+#[derive(Clone, Copy)]
+pub(crate) enum Call<'a> {
+    List,
+    Statement { pod: &'a str, index: usize },
+    Check { pod: &'a str },
+    Ledger { pod: &'a str },
+    Lease,
+}
+
 // Only ever built on the way out of a pod's run, so its size costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Failure {

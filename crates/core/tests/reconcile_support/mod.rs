@@ -55,6 +55,26 @@ pub(crate) fn pending(name: &str, uid: &str) -> PodInfo {
     }
 }
 
+/// Cancellation as an AbortSignal gives it: a flag the caller sets.
+#[derive(Default)]
+pub(crate) struct Flag(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl clickhouse_schema_core::transport::Cancel for Flag {
+    fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::poll_fn(move |_| {
+            if self.is_cancelled() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        }))
+    }
+}
+
 /// Monotonic time that only moves when the code under test sleeps.
 #[derive(Default)]
 pub(crate) struct FakeClock {
