@@ -195,6 +195,26 @@ fn conflicts_and_server_errors_are_retried() {
 }
 
 #[test]
+fn writes_that_always_conflict_end_within_the_budget() {
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]);
+    let conflict = || {
+        Some(
+            TransportError::new(TransportErrorKind::Refused, "the object has been modified")
+                .with_http_status(409),
+        )
+    };
+    // Every get answers (none), every create conflicts, for longer than the 30 s budget.
+    cluster.world.lock().unwrap().lease.failures = (0..1000).flat_map(|_| [None, conflict()]).collect();
+    let clock = FakeClock::default();
+    let err = run(&cluster, &clock, json!(true), None, &NoEvents).expect_err("contended");
+    assert_eq!(err.kind, ErrorKind::LeaseHeld);
+    assert!(err.message.contains("every write conflicted"), "{}", err.message);
+    assert!(cluster.execs().is_empty());
+    let waited = clock.elapsed().as_secs();
+    assert!((30..=31).contains(&waited), "ended with the budget, {waited} s");
+}
+
+#[test]
 fn a_refusal_names_the_verbs_to_grant_and_nothing_runs() {
     let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]);
     cluster.world.lock().unwrap().lease.failures = vec![Some(

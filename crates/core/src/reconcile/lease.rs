@@ -26,6 +26,8 @@ use crate::transport::{
 /// How often a waiting deploy looks at the lease again.
 const WAIT_POLL: Duration = Duration::from_secs(1);
 const CONFLICT: u16 = 409;
+/// How long to pause before reading the lease again after a write conflicted.
+const CONFLICT_PAUSE: Duration = Duration::from_millis(100);
 
 /// A lease this call holds.
 pub(crate) struct Held {
@@ -164,8 +166,22 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
                         };
                         return Ok((held, waited));
                     }
-                    // Another deploy wrote first: look again.
-                    Err(e) if e.http_status == Some(CONFLICT) => {}
+                    // Another deploy wrote first: look again, after a short pause, within
+                    // the same budget as a wait (a server that always conflicts must not
+                    // keep this loop busy forever).
+                    Err(e) if e.http_status == Some(CONFLICT) => {
+                        let remaining = deadline.saturating_sub(self.clock.now());
+                        if remaining.is_zero() {
+                            return Err(self.lease_contended(&name));
+                        }
+                        if self
+                            .unless_cancelled(self.clock.sleep(remaining.min(CONFLICT_PAUSE)))
+                            .await
+                            .is_none()
+                        {
+                            return Err(self.cancelled(&format!("while taking the lease {name}")));
+                        }
+                    }
                     Err(e) => return Err(self.lease_failed(&name, "write", &e)),
                 }
             } else if let Some(record) = &current {
@@ -351,6 +367,19 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
             format!(
                 "{}: the lease {name} is held by {holder} (another deploy of this resource){expiry}. It did not \
                  come free within waitForPod.timeoutMs ({} s); nothing ran. Deploy again once that one is done.",
+                self.prefix(),
+                self.wait_budget.as_secs()
+            ),
+        )
+    }
+
+    fn lease_contended(&self, name: &str) -> ClickHouseSchemaError {
+        self.error(
+            ErrorKind::LeaseHeld,
+            format!(
+                "{}: the lease {name} could not be taken within waitForPod.timeoutMs ({} s): every write conflicted \
+                 with another one (HTTP 409), so other deploys keep taking it; nothing ran. Deploy again once they \
+                 are done.",
                 self.prefix(),
                 self.wait_budget.as_secs()
             ),
