@@ -322,10 +322,18 @@ async fn v4_only_server_serves_kube_rs_over_v4_and_refuses_v5_alone() {
     assert_eq!((ok.stdout.as_str(), ok.exit_code()), ("", Some(0)), "{ok:?}");
 
     // Why the product never closes stdin: on v4 kube-rs closes the whole WebSocket instead, the
-    // server ends the process and the status is lost.
-    let closed = kube_exec(&c, "chi-sandbox-sandbox-0-0-0", "clickhouse", &["cat"], b"x")
-        .await
-        .unwrap();
+    // server ends the process and the status is lost. (The process outlives its stdin, so only
+    // the server's reaction to the close can end it: a bare `cat` could see EOF and exit on its
+    // own first, a race the log below would then record as `completed`.)
+    let closed = kube_exec(
+        &c,
+        "chi-sandbox-sandbox-0-0-0",
+        "clickhouse",
+        &["sh", "-c", "cat >/dev/null; sleep 30"],
+        b"x",
+    )
+    .await
+    .unwrap();
     assert!(closed.status.is_none(), "{closed:?}");
 
     // The server notices the close a moment after the client is done; on a loaded machine
