@@ -290,6 +290,8 @@ export declare const enum ClickHouseSchemaErrorCode {
   E_LEASE_HELD = 'E_LEASE_HELD',
   /** Another deploy took the Lease over, or it could not be renewed, while this call held it. */
   E_LEASE_LOST = 'E_LEASE_LOST',
+  E_REBUILD_REFUSED = 'E_REBUILD_REFUSED',
+  E_REBUILD_FAILED = 'E_REBUILD_FAILED',
   /** A bug; the message says what was expected. */
   E_INTERNAL = 'E_INTERNAL',
 }
@@ -315,14 +317,16 @@ export declare const enum ClickHouseSchemaErrorCode {
  * - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`;
  * - `leaseWaiting`: another deploy (`holder`) holds the resource's `lease`; `remainingMs`
  *   of `waitForPod` are left;
- * - `leaseTaken`: this call took the `lease` after `waitedMs`.
+ * - `leaseTaken`: this call took the `lease` after `waitedMs`;
+ * - `rebuild`: a step of a `table`'s rebuild: `step` (`check`, `prepare`, `dualWrite`,
+ *   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply.
  *
  * Events carry no statement text and no server or transport output; only
  * indices, pod names, exit codes, timings and the redacted differences of a
  * `schemaMismatch`.
  */
 export interface ClickHouseSchemaEvent {
-  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken'
+  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'
   message: string
   pod?: string
   pods?: Array<string>
@@ -345,6 +349,10 @@ export interface ClickHouseSchemaEvent {
   lease?: string
   holder?: string
   waitedMs?: number
+  table?: string
+  step?: string
+  partition?: string
+  rows?: number
 }
 
 /** A warning about valid props: where, and why it matters. */

@@ -73,6 +73,7 @@ export interface ClickHouseSchemaProps {
   retry?: ClickHouseSchemaRetry;
   lease?: ClickHouseSchemaLease;
   ledger?: ClickHouseSchemaLedger;
+  rebuild?: ClickHouseSchemaRebuild;
   kubeConfig?: ClickHouseSchemaKubeConfig;
   /**
    * Ordering-only input: pass an Output derived from the ClickHouse instance so Alchemy deploys it first. Only the resolved boolean is persisted; it is not part of the fingerprint.
@@ -184,6 +185,30 @@ export interface ClickHouseSchemaLedger {
    * Ledger table name.
    */
   table?: string;
+}
+/**
+ * Tables this resource may rebuild, by `database.table`. When the live-schema check finds that such a table differs from its declaration in a way no ALTER can change (ORDER BY beyond new trailing columns, PARTITION BY, PRIMARY KEY, SAMPLE BY, the engine), the apply rebuilds it on every pod that holds its rows, under the lease when there is one: it creates `<table>__new` from the declaration, copies rows written from a cut-over on through a materialized view, copies the rows before it partition by partition with a receipt for each (so a rerun resumes), verifies every partition, and swaps the two tables with one RENAME, keeping the old one as `<table>__old` unless keepOld is false. Without an entry such a difference fails the apply and the message names this prop. Not part of the fingerprint.
+ */
+export interface ClickHouseSchemaRebuild {
+  [k: string]: ClickHouseSchemaRebuildTable;
+}
+export interface ClickHouseSchemaRebuildTable {
+  /**
+   * A DateTime or integer column of the table (in the live table and in the declaration). Rows whose value is at or after the cut-over reach the new table through a materialized view as they are written; the rows before it are copied partition by partition. For a DateTime column the cut-over is the server's time plus cutoverDelaySeconds; for an integer column, one more than its largest value.
+   */
+  cutoverColumn: string;
+  /**
+   * Keep the old table as `<table>__old` after the swap (default true); false drops it once the new table serves.
+   */
+  keepOld?: boolean;
+  /**
+   * What is compared per partition before the swap: 'count' (row counts, the default) or 'checksum' (row counts and a checksum of every column both tables have, which reads every row twice).
+   */
+  verify?: "count" | "checksum";
+  /**
+   * For a DateTime cut-over column: how far in the future the cut-over is set, so that the view is in place on every pod before rows at the cut-over arrive. 1 to 3600; default 10.
+   */
+  cutoverDelaySeconds?: number;
 }
 /**
  * Kubeconfig options: a kubeconfig file, a context, server and TLS overrides, or an inline cluster and user whose credentials are files. Only credential-free fields are accepted: tokens, client certificates and keys are referenced by file or come from the kubeconfig itself.

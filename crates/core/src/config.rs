@@ -41,6 +41,8 @@ pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 3;
 pub const DEFAULT_LEASE_TTL_SECONDS: u32 = 60;
 /// The ledger table's name when `ledger.table` is not given.
 pub const DEFAULT_LEDGER_TABLE: &str = "clickhouse_schema_ledger";
+/// Seconds between the server's time and a DateTime cut-over when `cutoverDelaySeconds` is not given.
+pub const DEFAULT_CUTOVER_DELAY_SECONDS: u32 = 10;
 /// One second before the first retry, doubling after each.
 pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 1_000;
 
@@ -80,6 +82,9 @@ pub struct ResolvedConfig {
     pub lease: Option<LeaseConfig>,
     /// The per-pod ledger; `None`: off. Outside the fingerprint.
     pub ledger: Option<LedgerConfig>,
+    /// Tables the apply may rebuild, by `database.table`; outside the fingerprint.
+    #[serde(default)]
+    pub rebuild: BTreeMap<String, RebuildTable>,
     /// Which cluster to reach. Carries file paths and cluster endpoints, so
     /// callers must leave it out of the outputs; it is also outside the fingerprint.
     pub kube_config: Option<KubeConfig>,
@@ -256,6 +261,32 @@ pub struct LedgerConfig {
     pub database: String,
     /// The ledger table (a plain identifier).
     pub table: String,
+}
+
+/// How one table is rebuilt when its declaration differs from the live table in a way no ALTER
+/// can change (see `crate::rebuild`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RebuildTable {
+    /// The DateTime or integer column that splits the backfill (before the cut-over) from the
+    /// dual write (at or after it).
+    pub cutover_column: String,
+    /// Keep `<table>__old` after the swap.
+    pub keep_old: bool,
+    /// What is compared per partition before the swap.
+    pub verify: RebuildVerify,
+    /// For a DateTime cut-over column: seconds between the server's time and the cut-over.
+    pub cutover_delay_seconds: u32,
+}
+
+/// What a rebuild compares per partition before it swaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RebuildVerify {
+    /// Row counts.
+    Count,
+    /// Row counts and a checksum of every column both tables have.
+    Checksum,
 }
 
 /// The readiness budget.
@@ -464,6 +495,8 @@ struct Props {
     #[serde(default)]
     ledger: Option<PropsLedger>,
     #[serde(default)]
+    rebuild: BTreeMap<String, PropsRebuildTable>,
+    #[serde(default)]
     kube_config: Option<KubeConfig>,
     #[serde(default)]
     ready_barrier: Option<bool>,
@@ -485,6 +518,18 @@ struct PropsLedger {
     database: String,
     #[serde(default)]
     table: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PropsRebuildTable {
+    cutover_column: String,
+    #[serde(default)]
+    keep_old: Option<bool>,
+    #[serde(default)]
+    verify: Option<RebuildVerify>,
+    #[serde(default, deserialize_with = "integral")]
+    cutover_delay_seconds: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -609,6 +654,19 @@ pub(crate) fn resolve(props: &Value) -> Result<ResolvedConfig, String> {
             database: l.database,
             table: l.table.unwrap_or_else(|| DEFAULT_LEDGER_TABLE.to_owned()),
         }),
+        rebuild: props
+            .rebuild
+            .into_iter()
+            .map(|(table, r)| {
+                let resolved = RebuildTable {
+                    cutover_column: r.cutover_column,
+                    keep_old: r.keep_old.unwrap_or(true),
+                    verify: r.verify.unwrap_or(RebuildVerify::Count),
+                    cutover_delay_seconds: r.cutover_delay_seconds.unwrap_or(DEFAULT_CUTOVER_DELAY_SECONDS),
+                };
+                (table, resolved)
+            })
+            .collect(),
         kube_config: props.kube_config,
         ready_barrier: props.ready_barrier,
     })

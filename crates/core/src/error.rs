@@ -49,13 +49,18 @@ pub enum ErrorKind {
     LeaseHeld,
     /// The Lease was taken over by another deploy, or could not be renewed, while this one held it.
     LeaseLost,
+    /// A rebuild the `rebuild` prop allows would lose or break something (dependents, an old table
+    /// in the way, a replicated table towards a local one), so it did not start.
+    RebuildRefused,
+    /// A step of a rebuild failed; the live table still serves, and the next apply resumes.
+    RebuildFailed,
     /// A bug or an impossible state; the message says what was expected.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, for tests that check other lists against this one.
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::InvalidConfig,
         ErrorKind::StatementFailed,
         ErrorKind::Transport,
@@ -72,6 +77,8 @@ impl ErrorKind {
         ErrorKind::LedgerFailed,
         ErrorKind::LeaseHeld,
         ErrorKind::LeaseLost,
+        ErrorKind::RebuildRefused,
+        ErrorKind::RebuildFailed,
         ErrorKind::Internal,
     ];
 
@@ -94,6 +101,8 @@ impl ErrorKind {
             ErrorKind::LedgerFailed => "E_LEDGER_FAILED",
             ErrorKind::LeaseHeld => "E_LEASE_HELD",
             ErrorKind::LeaseLost => "E_LEASE_LOST",
+            ErrorKind::RebuildRefused => "E_REBUILD_REFUSED",
+            ErrorKind::RebuildFailed => "E_REBUILD_FAILED",
             ErrorKind::Internal => "E_INTERNAL",
         }
     }

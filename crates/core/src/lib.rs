@@ -32,6 +32,7 @@ pub mod live_schema;
 pub mod on_cluster;
 pub mod ownership;
 pub mod proxy;
+pub mod rebuild;
 pub(crate) mod reconcile;
 pub mod redact;
 pub mod redact_kubernetes;

@@ -417,6 +417,7 @@ async fn run_decision<T: PodLister + Executor, C: Clock>(
     waited: bool,
 ) -> Result<(Vec<PodRef>, Vec<PodRef>), ClickHouseSchemaError> {
     let ledger = config.ledger.as_ref().filter(|_| previous.is_none() || waited);
+    let new_pods_only = matches!(decision, Decision::NewPodsOnly { .. });
     let (first_observation, mut covered) = match decision {
         Decision::NewPodsOnly { live, covered, .. } => (Some(live), covered),
         _ => (None, Vec::new()),
@@ -436,6 +437,19 @@ async fn run_decision<T: PodLister + Executor, C: Clock>(
         }
         None => first_observation,
     };
+    // A table the statements change in a way no ALTER can is rebuilt first (when the props allow
+    // it), so the statements then find it as declared. Not for new pods alone: the others hold
+    // this fingerprint already, and a new pod gets the table from its CREATE.
+    if !config.rebuild.is_empty() && !new_pods_only {
+        let plans = crate::rebuild::plans(config).map_err(|why| {
+            ClickHouseSchemaError::new(
+                ErrorKind::Internal,
+                format!("a validated rebuild prop did not plan: {why}"),
+            )
+        })?;
+        run.rebuild_tables(&plans, &config.statements, &config.client.database)
+            .await?;
+    }
     match &config.execution {
         Execution::OnCluster { .. } => match covered.first() {
             Some(pod) if ledger.is_some() => Ok((vec![pod.clone()], vec![pod.clone()])),

@@ -633,7 +633,31 @@ fn connects(sql: &str, tokens: &[Token]) -> bool {
     })
 }
 
-/// The statement's source after the name (its columns and clauses), without a trailing `;`.
+/// The statement's source after the name (its columns and clauses), without a trailing `;`: what a
+/// rebuild creates `<table>__new` from.
+pub(crate) fn statement_body(sql: &str, tokens: &[Token], at: usize) -> String {
+    body(sql, tokens, at)
+}
+
+/// [`statement_body`] with a `Replicated` engine reduced to its plain one: a rebuild's staging
+/// table, which must never share the new table's ZooKeeper path.
+pub(crate) fn plain_table_body(sql: &str, tokens: &[Token], at: usize) -> String {
+    let replicated = definition::parse(sql)
+        .clause("ENGINE")
+        .and_then(|e| definition::engine_parts(&e.text))
+        .is_some_and(|(n, _)| n.starts_with("Replicated") && n.len() > 10);
+    table_body(sql, tokens, at, replicated)
+}
+
+/// Whether a statement that declares nothing alters, drops, detaches, renames or exchanges the
+/// object `qualified` (or its database).
+pub(crate) fn changes_later(sql: &str, default_database: &str, verb: &str, qualified: &str) -> bool {
+    let (effect, names, databases) = later_effect(sql, default_database, verb);
+    let database = qualified.split_once('.').map_or(qualified, |(d, _)| d);
+    !matches!(effect, Effect::None)
+        && (names.iter().any(|n| n == qualified) || (databases && names.iter().any(|n| n == database)))
+}
+
 fn body(sql: &str, tokens: &[Token], at: usize) -> String {
     match (
         tokens.get(at),

@@ -304,6 +304,21 @@ pub enum Event {
         /// One line.
         message: String,
     },
+    /// A step of a table's rebuild (see `crate::rebuild`) started or finished.
+    Rebuild {
+        /// `database.table`.
+        table: String,
+        /// `check`, `prepare`, `dualWrite`, `backfill`, `verify`, `swap` or `abandon`.
+        step: String,
+        /// The pod it ran on, when one.
+        pod: Option<String>,
+        /// The live partition's id (backfill).
+        partition: Option<String>,
+        /// Rows copied (backfill), or compared (verify).
+        rows: Option<u64>,
+        /// One line.
+        message: String,
+    },
 }
 
 /// How long a pod list may take: a list is small and quick, one that does not

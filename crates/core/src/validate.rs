@@ -24,8 +24,10 @@ use serde_json::{Map, Value};
 
 use crate::client_options;
 use crate::config::{DEFAULT_MAX_STATEMENT_BYTES, KubeConfigOptions, ResolvedConfig, resolve};
+use crate::config::{RebuildTable, RebuildVerify};
 use crate::error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 use crate::on_cluster;
+use crate::rebuild::RebuildPlan;
 use serde::Deserialize;
 
 /// The props schema, verbatim as shipped in the npm package.
@@ -143,6 +145,7 @@ const PROP_ORDER: &[&str] = &[
     "retry",
     "lease",
     "ledger",
+    "rebuild",
     "kubeConfig",
     "executor",
     "readyBarrier",
@@ -172,7 +175,7 @@ fn dedup(issues: &mut Vec<ConfigIssue>) {
 
 /// Objects whose keys are user data (labels, setting names) rather than prop
 /// names; their keys are rendered in brackets so any character reads unambiguously.
-const MAP_PATHS: &[&[&str]] = &[&["target", "podSelector"], &["settings"]];
+const MAP_PATHS: &[&[&str]] = &[&["target", "podSelector"], &["settings"], &["rebuild"]];
 
 fn translate(
     error: &ValidationError<'_>,
@@ -659,10 +662,48 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
         check_sizes(props, "deleteStatements", max_bytes, issues);
     }
 
+    check_rebuild(props, issues);
+
     if let Some(cluster) = on_cluster_name(props) {
         check_on_cluster(props, "statements", cluster, max_bytes, issues);
         if teardown == Some(Teardown::Run) {
             check_on_cluster(props, "deleteStatements", cluster, max_bytes, issues);
+        }
+    }
+}
+
+/// Each `rebuild` entry names a table the statements create with a MergeTree engine, and its
+/// cut-over column is a DateTime or integer column of that declaration (see [`RebuildPlan::new`]).
+/// Entries of the wrong shape were reported by the schema.
+fn check_rebuild(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) {
+    let (Some(Value::Object(entries)), Some(Value::Array(statements))) =
+        (props.get("rebuild"), props.get("statements"))
+    else {
+        return;
+    };
+    let statements: Vec<String> = statements
+        .iter()
+        .filter_map(|s| s.as_str().map(str::to_owned))
+        .collect();
+    let database = props
+        .get("client")
+        .and_then(|c| c.get("database"))
+        .and_then(Value::as_str)
+        .unwrap_or(crate::config::DEFAULT_DATABASE);
+    for (key, entry) in entries {
+        let Some(column) = entry.get("cutoverColumn").and_then(Value::as_str) else {
+            continue;
+        };
+        let config = RebuildTable {
+            cutover_column: column.to_owned(),
+            keep_old: true,
+            verify: RebuildVerify::Count,
+            cutover_delay_seconds: crate::config::DEFAULT_CUTOVER_DELAY_SECONDS,
+        };
+        if let Err(found) = RebuildPlan::new(key, &config, &statements, database) {
+            for (sub, reason) in found {
+                issues.push(issue(format!("rebuild[{}]{sub}", quote(key)), reason));
+            }
         }
     }
 }

@@ -49,6 +49,7 @@ fn quick_start_gets_every_default() {
         retry: Retry { max_attempts: 3, backoff_ms: 1_000 },
         lease: None,
         ledger: None,
+        rebuild: Default::default(),
         kube_config: None,
         ready_barrier: None,
     };

@@ -53,6 +53,8 @@ pub enum ClickHouseSchemaErrorCode {
     E_LEASE_HELD,
     /// Another deploy took the Lease over, or it could not be renewed, while this call held it.
     E_LEASE_LOST,
+    E_REBUILD_REFUSED,
+    E_REBUILD_FAILED,
     /// A bug; the message says what was expected.
     E_INTERNAL,
 }
@@ -77,6 +79,8 @@ impl ClickHouseSchemaErrorCode {
             ErrorKind::LedgerFailed => Self::E_LEDGER_FAILED,
             ErrorKind::LeaseHeld => Self::E_LEASE_HELD,
             ErrorKind::LeaseLost => Self::E_LEASE_LOST,
+            ErrorKind::RebuildRefused => Self::E_REBUILD_REFUSED,
+            ErrorKind::RebuildFailed => Self::E_REBUILD_FAILED,
             ErrorKind::Internal => Self::E_INTERNAL,
         }
     }

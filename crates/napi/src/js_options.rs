@@ -79,7 +79,9 @@ pub(crate) struct LifecycleOptions {
 /// - `verificationFailed` (under `verify: 'warn'`): the check could not run on `pod`;
 /// - `leaseWaiting`: another deploy (`holder`) holds the resource's `lease`; `remainingMs`
 ///   of `waitForPod` are left;
-/// - `leaseTaken`: this call took the `lease` after `waitedMs`.
+/// - `leaseTaken`: this call took the `lease` after `waitedMs`;
+/// - `rebuild`: a step of a `table`'s rebuild: `step` (`check`, `prepare`, `dualWrite`,
+///   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply.
 ///
 /// Events carry no statement text and no server or transport output; only
 /// indices, pod names, exit codes, timings and the redacted differences of a
@@ -88,7 +90,7 @@ pub(crate) struct LifecycleOptions {
 #[napi(object, object_to_js = false, object_from_js = false)]
 pub(crate) struct ClickHouseSchemaEvent {
     #[napi(
-        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken'"
+        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'"
     )]
     pub kind: String,
     pub message: String,
@@ -113,6 +115,10 @@ pub(crate) struct ClickHouseSchemaEvent {
     pub lease: Option<String>,
     pub holder: Option<String>,
     pub waited_ms: Option<f64>,
+    pub table: Option<String>,
+    pub step: Option<String>,
+    pub partition: Option<String>,
+    pub rows: Option<f64>,
 }
 
 type EventCallback = ThreadsafeFunction<serde_json::Value, (), serde_json::Value, Status, false>;

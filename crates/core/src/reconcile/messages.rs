@@ -356,7 +356,16 @@ impl<T, C> Run<'_, T, C> {
                     ),
                     _ => {
                         let parts: Vec<String> = object.differences.iter().map(difference_text).collect();
+                        let only_rebuild = crate::rebuild::rebuild_clauses(&object.differences);
                         let why = match form {
+                            _ if object.kind == "TABLE" && !only_rebuild.is_empty() => format!(
+                                "no ALTER can change {} of a table; to rebuild it with nothing lost (a new table, \
+                                 a dual write from a cut-over, a copy partition by partition, a verified swap), \
+                                 allow it in the props: rebuild: {{ '{}': {{ cutoverColumn: '<a DateTime or \
+                                 integer column>' }} }}",
+                                only_rebuild.join(", "),
+                                object.name
+                            ),
                             Some(DeclarationForm::CreateIfNotExists | DeclarationForm::AttachIfNotExists) => {
                                 format!(
                                     "{statement} ({} ... IF NOT EXISTS) left the existing {} as it was; change \

@@ -19,6 +19,7 @@ use std::time::Duration;
 mod lease;
 mod ledger;
 mod messages;
+mod rebuild;
 
 pub(crate) use ledger::LedgerWrite;
 
@@ -674,6 +675,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             Call::Statement { pod, index } => (format!("statement {index} on {pod}"), Some(pod), Some(index)),
             Call::Check { pod } => (format!("the live-schema check on {pod}"), Some(pod), None),
             Call::Ledger { pod } => (format!("the ledger on {pod}"), Some(pod), None),
+            Call::Rebuild { pod } => (format!("a rebuild step on {pod}"), Some(pod), None),
             Call::List => ("the pod list".to_owned(), None, None),
             Call::Lease => ("the lease".to_owned(), None, None),
         };
@@ -726,6 +728,7 @@ pub(crate) enum Call<'a> {
     Statement { pod: &'a str, index: usize },
     Check { pod: &'a str },
     Ledger { pod: &'a str },
+    Rebuild { pod: &'a str },
     Lease,
 }
 

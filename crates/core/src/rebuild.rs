@@ -1,0 +1,908 @@
+//! Rebuilds: the table changes ClickHouse has no ALTER for, carried out without losing a row.
+//!
+//! A new `ORDER BY` (beyond trailing columns added in the same ALTER), `PARTITION BY`,
+//! `PRIMARY KEY`, `SAMPLE BY` or engine (`MergeTree` to `ReplicatedMergeTree`, say) needs a new
+//! table. The user edits the table's `CREATE` and names the table in the `rebuild` prop; the
+//! live-schema check finds the difference, and the apply rebuilds the table on the pods that hold
+//! its rows before it runs the statements (which then find the table as declared):
+//!
+//! 1. `<table>__new` from the declaration, on every pod that holds the table (every replica);
+//! 2. a cut-over: for a DateTime column the server's time plus a delay, for an integer column one
+//!    more than its largest value; a materialized view `<table>__rebuild_view` copies every row
+//!    written at or after it into the new table (the dual write);
+//! 3. the backfill: the rows before the cut-over, one live partition at a time, from each source
+//!    (every pod for a local table; one replica per replica set for a `Replicated` one). A
+//!    partition is copied into a staging table (`<table>__rebuild_stage`, the new table's plain
+//!    engine), emptied before each copy so a half copy never counts, then moved into the new table
+//!    with `ATTACH PARTITION ... FROM`, which is atomic per partition and replicates. A receipt
+//!    row per moved partition, and one per copied live partition, goes into
+//!    `<database>.clickhouse_schema_rebuild_receipts` on the pod, so the next apply skips them;
+//! 4. verification per live partition: the new table's row count (and, when asked, a checksum of
+//!    every shared column) against the sum of its sources', read again a few times while the dual
+//!    write catches up;
+//! 5. the swap on each pod: the view is dropped, then `RENAME TABLE t TO t__old, t__new TO t`; the
+//!    staging table is dropped, and so is `t__old` unless `keepOld`.
+//!
+//! A failure at any step leaves `t` serving reads and writes as before; the next apply continues
+//! from the receipts. This module renders the scripts and reads their output; the reconcile
+//! (`crate::reconcile`) runs them. Nothing here does I/O.
+//!
+//! Two limits of the servers, 18.16 included, that the design accepts and the README states: a row
+//! before the cut-over that arrives after its partition was copied is not in the new table (the
+//! verification then fails, and the next apply starts the rebuild over); and between the view's drop
+//! and the RENAME (one script, milliseconds) an insert lands in the old table only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha2::{Digest, Sha256};
+
+use crate::clickhouse_text::{literal, unescape};
+use crate::config::{RebuildTable, RebuildVerify};
+use crate::declared::{DeclarationForm, ObjectKind, StatementClass, classify};
+use crate::definition;
+use crate::lexer::{Token, TokenKind, significant};
+use crate::live_schema::{
+    DifferenceReport, ObjectReport, ObjectStatus, changes_later, plain_table_body, statement_body,
+};
+
+/// Suffix of the table a rebuild builds.
+pub const NEW_SUFFIX: &str = "__new";
+/// Suffix the live table gets at the swap.
+pub const OLD_SUFFIX: &str = "__old";
+/// Suffix of the materialized view that carries rows written from the cut-over on.
+pub const VIEW_SUFFIX: &str = "__rebuild_view";
+/// Suffix of the staging table each partition is copied into first.
+pub const STAGE_SUFFIX: &str = "__rebuild_stage";
+/// The table, in the rebuilt table's database, that holds a rebuild's receipts.
+pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";
+/// How many times verification reads both tables before it calls a difference one: an insert
+/// writes the live table before its view writes the new one.
+pub const VERIFY_READS: u32 = 3;
+
+/// Clauses whose difference no ALTER can change.
+const REBUILD_CLAUSES: &[&str] = &["ENGINE", "ORDER BY", "PARTITION BY", "PRIMARY KEY", "SAMPLE BY"];
+
+/// The parts of an object's differences that only a rebuild can change, in report order. A new
+/// `ORDER BY` that only appends columns the live table lacks is not one of them: ClickHouse
+/// changes it with `ALTER TABLE ... ADD COLUMN ..., MODIFY ORDER BY ...`.
+pub fn rebuild_clauses(differences: &[DifferenceReport]) -> Vec<&str> {
+    let missing: BTreeSet<String> = differences
+        .iter()
+        .filter(|d| d.live.is_empty())
+        .filter_map(|d| d.clause.strip_prefix("column "))
+        .map(normalized)
+        .collect();
+    differences
+        .iter()
+        .filter(|d| REBUILD_CLAUSES.contains(&d.clause.as_str()))
+        .filter(|d| !(d.clause == "ORDER BY" && appends_only(&d.declared, &d.live, &missing)))
+        .map(|d| d.clause.as_str())
+        .collect()
+}
+
+/// Whether `object` (a verification report) differs from its declaration in a way only a rebuild
+/// changes.
+pub fn needs_rebuild(object: &ObjectReport) -> bool {
+    object.status == ObjectStatus::Differs
+        && object.kind == "TABLE"
+        && !rebuild_clauses(&object.differences).is_empty()
+}
+
+fn appends_only(declared: &str, live: &str, missing: &BTreeSet<String>) -> bool {
+    let declared = key_items(declared);
+    let live = key_items(live);
+    declared.len() > live.len()
+        && declared[..live.len()] == live[..]
+        && declared[live.len()..].iter().all(|item| missing.contains(item))
+}
+
+/// A key expression's top-level items: `(a, b)`, `tuple(a, b)` and `a, b` are the same two.
+fn key_items(text: &str) -> Vec<String> {
+    let tokens: Vec<Token> = significant(text).collect();
+    let mut inner: &[Token] = &tokens;
+    if let [first, second, .., last] = inner
+        && first.is_keyword(text, "tuple")
+        && second.is_punct(text, "(")
+        && last.is_punct(text, ")")
+    {
+        inner = &inner[2..inner.len() - 1];
+    } else if let [first, .., last] = inner
+        && first.is_punct(text, "(")
+        && last.is_punct(text, ")")
+        && closes_at_end(text, inner)
+    {
+        inner = &inner[1..inner.len() - 1];
+    }
+    let mut items = Vec::new();
+    let mut current = String::new();
+    let mut depth = 0usize;
+    for t in inner {
+        if t.is_punct(text, "(") || t.is_punct(text, "[") {
+            depth += 1;
+        } else if t.is_punct(text, ")") || t.is_punct(text, "]") {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && t.is_punct(text, ",") {
+            items.push(std::mem::take(&mut current));
+            continue;
+        }
+        current.push_str(&String::from_utf8_lossy(&t.value(text)));
+    }
+    if !current.is_empty() {
+        items.push(current);
+    }
+    items
+}
+
+/// Whether the parenthesis opening `tokens` closes at its last token (not `(a) + (b)`).
+fn closes_at_end(text: &str, tokens: &[Token]) -> bool {
+    let mut depth = 0usize;
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_punct(text, "(") {
+            depth += 1;
+        } else if t.is_punct(text, ")") {
+            depth = depth.saturating_sub(1);
+            if depth == 0 {
+                return i == tokens.len() - 1;
+            }
+        }
+    }
+    false
+}
+
+fn normalized(name: &str) -> String {
+    name.trim_matches('`').to_owned()
+}
+
+/// `name` as a quoted ClickHouse identifier.
+pub(crate) fn ident(name: &str) -> String {
+    let mut out = String::from("`");
+    for ch in name.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '`' => out.push_str("\\`"),
+            _ => out.push(ch),
+        }
+    }
+    out.push('`');
+    out
+}
+
+/// The plans of every `rebuild` entry of a validated config.
+pub fn plans(config: &crate::config::ResolvedConfig) -> Result<Vec<RebuildPlan>, String> {
+    config
+        .rebuild
+        .iter()
+        .map(|(key, table)| {
+            RebuildPlan::new(key, table, &config.statements, &config.client.database).map_err(|issues| {
+                issues
+                    .into_iter()
+                    .map(|(path, why)| format!("rebuild['{key}']{path} {why}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
+        })
+        .collect()
+}
+
+/// Whether a column type (as `system.columns` prints it, or as declared) can carry a cut-over:
+/// `Err` says why not.
+pub fn cutover_type(column_type: &str) -> Result<CutoverKind, String> {
+    let base = column_type.split('(').next().unwrap_or("").trim();
+    match base {
+        "DateTime" | "DateTime64" => Ok(CutoverKind::Time),
+        "Int8" | "Int16" | "Int32" | "Int64" | "Int128" | "Int256" | "UInt8" | "UInt16" | "UInt32"
+        | "UInt64" | "UInt128" | "UInt256" => Ok(CutoverKind::Number),
+        "Date" | "Date32" => Err(format!(
+            "is a {base} column: a cut-over on a day would hold the dual write until midnight; name a DateTime \
+             column"
+        )),
+        _ => Err(format!(
+            "has type {column_type}: a cut-over needs a DateTime or integer column (rows at or after it are \
+             written to both tables, rows before it are copied)"
+        )),
+    }
+}
+
+/// How the cut-over is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutoverKind {
+    /// A DateTime column: the server's time plus the delay.
+    Time,
+    /// An integer column: one more than the largest value.
+    Number,
+}
+
+/// What the `rebuild` prop allows for one table, with the statement that declares it.
+#[derive(Debug, Clone)]
+pub struct RebuildPlan {
+    /// The table's database.
+    pub database: String,
+    /// The table's name.
+    pub table: String,
+    /// How the prop asks for it.
+    pub config: RebuildTable,
+    /// The declaring statement's index.
+    pub statement_index: usize,
+    /// `(columns) ENGINE ...` as declared, without the name and `ON CLUSTER`.
+    body: String,
+    /// The same with a `Replicated` engine reduced to its plain one (for the staging table).
+    plain_body: String,
+    /// The declared ENGINE clause.
+    engine: String,
+    /// Identifies what is rebuilt towards: receipts of another declaration are not this rebuild's.
+    pub target: String,
+}
+
+/// What the validation of the `rebuild` prop found wrong with one entry, by its sub-path.
+pub type PlanIssue = (String, String);
+
+impl RebuildPlan {
+    /// The plan for `key` (`database.table`) from the statements, or what is wrong with the entry.
+    pub fn new(
+        key: &str,
+        config: &RebuildTable,
+        statements: &[String],
+        default_database: &str,
+    ) -> Result<Self, Vec<PlanIssue>> {
+        let mut declared: Option<(usize, &String)> = None;
+        let mut later: Option<String> = None;
+        for (index, sql) in statements.iter().enumerate() {
+            match classify(sql, default_database) {
+                StatementClass::Declares(d) if d.qualified_name() == key => {
+                    if d.kind == ObjectKind::Table
+                        && matches!(
+                            d.form,
+                            DeclarationForm::Create
+                                | DeclarationForm::CreateIfNotExists
+                                | DeclarationForm::CreateOrReplace
+                        )
+                    {
+                        declared = Some((index, sql));
+                        later = None;
+                    } else {
+                        declared = None;
+                    }
+                }
+                StatementClass::Other { verb }
+                    if declared.is_some() && changes_later(sql, default_database, &verb, key) =>
+                {
+                    later = Some(format!("statements[{index}] ({verb})"));
+                }
+                _ => {}
+            }
+        }
+        let Some((statement_index, sql)) = declared else {
+            return Err(vec![(
+                String::new(),
+                "names no table the statements create: a rebuild needs the table's CREATE TABLE statement"
+                    .into(),
+            )]);
+        };
+        if let Some(later) = later {
+            return Err(vec![(
+                String::new(),
+                format!(
+                    "is changed after its CREATE by {later}: a rebuild builds the table from its CREATE, so declare \
+                     the table as it should end up there"
+                ),
+            )]);
+        }
+        let tokens: Vec<Token> = significant(sql).collect();
+        let at = definition::after_name(sql, &tokens);
+        let parsed = definition::parse(sql);
+        let mut issues = Vec::new();
+        let engine = parsed
+            .clause("ENGINE")
+            .map(|e| e.text.clone())
+            .unwrap_or_default();
+        match definition::engine_parts(&engine) {
+            Some((engine, _)) if engine.ends_with("MergeTree") => {}
+            other => issues.push((
+                String::new(),
+                format!(
+                    "is declared with {}: a rebuild moves partitions, which only the MergeTree family has",
+                    other.map_or_else(|| "no engine".to_owned(), |(e, _)| format!("ENGINE = {e}"))
+                ),
+            )),
+        }
+        match parsed
+            .columns
+            .iter()
+            .find(|c| normalized(&c.name) == config.cutover_column)
+        {
+            None => issues.push((
+                ".cutoverColumn".into(),
+                format!(
+                    "names no column of the declared table {key}: name a DateTime or integer column it declares"
+                ),
+            )),
+            Some(column) => {
+                let column_type = declared_type(&column.part.text);
+                if let Err(why) = cutover_type(&column_type) {
+                    issues.push((".cutoverColumn".into(), why));
+                }
+            }
+        }
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        let (database, table) = key.split_once('.').unwrap_or((default_database, key));
+        let body = statement_body(sql, &tokens, at);
+        let plain_body = plain_table_body(sql, &tokens, at);
+        let mut hasher = Sha256::new();
+        hasher.update(key.as_bytes());
+        hasher.update([0]);
+        hasher.update(body.as_bytes());
+        let target = hex::encode(&hasher.finalize()[..8]);
+        Ok(Self {
+            database: database.to_owned(),
+            table: table.to_owned(),
+            config: config.clone(),
+            statement_index,
+            body,
+            plain_body,
+            engine,
+            target,
+        })
+    }
+
+    /// `database.table`, as messages name it.
+    pub fn key(&self) -> String {
+        format!("{}.{}", self.database, self.table)
+    }
+
+    /// The quoted name of the table with `suffix` (empty: the table itself).
+    pub fn name(&self, suffix: &str) -> String {
+        format!(
+            "{}.{}",
+            ident(&self.database),
+            ident(&format!("{}{suffix}", self.table))
+        )
+    }
+
+    fn names_literal(&self) -> String {
+        ["", NEW_SUFFIX, OLD_SUFFIX, VIEW_SUFFIX, STAGE_SUFFIX]
+            .iter()
+            .map(|s| literal(&format!("{}{s}", self.table)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn receipts(&self) -> String {
+        format!("{}.{}", ident(&self.database), ident(RECEIPTS_TABLE))
+    }
+
+    /// What a pod holds for this rebuild: its tables, replicas, columns, the objects that may read
+    /// or write the table, and the receipts. Creates the receipts table, so it may only run where
+    /// a rebuild is due.
+    pub fn inspect_script(&self) -> String {
+        let db = literal(&self.database);
+        let t = literal(&self.table);
+        let new = literal(&format!("{}{NEW_SUFFIX}", self.table));
+        let ours = self.names_literal();
+        format!(
+            "CREATE TABLE IF NOT EXISTS {receipts} (table_name String, target String, step String, source String, \
+             partition String, rows UInt64, checksum UInt64, value String, at DateTime DEFAULT now()) \
+             ENGINE = MergeTree ORDER BY (table_name, target, step);\n\
+             SELECT 'table', name, engine, partition_key FROM system.tables WHERE database = {db} AND name IN ({ours}) FORMAT TSV;\n\
+             SELECT 'replica', table, zookeeper_path FROM system.replicas WHERE database = {db} AND table IN ({t}, {new}) FORMAT TSV;\n\
+             SELECT 'column', table, name, type, default_kind FROM system.columns WHERE database = {db} AND table IN ({t}, {new}) FORMAT TSV;\n\
+             SELECT 'create', create_table_query FROM system.tables WHERE database = {db} AND name = {t} FORMAT TSV;\n\
+             SELECT 'object', database, name, create_table_query FROM system.tables \
+             WHERE database != 'system' AND NOT (database = {db} AND name IN ({ours})) \
+             AND position(create_table_query, {t}) > 0 FORMAT TSV;\n\
+             SELECT 'dictionary', name, source FROM system.dictionaries WHERE position(source, {t}) > 0 FORMAT TSV;\n\
+             SELECT 'receipt', step, source, partition, rows, checksum, value FROM {receipts} \
+             WHERE table_name = {key} AND target = {target} FORMAT TSV;\n",
+            receipts = self.receipts(),
+            key = literal(&self.key()),
+            target = literal(&self.target),
+        )
+    }
+
+    /// Creates the new table and the staging table on a pod (`IF NOT EXISTS`: a resumed rebuild
+    /// finds them).
+    pub fn prepare_script(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} {};\nCREATE TABLE IF NOT EXISTS {} {};\n",
+            self.name(NEW_SUFFIX),
+            self.body,
+            self.name(STAGE_SUFFIX),
+            self.plain_body,
+        )
+    }
+
+    /// Records the cut-over on a pod and creates the view that writes every row at or after it
+    /// into the new table.
+    pub fn dual_write_script(&self, cutover: &Cutover, columns: &[String]) -> String {
+        let list = column_list(columns);
+        format!(
+            "{receipt}\
+             CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {new} AS SELECT {list} FROM {live} WHERE {column} >= {value};\n",
+            receipt = self.receipt_insert("cutover", "", "", 0, 0, &cutover.value),
+            view = self.name(VIEW_SUFFIX),
+            new = self.name(NEW_SUFFIX),
+            live = self.name(""),
+            column = ident(&self.config.cutover_column),
+            value = cutover.sql(),
+        )
+    }
+
+    /// The query that reads a cut-over for this table on a pod: the server's time plus the delay,
+    /// or one more than the largest value (0 on an empty table).
+    pub fn cutover_query(&self, kind: CutoverKind) -> String {
+        match kind {
+            CutoverKind::Time => format!(
+                "SELECT toString(toUInt64(toUnixTimestamp(now())) + {}) FORMAT TSV;\n",
+                self.config.cutover_delay_seconds
+            ),
+            CutoverKind::Number => format!(
+                "SELECT toString(if(count() = 0, toInt64(0), toInt64(max({column})) + 1)) FROM {live} FORMAT TSV;\n",
+                column = ident(&self.config.cutover_column),
+                live = self.name(""),
+            ),
+        }
+    }
+
+    /// The live partitions on a source pod, with their rows.
+    pub fn partitions_query(&self) -> String {
+        format!(
+            "SELECT partition_id, any(partition), sum(rows) FROM system.parts WHERE database = {} AND table = {} \
+             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n",
+            literal(&self.database),
+            literal(&self.table),
+        )
+    }
+
+    /// Copies one live partition's rows before the cut-over into the emptied staging table, and
+    /// prints the staging table's partitions (the new table's) with their rows.
+    pub fn stage_script(
+        &self,
+        partition: &LivePartition,
+        live_key: &str,
+        cutover: &Cutover,
+        columns: &[String],
+    ) -> String {
+        let list = column_list(columns);
+        format!(
+            "TRUNCATE TABLE {stage};\n\
+             INSERT INTO {stage} ({list}) SELECT {list} FROM {live} WHERE {filter} AND {column} < {value};\n\
+             SELECT partition_id, sum(rows) FROM system.parts WHERE database = {db} AND table = {stage_name} \
+             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n",
+            stage = self.name(STAGE_SUFFIX),
+            live = self.name(""),
+            filter = partition_filter(live_key, &partition.value),
+            column = ident(&self.config.cutover_column),
+            value = cutover.sql(),
+            db = literal(&self.database),
+            stage_name = literal(&format!("{}{STAGE_SUFFIX}", self.table)),
+        )
+    }
+
+    /// Moves the staged partitions not moved before into the new table, a receipt after each, and
+    /// the receipt of the whole live partition last.
+    pub fn attach_script(
+        &self,
+        source: &str,
+        partition: &LivePartition,
+        staged: &[(String, u64)],
+        done: &BTreeSet<String>,
+    ) -> String {
+        let mut script = String::new();
+        for (id, rows) in staged.iter().filter(|(id, _)| !done.contains(id)) {
+            script.push_str(&format!(
+                "ALTER TABLE {} ATTACH PARTITION ID {} FROM {};\n",
+                self.name(NEW_SUFFIX),
+                literal(id),
+                self.name(STAGE_SUFFIX)
+            ));
+            script.push_str(&self.receipt_insert("attached", source, &partition.id, *rows, 0, id));
+        }
+        let rows: u64 = staged.iter().map(|(_, r)| r).sum();
+        script.push_str(&self.receipt_insert("copied", source, &partition.id, rows, 0, ""));
+        script
+    }
+
+    /// Per live partition of `table_suffix` (the live table or the new one): rows, and the
+    /// checksum when asked. Under a `Replicated` new table, waits for its replication queue first.
+    pub fn counts_script(
+        &self,
+        table_suffix: &str,
+        live_key: &str,
+        columns: &[String],
+        sync: bool,
+    ) -> String {
+        let checksum = match self.config.verify {
+            RebuildVerify::Checksum => format!("sumWithOverflow(cityHash64({}))", column_list(columns)),
+            RebuildVerify::Count => "toUInt64(0)".to_owned(),
+        };
+        let key = if live_key.trim().is_empty() {
+            "'tuple()'".to_owned()
+        } else {
+            format!("({live_key})")
+        };
+        let sync = if sync {
+            format!("SYSTEM SYNC REPLICA {};\n", self.name(table_suffix))
+        } else {
+            String::new()
+        };
+        format!(
+            "{sync}SELECT {key} AS p, count(), {checksum} FROM {table} GROUP BY p ORDER BY p FORMAT TSV;\n",
+            table = self.name(table_suffix),
+        )
+    }
+
+    /// The swap on one pod: the view goes first (after the rename it would write into the
+    /// missing `__new`), then one RENAME, then the staging table and, unless kept, the old one.
+    pub fn swap_script(&self) -> String {
+        let mut script = format!(
+            "DROP TABLE IF EXISTS {view};\nRENAME TABLE {live} TO {old}, {new} TO {live};\nDROP TABLE IF EXISTS {stage};\n",
+            view = self.name(VIEW_SUFFIX),
+            live = self.name(""),
+            old = self.name(OLD_SUFFIX),
+            new = self.name(NEW_SUFFIX),
+            stage = self.name(STAGE_SUFFIX),
+        );
+        if !self.config.keep_old {
+            script.push_str(&format!("DROP TABLE IF EXISTS {};\n", self.name(OLD_SUFFIX)));
+        }
+        script.push_str(&self.receipt_insert("swapped", "", "", 0, 0, ""));
+        script
+    }
+
+    /// Drops what a rebuild that must start over left: the view first, then the new and staging
+    /// tables; the receipt marks `cutover` as abandoned, so the next apply takes a new one.
+    pub fn abandon_script(&self, cutover: &Cutover) -> String {
+        format!(
+            "DROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\n{}",
+            self.name(VIEW_SUFFIX),
+            self.name(NEW_SUFFIX),
+            self.name(STAGE_SUFFIX),
+            self.receipt_insert("abandoned", "", "", 0, 0, &cutover.value),
+        )
+    }
+
+    /// The declared ENGINE clause.
+    pub fn engine_text(&self) -> &str {
+        &self.engine
+    }
+
+    fn receipt_insert(
+        &self,
+        step: &str,
+        source: &str,
+        partition: &str,
+        rows: u64,
+        checksum: u64,
+        value: &str,
+    ) -> String {
+        format!(
+            "INSERT INTO {} (table_name, target, step, source, partition, rows, checksum, value) VALUES ({}, {}, {}, {}, {}, {rows}, {checksum}, {});\n",
+            self.receipts(),
+            literal(&self.key()),
+            literal(&self.target),
+            literal(step),
+            literal(source),
+            literal(partition),
+            literal(value),
+        )
+    }
+}
+
+/// The type of a declared column entry (`at DateTime('UTC') DEFAULT now()` -> `DateTime('UTC')`).
+fn declared_type(entry: &str) -> String {
+    let tokens: Vec<Token> = significant(entry).collect();
+    let Some(first) = tokens.get(1) else {
+        return String::new();
+    };
+    let mut end = first.end;
+    if tokens.get(2).is_some_and(|t| t.is_punct(entry, "(")) {
+        let mut depth = 0usize;
+        for t in &tokens[2..] {
+            if t.is_punct(entry, "(") {
+                depth += 1;
+            } else if t.is_punct(entry, ")") {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    end = t.end;
+                    break;
+                }
+            }
+        }
+    }
+    entry[first.start..end].to_owned()
+}
+
+fn column_list(columns: &[String]) -> String {
+    columns.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ")
+}
+
+/// `(<partition key>) = <value>`, or `1` for an unpartitioned table.
+fn partition_filter(live_key: &str, value: &str) -> String {
+    if live_key.trim().is_empty() {
+        "1".to_owned()
+    } else {
+        format!("({live_key}) = {value}")
+    }
+}
+
+/// The cut-over of one rebuild.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cutover {
+    /// How it compares.
+    pub kind: CutoverKind,
+    /// Unix seconds (a time) or the integer, as text.
+    pub value: String,
+}
+
+impl Cutover {
+    /// The value as the view and the backfill compare with it.
+    pub fn sql(&self) -> String {
+        match self.kind {
+            CutoverKind::Time => format!("toDateTime({})", self.value),
+            CutoverKind::Number => self.value.clone(),
+        }
+    }
+
+    /// Whether `value` is a whole number, as a cut-over must be (it comes from the receipts).
+    pub fn parse(kind: CutoverKind, value: &str) -> Option<Self> {
+        let digits = value.strip_prefix('-').unwrap_or(value);
+        (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| Self {
+            kind,
+            value: value.to_owned(),
+        })
+    }
+}
+
+/// One live partition of a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LivePartition {
+    /// `system.parts.partition_id`.
+    pub id: String,
+    /// The partition's value as the server prints it (a literal it reads back).
+    pub value: String,
+    /// Its rows when listed.
+    pub rows: u64,
+}
+
+/// What [`RebuildPlan::inspect_script`] found on one pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inspection {
+    /// Which of the table, `__new`, `__old`, the view and the staging table exist, with their
+    /// engine and partition key.
+    pub tables: BTreeMap<String, (String, String)>,
+    /// ZooKeeper paths (expanded) of the table and `__new` when `Replicated`.
+    pub replicas: BTreeMap<String, String>,
+    /// Columns of the table and of `__new`: (table, name, type, default kind).
+    pub columns: Vec<(String, String, String, String)>,
+    /// The live table's CREATE as the server prints it.
+    pub create: Option<String>,
+    /// Other objects whose definition may read or write the table: `database.name` and their CREATE.
+    pub objects: Vec<(String, String)>,
+    /// Dictionaries whose source mentions the table: name and source.
+    pub dictionaries: Vec<(String, String)>,
+    /// This rebuild's receipts on the pod.
+    pub receipts: Vec<Receipt>,
+}
+
+/// One receipt row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// `cutover`, `attached`, `copied`, `swapped` or `abandoned`.
+    pub step: String,
+    /// The source (a replica set's ZooKeeper path, or a pod's name).
+    pub source: String,
+    /// The live partition's id.
+    pub partition: String,
+    /// Rows copied.
+    pub rows: u64,
+    /// The cut-over (`cutover`) or the new table's partition id (`attached`).
+    pub value: String,
+}
+
+impl Inspection {
+    /// Reads the inspection script's output; `Err` names the line it could not read.
+    pub fn parse(stdout: &str) -> Result<Self, String> {
+        let mut out = Self::default();
+        for line in stdout.lines().filter(|l| !l.is_empty()) {
+            let fields: Vec<String> = line.split('\t').map(unescape).collect();
+            let f = |i: usize| fields.get(i).cloned().unwrap_or_default();
+            match fields.first().map(String::as_str) {
+                Some("table") => {
+                    out.tables.insert(f(1), (f(2), f(3)));
+                }
+                Some("replica") => {
+                    out.replicas.insert(f(1), f(2));
+                }
+                Some("column") => out.columns.push((f(1), f(2), f(3), f(4))),
+                Some("create") => out.create = Some(f(1)),
+                Some("object") => out.objects.push((format!("{}.{}", f(1), f(2)), f(3))),
+                Some("dictionary") => out.dictionaries.push((f(1), f(2))),
+                Some("receipt") => out.receipts.push(Receipt {
+                    step: f(1),
+                    source: f(2),
+                    partition: f(3),
+                    rows: f(4)
+                        .parse()
+                        .map_err(|_| format!("a receipt's rows are not a number: {line}"))?,
+                    value: f(6),
+                }),
+                _ => {
+                    return Err(format!(
+                        "an unexpected line: {}",
+                        line.chars().take(80).collect::<String>()
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The columns of `table` (name, type, default kind).
+    pub fn columns_of<'a>(
+        &'a self,
+        table: &'a str,
+    ) -> impl Iterator<Item = &'a (String, String, String, String)> + 'a {
+        self.columns.iter().filter(move |c| c.0 == table)
+    }
+}
+
+/// Columns a row is copied by: those the new table has as plain or DEFAULT columns and the live
+/// table has too, in the new table's order.
+pub fn shared_columns(inspection: &Inspection, table: &str) -> Vec<String> {
+    let new = format!("{table}{NEW_SUFFIX}");
+    let live: BTreeSet<&str> = inspection.columns_of(table).map(|c| c.1.as_str()).collect();
+    inspection
+        .columns_of(&new)
+        .filter(|c| live.contains(c.1.as_str()))
+        .filter(|c| c.3.is_empty() || c.3 == "DEFAULT")
+        .map(|c| c.1.clone())
+        .collect()
+}
+
+/// Whether `sql` (an object's CREATE, or any statement) reads or writes `db.table`: `db.table`
+/// spelled with a dot, the two as arguments (`Distributed(c, db, table)`), or, for an object in
+/// `db` itself (`own_database`), the bare name. Errs on the side of naming too many.
+pub fn references(sql: &str, tokens: &[Token], own_database: &str, db: &str, table: &str) -> bool {
+    let value = |t: &Token| -> Option<String> {
+        matches!(
+            t.kind,
+            TokenKind::Word | TokenKind::QuotedIdentifier | TokenKind::StringLiteral
+        )
+        .then(|| String::from_utf8_lossy(&t.value(sql)).into_owned())
+    };
+    for (i, t) in tokens.iter().enumerate() {
+        if value(t).as_deref() != Some(table) {
+            continue;
+        }
+        let before = i.checked_sub(1).map(|j| &tokens[j]);
+        let before2 = i.checked_sub(2).map(|j| &tokens[j]);
+        let qualified = before.is_some_and(|b| b.is_punct(sql, ".") || b.is_punct(sql, ","))
+            && before2.and_then(value).as_deref() == Some(db);
+        if qualified {
+            return true;
+        }
+        let after_dot = before.is_some_and(|b| b.is_punct(sql, "."));
+        let before_dot = tokens.get(i + 1).is_some_and(|a| a.is_punct(sql, "."));
+        if own_database == db && !after_dot && !before_dot && t.kind != TokenKind::StringLiteral {
+            return true;
+        }
+    }
+    false
+}
+
+/// The objects on a pod that would break at the swap, by name: views and materialized views
+/// reading the table, materialized views writing into it, Distributed and Merge tables over it,
+/// and dictionaries reading it, except those the statements declare (`declared`, qualified names).
+pub fn dependents(plan: &RebuildPlan, inspection: &Inspection, declared: &BTreeSet<String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, create) in &inspection.objects {
+        if declared.contains(name) {
+            continue;
+        }
+        let own = name.split_once('.').map_or("", |(d, _)| d);
+        let tokens: Vec<Token> = significant(create).collect();
+        let at = definition::after_name(create, &tokens);
+        if references(
+            create,
+            &tokens[at.min(tokens.len())..],
+            own,
+            &plan.database,
+            &plan.table,
+        ) {
+            found.push(name.clone());
+        }
+    }
+    for (name, source) in &inspection.dictionaries {
+        if declared.contains(name) {
+            continue;
+        }
+        let key = plan.key();
+        if source.contains(&key) || source.contains(&format!("{}.{}", plan.database, plan.table)) {
+            found.push(format!("dictionary {name}"));
+        }
+    }
+    found
+}
+
+/// Reads [`RebuildPlan::partitions_query`]'s output.
+pub fn parse_partitions(stdout: &str) -> Result<Vec<LivePartition>, String> {
+    stdout
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let fields: Vec<String> = line.split('\t').map(unescape).collect();
+            match fields.as_slice() {
+                [id, value, rows] => Ok(LivePartition {
+                    id: id.clone(),
+                    value: value.clone(),
+                    rows: rows
+                        .parse()
+                        .map_err(|_| format!("rows are not a number: {line}"))?,
+                }),
+                _ => Err(format!("an unexpected partition line: {line}")),
+            }
+        })
+        .collect()
+}
+
+/// Reads the staged partitions at the end of [`RebuildPlan::stage_script`]'s output.
+pub fn parse_staged(stdout: &str) -> Result<Vec<(String, u64)>, String> {
+    stdout
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|line| match line.split_once('\t') {
+            Some((id, rows)) => rows
+                .parse()
+                .map(|r| (unescape(id), r))
+                .map_err(|_| format!("rows are not a number: {line}")),
+            None => Err(format!("an unexpected staged line: {line}")),
+        })
+        .collect()
+}
+
+/// Rows and checksum per live partition value.
+pub type Counts = BTreeMap<String, (u64, u64)>;
+
+/// Reads [`RebuildPlan::counts_script`]'s output.
+pub fn parse_counts(stdout: &str) -> Result<Counts, String> {
+    let mut counts = Counts::new();
+    for line in stdout.lines().filter(|l| !l.is_empty()) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [p, rows, checksum] = fields.as_slice() else {
+            return Err(format!("an unexpected count line: {line}"));
+        };
+        let rows: u64 = rows
+            .parse()
+            .map_err(|_| format!("rows are not a number: {line}"))?;
+        let checksum: u64 = checksum
+            .parse()
+            .map_err(|_| format!("a checksum is not a number: {line}"))?;
+        counts.insert(unescape(p), (rows, checksum));
+    }
+    Ok(counts)
+}
+
+/// Adds one source's counts into a sum (checksums add with wrap-around, as `sumWithOverflow`).
+pub fn add_counts(sum: &mut Counts, more: &Counts) {
+    for (p, (rows, checksum)) in more {
+        let entry = sum.entry(p.clone()).or_insert((0, 0));
+        entry.0 += rows;
+        entry.1 = entry.1.wrapping_add(*checksum);
+    }
+}
+
+/// The partitions whose rows (or checksum) differ: value, expected, found.
+pub fn count_differences(expected: &Counts, found: &Counts) -> Vec<(String, (u64, u64), (u64, u64))> {
+    let keys: BTreeSet<&String> = expected.keys().chain(found.keys()).collect();
+    keys.into_iter()
+        .filter_map(|p| {
+            let e = expected.get(p).copied().unwrap_or((0, 0));
+            let f = found.get(p).copied().unwrap_or((0, 0));
+            (e != f).then(|| (p.clone(), e, f))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

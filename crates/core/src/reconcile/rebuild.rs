@@ -1,0 +1,835 @@
+//! Running a rebuild (see `crate::rebuild` for the procedure and why each step is safe) across the
+//! pods that hold the table: before the statements run, under the lease when there is one.
+//!
+//! Which pod does what:
+//! - every pod whose table differs in a way only a rebuild changes gets the new table, the staging
+//!   table, the view and, at the end, the swap (for a `Replicated` table that is every replica);
+//! - the backfill reads each *source* once: a local table is its own source on every pod; the
+//!   replicas of a `Replicated` table share one (its ZooKeeper path), copied from the first of them
+//!   by name, and `ATTACH PARTITION` replicates what it moves;
+//! - verification compares each *target* (the new table's replica set, or the pod for a local one)
+//!   with the sum of the sources inside it.
+//!
+//! Receipts are read from every pod inspected and keyed by source, so a rerun after a failure on
+//! one replica does not copy again what another replica's receipts record.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::{Call, Run};
+use crate::command;
+use crate::declared::{StatementClass, classify};
+use crate::error::{ClickHouseSchemaError, ErrorKind};
+use crate::live_schema::{ObjectStatus, VerifyPlan};
+use crate::rebuild::{
+    self, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX, RECEIPTS_TABLE, RebuildPlan,
+    VERIFY_READS,
+};
+use crate::redact::redact_clickhouse_output;
+use crate::transport::{Clock, Event, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
+
+/// Where a rebuild step runs, for its messages.
+struct At<'a> {
+    plan: &'a RebuildPlan,
+    step: &'static str,
+    pod: &'a str,
+    partition: Option<&'a str>,
+}
+
+impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
+    /// Rebuilds each table of `plans` on the pods whose live table needs it, before the statements
+    /// run. A table that is missing (the statements create it) or already as declared is left alone.
+    pub(crate) async fn rebuild_tables(
+        &self,
+        plans: &[RebuildPlan],
+        statements: &[String],
+        default_database: &str,
+    ) -> Result<(), ClickHouseSchemaError> {
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let pods = self.list_matching().await?;
+        let declared: BTreeSet<String> = statements
+            .iter()
+            .filter_map(|s| match classify(s, default_database) {
+                StatementClass::Declares(d) => Some(d.qualified_name()),
+                StatementClass::Other { .. } => None,
+            })
+            .collect();
+        let check_statements: Vec<String> = plans
+            .iter()
+            .map(|p| statements[p.statement_index].clone())
+            .collect();
+        let check = VerifyPlan::new(&check_statements, default_database);
+        // Which pods hold each table, and which of them need the rebuild.
+        let mut holding: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
+        let mut due: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
+        for pod in &pods {
+            if !pod.ready || !pod.has_container(&self.target.container) {
+                if let Some(plan) = plans.first() {
+                    return Err(self.rebuild_error(
+                        ErrorKind::RebuildFailed,
+                        &At {
+                            plan,
+                            step: "check",
+                            pod: &pod.name,
+                            partition: None,
+                        },
+                        "the pod is not Ready (or lacks the container); a rebuild needs every pod that may hold the \
+                         table, so wait for the rollout to finish and deploy again",
+                    ));
+                }
+            }
+            let report = self
+                .verify_pod(&check, &pod.name)
+                .await
+                .map_err(|f| self.failure_error(f, &pod.name))?;
+            for object in &report.objects {
+                if object.status != ObjectStatus::Missing {
+                    holding.entry(object.name.clone()).or_default().push(pod);
+                }
+                if rebuild::needs_rebuild(object) {
+                    due.entry(object.name.clone()).or_default().push(pod);
+                }
+            }
+        }
+        for plan in plans {
+            let Some(due_pods) = due.get(&plan.key()) else {
+                continue;
+            };
+            let holders = holding.get(&plan.key()).cloned().unwrap_or_default();
+            self.rebuild_table(plan, due_pods, &holders, &declared).await?;
+        }
+        Ok(())
+    }
+
+    async fn rebuild_table(
+        &self,
+        plan: &RebuildPlan,
+        due: &[&PodInfo],
+        holders: &[&PodInfo],
+        declared: &BTreeSet<String>,
+    ) -> Result<(), ClickHouseSchemaError> {
+        let key = plan.key();
+        let table = plan.table.as_str();
+        let new_name = format!("{table}{NEW_SUFFIX}");
+        self.rebuild_event(
+            plan,
+            "check",
+            None,
+            None,
+            None,
+            format!(
+                "{key} differs from its declaration in a way no ALTER can change on {} pod(s): rebuilding it",
+                due.len()
+            ),
+        );
+
+        // Inspect, refuse what would lose or break something, then prepare.
+        let mut receipts = Vec::new();
+        let mut before: BTreeMap<String, Inspection> = BTreeMap::new();
+        for pod in holders {
+            let at = At {
+                plan,
+                step: "check",
+                pod: &pod.name,
+                partition: None,
+            };
+            let inspection = self.inspect(&at).await?;
+            receipts.extend(inspection.receipts.iter().cloned());
+            before.insert(pod.name.clone(), inspection);
+        }
+        for pod in due {
+            let inspection = &before[&pod.name];
+            self.refuse(plan, &pod.name, inspection, declared)?;
+        }
+        let mut inspected: BTreeMap<String, Inspection> = BTreeMap::new();
+        for pod in due {
+            let at = At {
+                plan,
+                step: "prepare",
+                pod: &pod.name,
+                partition: None,
+            };
+            self.rebuild_exec(&at, plan.prepare_script(), true).await?;
+            inspected.insert(pod.name.clone(), self.inspect(&at).await?);
+        }
+        self.rebuild_event(
+            plan,
+            "prepare",
+            None,
+            None,
+            None,
+            format!(
+                "{key}: {}{NEW_SUFFIX} and the staging table exist on {} pod(s)",
+                table,
+                due.len()
+            ),
+        );
+
+        // The cut-over: the one recorded (a resumed rebuild), else a new one.
+        let first = due[0];
+        let live_type = inspected[&first.name]
+            .columns_of(table)
+            .find(|c| c.1 == plan.config.cutover_column)
+            .map(|c| c.2.clone())
+            .unwrap_or_default();
+        let kind = rebuild::cutover_type(&live_type).map_err(|why| {
+            self.rebuild_error(
+                ErrorKind::RebuildRefused,
+                &At {
+                    plan,
+                    step: "check",
+                    pod: &first.name,
+                    partition: None,
+                },
+                &format!(
+                    "the live table's cut-over column {} {why}",
+                    plan.config.cutover_column
+                ),
+            )
+        })?;
+        let abandoned: BTreeSet<&str> = receipts
+            .iter()
+            .filter(|r| r.step == "abandoned")
+            .map(|r| r.value.as_str())
+            .collect();
+        let recorded = receipts
+            .iter()
+            .filter(|r| r.step == "cutover" && !abandoned.contains(r.value.as_str()))
+            .find_map(|r| Cutover::parse(kind, &r.value));
+        let cutover = match recorded {
+            Some(cutover) => cutover,
+            None => self.new_cutover(plan, kind, due).await?,
+        };
+        for pod in due {
+            let at = At {
+                plan,
+                step: "dualWrite",
+                pod: &pod.name,
+                partition: None,
+            };
+            let columns = rebuild::shared_columns(&inspected[&pod.name], table);
+            self.rebuild_exec(&at, plan.dual_write_script(&cutover, &columns), true)
+                .await?;
+        }
+        self.rebuild_event(
+            plan,
+            "dualWrite",
+            None,
+            None,
+            None,
+            format!(
+                "{key}: rows with {} >= {} are written to both tables from now on",
+                plan.config.cutover_column,
+                cutover.sql()
+            ),
+        );
+        if kind == CutoverKind::Time {
+            self.wait_for_cutover(plan, &cutover, first).await?;
+        }
+
+        // The backfill, source by source.
+        let source_of = |pod: &PodInfo| -> String {
+            inspected[&pod.name]
+                .replicas
+                .get(table)
+                .cloned()
+                .unwrap_or_else(|| pod.name.clone())
+        };
+        let mut sources: BTreeMap<String, &PodInfo> = BTreeMap::new();
+        for pod in due {
+            sources.entry(source_of(pod)).or_insert(pod);
+        }
+        let copied: BTreeSet<(&str, &str)> = receipts
+            .iter()
+            .filter(|r| r.step == "copied")
+            .map(|r| (r.source.as_str(), r.partition.as_str()))
+            .collect();
+        for (source, pod) in &sources {
+            self.backfill(
+                plan,
+                source,
+                pod,
+                &inspected[&pod.name],
+                &cutover,
+                &copied,
+                &receipts,
+            )
+            .await?;
+        }
+
+        // Verification, target by target.
+        let mut targets: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
+        for pod in due {
+            let target = inspected[&pod.name]
+                .replicas
+                .get(&new_name)
+                .cloned()
+                .unwrap_or_else(|| pod.name.clone());
+            targets.entry(target).or_default().push(pod);
+        }
+        for pods in targets.values() {
+            let in_target: BTreeMap<String, &PodInfo> = pods.iter().map(|p| (source_of(p), *p)).collect();
+            if let Some(mismatch) = self.verify_target(plan, pods[0], &in_target, &inspected).await? {
+                for pod in due {
+                    let at = At {
+                        plan,
+                        step: "abandon",
+                        pod: &pod.name,
+                        partition: None,
+                    };
+                    self.rebuild_exec(&at, plan.abandon_script(&cutover), true)
+                        .await?;
+                }
+                return Err(mismatch);
+            }
+        }
+
+        // The swap, pod by pod.
+        for pod in due {
+            let at = At {
+                plan,
+                step: "swap",
+                pod: &pod.name,
+                partition: None,
+            };
+            self.rebuild_exec(&at, plan.swap_script(), false).await?;
+            self.rebuild_event(
+                plan,
+                "swap",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{key} on {}: swapped; the new table serves{}",
+                    pod.name,
+                    if plan.config.keep_old {
+                        format!(", the old one is kept as {table}{OLD_SUFFIX}")
+                    } else {
+                        ", the old one is dropped".to_owned()
+                    }
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses a rebuild on `pod` that would lose or break something.
+    fn refuse(
+        &self,
+        plan: &RebuildPlan,
+        pod: &str,
+        inspection: &Inspection,
+        declared: &BTreeSet<String>,
+    ) -> Result<(), ClickHouseSchemaError> {
+        let table = plan.table.as_str();
+        let at = At {
+            plan,
+            step: "check",
+            pod,
+            partition: None,
+        };
+        let refused = |why: String| self.rebuild_error(ErrorKind::RebuildRefused, &at, &why);
+        if inspection.tables.contains_key(&format!("{table}{OLD_SUFFIX}")) {
+            return Err(refused(format!(
+                "{}.{table}{OLD_SUFFIX} exists (an earlier rebuild's old table): the swap would need its name. \
+                 Drop it, or rename it, once its rows are no longer needed",
+                plan.database
+            )));
+        }
+        let engine = inspection
+            .tables
+            .get(table)
+            .map(|(e, _)| e.clone())
+            .unwrap_or_default();
+        if !engine.ends_with("MergeTree") {
+            return Err(refused(format!(
+                "the live table's engine is {engine}: a rebuild moves partitions, which only the MergeTree family has"
+            )));
+        }
+        let declared_engine = plan_engine(plan);
+        if inspection.replicas.contains_key(table) && !declared_engine.starts_with("Replicated") {
+            return Err(refused(format!(
+                "the live table is {engine} and the declaration {declared_engine}: rows written during the rebuild \
+                 on one replica would reach only that replica's new table (a materialized view does not see \
+                 replicated parts)"
+            )));
+        }
+        if let (Some(live_path), Some(declared_path)) = (
+            inspection.create.as_deref().and_then(replication_path),
+            replication_path(plan.engine_text()),
+        ) && live_path == declared_path
+        {
+            return Err(refused(format!(
+                "the declaration keeps the live table's ZooKeeper path '{live_path}': the new table is created \
+                 beside the live one, so it needs a path of its own (append a version, say '{live_path}_v2')"
+            )));
+        }
+        let dependents = rebuild::dependents(plan, inspection, declared);
+        if !dependents.is_empty() {
+            return Err(refused(format!(
+                "{} read(s) or write(s) the table by name and would follow it to {table}{OLD_SUFFIX} or break at the \
+                 swap: {}. Declare them in the same statements (the apply creates them after the rebuild), or \
+                 drop them first",
+                dependents.len(),
+                dependents.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    async fn new_cutover(
+        &self,
+        plan: &RebuildPlan,
+        kind: CutoverKind,
+        due: &[&PodInfo],
+    ) -> Result<Cutover, ClickHouseSchemaError> {
+        // A time: the first pod's clock. A number: the largest over every pod.
+        let pods: &[&PodInfo] = match kind {
+            CutoverKind::Time => &due[..1],
+            CutoverKind::Number => due,
+        };
+        let mut best: Option<i128> = None;
+        for pod in pods {
+            let at = At {
+                plan,
+                step: "dualWrite",
+                pod: &pod.name,
+                partition: None,
+            };
+            let out = self.rebuild_exec(&at, plan.cutover_query(kind), true).await?;
+            let value: i128 = out.trim().parse().map_err(|_| {
+                self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &at,
+                    &format!("the cut-over query printed {:?}, not a number", out.trim()),
+                )
+            })?;
+            best = Some(best.map_or(value, |b| b.max(value)));
+        }
+        Ok(Cutover {
+            kind,
+            value: best.unwrap_or(0).to_string(),
+        })
+    }
+
+    async fn wait_for_cutover(
+        &self,
+        plan: &RebuildPlan,
+        cutover: &Cutover,
+        pod: &PodInfo,
+    ) -> Result<(), ClickHouseSchemaError> {
+        let target: i128 = cutover.value.parse().unwrap_or(0);
+        loop {
+            let at = At {
+                plan,
+                step: "dualWrite",
+                pod: &pod.name,
+                partition: None,
+            };
+            let out = self
+                .rebuild_exec(
+                    &at,
+                    "SELECT toUnixTimestamp(now()) FORMAT TSV;\n".to_owned(),
+                    true,
+                )
+                .await?;
+            let now: i128 = out.trim().parse().unwrap_or(target);
+            if now >= target {
+                return Ok(());
+            }
+            let wait = u64::try_from(target - now).unwrap_or(1).min(3600);
+            self.rebuild_event(
+                plan,
+                "dualWrite",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{}: waiting {wait} s for the cut-over, so that every row before it is in the live table",
+                    plan.key()
+                ),
+            );
+            if self
+                .unless_cancelled(self.clock.sleep(Duration::from_secs(wait)))
+                .await
+                .is_none()
+            {
+                return Err(self
+                    .cancelled(&format!("while {} waited for its cut-over", plan.key()))
+                    .with_pod(&pod.name));
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn backfill(
+        &self,
+        plan: &RebuildPlan,
+        source: &str,
+        pod: &PodInfo,
+        inspection: &Inspection,
+        cutover: &Cutover,
+        copied: &BTreeSet<(&str, &str)>,
+        receipts: &[rebuild::Receipt],
+    ) -> Result<(), ClickHouseSchemaError> {
+        let key = plan.key();
+        let table = plan.table.as_str();
+        let live_key = inspection
+            .tables
+            .get(table)
+            .map(|(_, k)| k.clone())
+            .unwrap_or_default();
+        let columns = rebuild::shared_columns(inspection, table);
+        let at = At {
+            plan,
+            step: "backfill",
+            pod: &pod.name,
+            partition: None,
+        };
+        let out = self.rebuild_exec(&at, plan.partitions_query(), true).await?;
+        let partitions = rebuild::parse_partitions(&out)
+            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+        let total = partitions.len();
+        for (n, partition) in partitions.iter().enumerate() {
+            let at = At {
+                plan,
+                step: "backfill",
+                pod: &pod.name,
+                partition: Some(&partition.id),
+            };
+            if copied.contains(&(source, partition.id.as_str())) {
+                self.rebuild_event(
+                    plan,
+                    "backfill",
+                    Some(&pod.name),
+                    Some(&partition.id),
+                    None,
+                    format!(
+                        "{key} on {}: partition {} ({}/{total}) was copied by an earlier run (its receipt); skipped",
+                        pod.name,
+                        partition.id,
+                        n + 1
+                    ),
+                );
+                continue;
+            }
+            let out = self
+                .rebuild_exec(
+                    &at,
+                    plan.stage_script(partition, &live_key, cutover, &columns),
+                    true,
+                )
+                .await?;
+            let staged = rebuild::parse_staged(&out)
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            let done: BTreeSet<String> = receipts
+                .iter()
+                .filter(|r| r.step == "attached" && r.source == source && r.partition == partition.id)
+                .map(|r| r.value.clone())
+                .collect();
+            // Not retried: a transport failure may have moved a partition whose receipt is lost.
+            self.rebuild_exec(&at, plan.attach_script(source, partition, &staged, &done), false)
+                .await?;
+            let rows: u64 = staged.iter().map(|(_, r)| r).sum();
+            self.rebuild_event(
+                plan,
+                "backfill",
+                Some(&pod.name),
+                Some(&partition.id),
+                Some(rows),
+                format!(
+                    "{key} on {}: partition {} ({}/{total}): {rows} row(s) before the cut-over copied",
+                    pod.name,
+                    partition.id,
+                    n + 1
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Compares one target (the new table on `verifier`, or its replica set) with the sum of its
+    /// sources, reading again while the dual write catches up. `Some`: they still differ, and the
+    /// error says how.
+    async fn verify_target(
+        &self,
+        plan: &RebuildPlan,
+        verifier: &PodInfo,
+        sources: &BTreeMap<String, &PodInfo>,
+        inspected: &BTreeMap<String, Inspection>,
+    ) -> Result<Option<ClickHouseSchemaError>, ClickHouseSchemaError> {
+        let key = plan.key();
+        let table = plan.table.as_str();
+        let inspection = &inspected[&verifier.name];
+        let live_key = inspection
+            .tables
+            .get(table)
+            .map(|(_, k)| k.clone())
+            .unwrap_or_default();
+        let columns = rebuild::shared_columns(inspection, table);
+        let replicated = inspection.replicas.contains_key(&format!("{table}{NEW_SUFFIX}"));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            // The live table first: a row its view has yet to write reads as missing in the new
+            // table, never as extra.
+            let mut expected = Counts::new();
+            for pod in sources.values() {
+                let at = At {
+                    plan,
+                    step: "verify",
+                    pod: &pod.name,
+                    partition: None,
+                };
+                let out = self
+                    .rebuild_exec(&at, plan.counts_script("", &live_key, &columns, false), true)
+                    .await?;
+                let counts = rebuild::parse_counts(&out)
+                    .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+                rebuild::add_counts(&mut expected, &counts);
+            }
+            let at = At {
+                plan,
+                step: "verify",
+                pod: &verifier.name,
+                partition: None,
+            };
+            let out = self
+                .rebuild_exec(
+                    &at,
+                    plan.counts_script(NEW_SUFFIX, &live_key, &columns, replicated),
+                    true,
+                )
+                .await?;
+            let found = rebuild::parse_counts(&out)
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            let differences = rebuild::count_differences(&expected, &found);
+            let rows: u64 = expected.values().map(|(r, _)| r).sum();
+            if differences.is_empty() {
+                self.rebuild_event(
+                    plan,
+                    "verify",
+                    Some(&verifier.name),
+                    None,
+                    Some(rows),
+                    format!(
+                        "{key} on {}: {} partition(s), {rows} row(s) match{}",
+                        verifier.name,
+                        expected.len(),
+                        match plan.config.verify {
+                            crate::config::RebuildVerify::Checksum => ", checksums included",
+                            crate::config::RebuildVerify::Count => "",
+                        }
+                    ),
+                );
+                return Ok(None);
+            }
+            if attempt >= VERIFY_READS {
+                let listed: Vec<String> = differences
+                    .iter()
+                    .take(5)
+                    .map(|(p, e, f)| {
+                        let what = if e.0 == f.0 { "checksum" } else { "rows" };
+                        format!("{p}: {what} {} expected, {} found", pick(e, what), pick(f, what))
+                    })
+                    .collect();
+                return Ok(Some(self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &At {
+                        partition: differences.first().map(|d| d.0.as_str()),
+                        ..at
+                    },
+                    &format!(
+                        "{} partition(s) differ after {attempt} reads ({}). A row before the cut-over arrived after \
+                         its partition was copied, or another client wrote into {table}{NEW_SUFFIX}. The new table, \
+                         its view and staging table are dropped, so the next apply starts the rebuild over with a \
+                         new cut-over",
+                        differences.len(),
+                        listed.join("; ")
+                    ),
+                )));
+            }
+            let _ = self
+                .unless_cancelled(self.clock.sleep(Duration::from_secs(1)))
+                .await;
+        }
+    }
+
+    async fn inspect(&self, at: &At<'_>) -> Result<Inspection, ClickHouseSchemaError> {
+        let out = self.rebuild_exec(at, at.plan.inspect_script(), true).await?;
+        Inspection::parse(&out).map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))
+    }
+
+    /// Runs one script of a rebuild step on a pod and returns what it printed. `retry`: whether
+    /// a transport failure may run it again (only for scripts that can run twice).
+    async fn rebuild_exec(
+        &self,
+        at: &At<'_>,
+        script: String,
+        retry: bool,
+    ) -> Result<String, ClickHouseSchemaError> {
+        let request = ExecRequest {
+            namespace: self.target.namespace.clone(),
+            pod: at.pod.to_owned(),
+            container: self.target.container.clone(),
+            command: command::render_multiquery(
+                self.client,
+                self.settings,
+                script.len(),
+                self.statement_timeout,
+            ),
+            stdin: script,
+            timeout: command::exec_timeout(self.statement_timeout),
+        };
+        if self.cancel.is_cancelled() {
+            return Err(self
+                .cancelled(&format!(
+                    "before step {} of rebuilding {}",
+                    at.step,
+                    at.plan.key()
+                ))
+                .with_pod(at.pod));
+        }
+        let run = async {
+            if retry {
+                self.with_retry(Call::Rebuild { pod: at.pod }, || {
+                    self.transport.exec(request.clone())
+                })
+                .await
+            } else {
+                self.transport.exec(request.clone()).await.map_err(|e| (e, 1))
+            }
+        };
+        let output = match self.unless_cancelled(run).await {
+            None => {
+                return Err(self
+                    .cancelled(&format!(
+                        "during step {} of rebuilding {}",
+                        at.step,
+                        at.plan.key()
+                    ))
+                    .with_pod(at.pod));
+            }
+            Some(Err((err, attempts))) => {
+                let gone = err.kind == TransportErrorKind::Refused && err.http_status == Some(404);
+                return Err(self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    at,
+                    &if gone {
+                        "the pod is gone (its exec answered 404)".to_owned()
+                    } else {
+                        format!("its exec failed after {attempts} attempt(s): {}", err.message)
+                    },
+                ));
+            }
+            Some(Ok(output)) => output,
+        };
+        if output.exit_code != 0 {
+            let said = redact_clickhouse_output(&output.stderr, &request.stdin);
+            return Err(self
+                .rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    at,
+                    &format!(
+                        "clickhouse-client exited with {}: {}",
+                        output.exit_code, said.text
+                    ),
+                )
+                .with_exit_code(output.exit_code)
+                .with_clickhouse(said.clickhouse_code, said.clickhouse_exception));
+        }
+        Ok(output.stdout)
+    }
+
+    fn rebuild_error(&self, kind: ErrorKind, at: &At<'_>, why: &str) -> ClickHouseSchemaError {
+        let partition = at
+            .partition
+            .map(|p| format!(", partition {p}"))
+            .unwrap_or_default();
+        let consequence = match kind {
+            ErrorKind::RebuildRefused => {
+                "Nothing was changed on the pods, and nothing is recorded.".to_owned()
+            }
+            _ => format!(
+                "The live table still serves reads and writes, nothing is recorded, and the next apply resumes from \
+                 the receipts in {}.{RECEIPTS_TABLE}.",
+                at.plan.database
+            ),
+        };
+        self.error(
+            kind,
+            format!(
+                "{}: rebuilding {} (allowed by rebuild['{}']) on pod {}, step {}{partition}: {why}. {consequence}",
+                self.prefix(),
+                at.plan.key(),
+                at.plan.key(),
+                at.pod,
+                at.step
+            ),
+        )
+        .with_pod(at.pod)
+        .with_statement_index(at.plan.statement_index)
+        .with_object(at.plan.key(), Vec::new())
+    }
+
+    fn failure_error(&self, failure: super::Failure, pod: &str) -> ClickHouseSchemaError {
+        match failure {
+            super::Failure::Error(err) => err,
+            super::Failure::Vanished | super::Failure::Stopped => self
+                .error(
+                    ErrorKind::RebuildFailed,
+                    format!(
+                        "{}: pod {pod} went away while a rebuild checked it; deploy again once the pods are stable",
+                        self.prefix()
+                    ),
+                )
+                .with_pod(pod),
+        }
+    }
+
+    fn rebuild_event(
+        &self,
+        plan: &RebuildPlan,
+        step: &str,
+        pod: Option<&str>,
+        partition: Option<&str>,
+        rows: Option<u64>,
+        message: String,
+    ) {
+        self.events.emit(Event::Rebuild {
+            table: plan.key(),
+            step: step.to_owned(),
+            pod: pod.map(str::to_owned),
+            partition: partition.map(str::to_owned),
+            rows,
+            message,
+        });
+    }
+}
+
+fn pick(v: &(u64, u64), what: &str) -> u64 {
+    if what == "rows" { v.0 } else { v.1 }
+}
+
+/// The declared engine's name.
+fn plan_engine(plan: &RebuildPlan) -> String {
+    crate::definition::engine_parts(plan.engine_text())
+        .map(|(name, _)| name)
+        .unwrap_or_default()
+}
+
+/// The first argument of a `Replicated*` engine (its ZooKeeper path, macros unexpanded) in a
+/// CREATE or an ENGINE clause.
+fn replication_path(sql: &str) -> Option<String> {
+    let engine = crate::definition::parse(sql)
+        .clause("ENGINE")
+        .map(|e| e.text.clone())
+        .unwrap_or_else(|| sql.to_owned());
+    let (name, args) = crate::definition::engine_parts(&engine)?;
+    if !name.starts_with("Replicated") {
+        return None;
+    }
+    args.first().map(|a| a.text.trim_matches('\'').to_owned())
+}

@@ -1,0 +1,318 @@
+// Rebuilds against real ClickHouse 18.16 servers with ZooKeeper: a table
+// change no ALTER can make (a new ORDER BY, MergeTree to ReplicatedMergeTree),
+// carried out with a dual write, a backfill with receipts, a verification and a
+// swap. First a sandbox of one shard of two replicas, then one of two shards
+// ('2,1'). What is asserted is what a user would check on the servers: SHOW
+// CREATE, row counts per partition, the old table, the receipts.
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { addonTarget, apply } from '../dist/index.js';
+import { assertsTheAddonBuild } from './binding.mjs';
+import { rejection } from './lib/rejection.mjs';
+import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+
+// A fixed directory, so scripts/test.sh can stop this sandbox even when the
+// test process is killed before its after() hook runs.
+const dir = join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-rebuild');
+const timeout = 180_000;
+
+after(() => stopSandbox(dir));
+
+assertsTheAddonBuild(addonTarget);
+
+function props(sandbox, statements, extra = {}) {
+  return {
+    target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
+    statements,
+    kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
+    retry: { maxAttempts: 2, backoffMs: 100 },
+    ...extra,
+  };
+}
+
+const DB = 'CREATE DATABASE IF NOT EXISTS rb';
+const COLUMNS = '(id UInt64, kind String, at DateTime, v Float64)';
+const table = (name, engine, order) =>
+  `CREATE TABLE IF NOT EXISTS rb.${name} ${COLUMNS} ENGINE = ${engine} PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`;
+
+/** Six days of rows, a partition each, `perDay` rows a day, ids from `from`. */
+const sixDays = (name, from, perDay = 50) =>
+  `INSERT INTO rb.${name} SELECT ${from} + number, concat('k', toString(number % 7)), ` +
+  `toDateTime('2026-11-01 00:00:00') + intDiv(number, ${perDay}) * 86400 + number, number / 3 ` +
+  `FROM system.numbers LIMIT ${6 * perDay}`;
+
+/** partition -> rows of `db.name` on `pod`, as a user would count them. */
+const perPartition = (sandbox, pod, name) =>
+  Object.fromEntries(
+    sandbox
+      .query(pod, `SELECT toYYYYMMDD(at) AS p, count() FROM rb.${name} GROUP BY p ORDER BY p FORMAT TSV`)
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.split('\t'))
+      .map(([p, n]) => [p, Number(n)]),
+  );
+
+const sortingKey = (sandbox, pod, name) =>
+  sandbox.query(pod, `SELECT sorting_key FROM system.tables WHERE database = 'rb' AND name = '${name}'`);
+const engineOf = (sandbox, pod, name) =>
+  sandbox.query(pod, `SELECT engine FROM system.tables WHERE database = 'rb' AND name = '${name}'`);
+const receipts = (sandbox, pod, name, step) =>
+  sandbox
+    .query(
+      pod,
+      `SELECT DISTINCT partition FROM rb.clickhouse_schema_rebuild_receipts WHERE table_name = 'rb.${name}' AND step = '${step}' ORDER BY partition`,
+    )
+    .split('\n')
+    .filter(Boolean);
+
+describe('one shard of two replicas', () => {
+  let sandbox;
+  let pods;
+  test('starts', () => {
+    sandbox = startSandbox(dir, 2);
+    pods = sandbox.info.pods;
+  });
+
+  test('without the rebuild prop a new ORDER BY fails the apply, and the message names the prop', { timeout }, async () => {
+    const v1 = [DB, table('plain', 'MergeTree', 'id')];
+    const first = await apply('rb-plain', props(sandbox, v1));
+    const v2 = [DB, table('plain', 'MergeTree', '(kind, id)')];
+    const err = await rejection(apply('rb-plain', props(sandbox, v2), first.state));
+    assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+    assert.match(err.message, /no ALTER can change ORDER BY/);
+    assert.match(err.message, /rebuild: \{ 'rb\.plain': \{ cutoverColumn:/);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'rb'), ['plain']);
+  });
+
+  test('a change an ALTER can make (a new column) is never rebuilt, even when a rebuild is allowed', { timeout }, async () => {
+    const v1 = [DB, table('altered', 'MergeTree', 'id')];
+    const first = await apply('rb-altered', props(sandbox, v1));
+    const v2 = [DB, v1[1].replace('v Float64)', 'v Float64, extra String)')];
+    const err = await rejection(
+      apply('rb-altered', props(sandbox, v2, { rebuild: { 'rb.altered': { cutoverColumn: 'at' } } }), first.state),
+    );
+    assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+    assert.match(err.message, /column extra/);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'rb').filter((t) => t.startsWith('altered')), ['altered']);
+  });
+
+  test('a new ORDER BY: rows written before, during and after the rebuild are all in the live table; the old one keeps the original rows', { timeout }, async () => {
+    const v1 = [DB, table('events', 'MergeTree', 'id')];
+    const first = await apply('rb-events', props(sandbox, v1));
+    // Each replica's local table holds its own rows: 300 on the first, 120 on the second.
+    sandbox.query(pods[0], sixDays('events', 0));
+    sandbox.query(pods[1], sixDays('events', 10_000, 20));
+    const before = pods.map((pod) => perPartition(sandbox, pod, 'events'));
+
+    const v2 = [DB, table('events', 'MergeTree', '(kind, id)')];
+    const events = [];
+    let during = 0;
+    const result = await apply(
+      'rb-events',
+      props(sandbox, v2, { rebuild: { 'rb.events': { cutoverColumn: 'at', cutoverDelaySeconds: 2 } } }),
+      first.state,
+      {
+        onEvent: (e) => {
+          events.push(e);
+          // While the view is in place and the backfill has not run: rows dated well after the
+          // cut-over, written the way an application writes them, to the live table.
+          if (e.kind === 'rebuild' && e.step === 'dualWrite' && !e.pod && during === 0) {
+            during = 5;
+            sandbox.query(
+              pods[0],
+              "INSERT INTO rb.events SELECT 90000 + number, 'late', toDateTime('2030-01-02 00:00:00') + number, 1 FROM system.numbers LIMIT 5",
+            );
+          }
+        },
+      },
+    );
+    assert.deepEqual(result.appliedTo, pods);
+    assert.equal(during, 5, 'rows were written during the rebuild');
+    for (const [i, pod] of pods.entries()) {
+      assert.equal(sortingKey(sandbox, pod, 'events'), 'kind, id', `the new ORDER BY on ${pod}`);
+      const expected = { ...before[i], ...(i === 0 ? { 20300102: 5 } : {}) };
+      assert.deepEqual(perPartition(sandbox, pod, 'events'), expected, `every row, per partition, on ${pod}`);
+      assert.deepEqual(perPartition(sandbox, pod, 'events__old'), expected, `the old table keeps its rows on ${pod}`);
+      assert.equal(sortingKey(sandbox, pod, 'events__old'), 'id');
+      assert.deepEqual(
+        sandbox.tablesOn(pod, 'rb').filter((t) => t.startsWith('events')),
+        ['events', 'events__old'],
+        'no view and no staging table left',
+      );
+    }
+    // After the swap, writes go to the new table.
+    sandbox.query(pods[1], "INSERT INTO rb.events VALUES (99999, 'after', toDateTime('2026-11-03 12:00:00'), 2)");
+    assert.equal(perPartition(sandbox, pods[1], 'events')['20261103'], before[1]['20261103'] + 1);
+
+    // Progress: every partition of every pod was copied, verified on each pod, then swapped.
+    const backfilled = events.filter((e) => e.kind === 'rebuild' && e.step === 'backfill' && typeof e.rows === 'number');
+    // Six partitions on each pod, and on the first the partition of the rows written during the
+    // rebuild: none of them is before the cut-over, so its copy is empty (the view carried them).
+    assert.equal(backfilled.length, 13);
+    assert.equal(backfilled.find((e) => e.partition === '20300102').rows, 0);
+    assert.equal(backfilled.reduce((n, e) => n + e.rows, 0), 300 + 120);
+    assert.deepEqual(events.filter((e) => e.kind === 'rebuild' && e.step === 'verify').map((e) => e.pod).sort(), pods);
+    assert.deepEqual(events.filter((e) => e.kind === 'rebuild' && e.step === 'swap').map((e) => e.pod).sort(), pods);
+    for (const e of events.filter((x) => x.kind === 'rebuild')) assert.ok(e.message.length > 0);
+
+    // Unchanged afterwards: no statement, no rebuild.
+    const again = await apply(
+      'rb-events',
+      props(sandbox, v2, { rebuild: { 'rb.events': { cutoverColumn: 'at', cutoverDelaySeconds: 2 } } }),
+      result.state,
+    );
+    assert.equal(again.changed, false);
+  });
+
+  test('a failure after some partitions leaves their receipts; the rerun skips them and finishes', { timeout }, async () => {
+    const v1 = [DB, table('resumed', 'MergeTree', 'id')];
+    const first = await apply('rb-resumed', props(sandbox, v1));
+    sandbox.query(pods[0], sixDays('resumed', 0));
+    sandbox.query(pods[1], sixDays('resumed', 0));
+    const before = perPartition(sandbox, pods[0], 'resumed');
+    const v2 = [DB, table('resumed', 'MergeTree', '(kind, at)')];
+    const rebuild = { rebuild: { 'rb.resumed': { cutoverColumn: 'at', cutoverDelaySeconds: 1, verify: 'checksum' } } };
+
+    // The staging table is dropped by hand once the first partition is copied: the next copy fails.
+    let dropped = false;
+    const err = await rejection(
+      apply('rb-resumed', props(sandbox, v2, rebuild), first.state, {
+        onEvent: (e) => {
+          if (!dropped && e.kind === 'rebuild' && e.step === 'backfill' && typeof e.rows === 'number') {
+            dropped = true;
+            sandbox.query(e.pod, 'DROP TABLE rb.resumed__rebuild_stage');
+          }
+        },
+      }),
+    );
+    assert.equal(err.code, 'E_REBUILD_FAILED');
+    assert.equal(err.pod, pods[0]);
+    assert.match(err.message, /rebuilding rb\.resumed .* on pod \S+, step backfill, partition 2026110\d/);
+    assert.match(err.message, /The live table still serves reads and writes/);
+    const copiedBefore = receipts(sandbox, pods[0], 'resumed', 'copied');
+    assert.ok(copiedBefore.length >= 1 && copiedBefore.length < 6, `some partitions have receipts: ${copiedBefore}`);
+    assert.equal(sortingKey(sandbox, pods[0], 'resumed'), 'id', 'the live table is untouched');
+    assert.deepEqual(perPartition(sandbox, pods[0], 'resumed'), before);
+
+    const events = [];
+    await apply('rb-resumed', props(sandbox, v2, rebuild), first.state, { onEvent: (e) => events.push(e) });
+    const skipped = events
+      .filter((e) => e.kind === 'rebuild' && e.step === 'backfill' && e.pod === pods[0] && e.rows == null && e.partition)
+      .map((e) => e.partition)
+      .sort();
+    assert.deepEqual(skipped, copiedBefore, 'the rerun skips exactly the partitions with receipts');
+    for (const pod of pods) {
+      assert.equal(sortingKey(sandbox, pod, 'resumed'), 'kind, at');
+      assert.deepEqual(perPartition(sandbox, pod, 'resumed'), before, `no row lost or doubled on ${pod}`);
+    }
+    assert.match(events.find((e) => e.kind === 'rebuild' && e.step === 'verify').message, /checksums included/);
+  });
+
+  test('a plain MergeTree becomes ReplicatedMergeTree: every replica holds every row', { timeout }, async () => {
+    const v1 = [DB, table('converted', 'MergeTree', 'id')];
+    const first = await apply('rb-converted', props(sandbox, v1));
+    sandbox.query(pods[0], sixDays('converted', 0));
+    sandbox.query(pods[1], sixDays('converted', 5_000, 10));
+    const v2 = [DB, table('converted', "ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/converted', '{replica}')", 'id')];
+    await apply('rb-converted', props(sandbox, v2, { rebuild: { 'rb.converted': { cutoverColumn: 'at', cutoverDelaySeconds: 1, keepOld: false } } }), first.state);
+    for (const pod of pods) {
+      assert.equal(engineOf(sandbox, pod, 'converted'), 'ReplicatedMergeTree');
+      assert.equal(sandbox.query(pod, 'SELECT count() FROM rb.converted'), String(300 + 60), `both replicas' rows on ${pod}`);
+      assert.equal(engineOf(sandbox, pod, 'converted__old'), '', 'keepOld: false drops the old table');
+    }
+  });
+
+  test('refusals: dependents, an old table in the way, a replicated table towards a local one, the same ZooKeeper path', { timeout }, async () => {
+    // A materialized view reads the table, and the statements do not declare it.
+    const v1 = [DB, table('watched', 'MergeTree', 'id')];
+    const first = await apply('rb-watched', props(sandbox, v1));
+    for (const pod of pods) {
+      sandbox.query(pod, 'CREATE TABLE rb.watch_target (id UInt64) ENGINE = MergeTree ORDER BY id');
+      sandbox.query(pod, 'CREATE MATERIALIZED VIEW rb.watch TO rb.watch_target AS SELECT id FROM rb.watched');
+    }
+    const v2 = [DB, table('watched', 'MergeTree', '(kind, id)')];
+    const allow = (name) => ({ rebuild: { [`rb.${name}`]: { cutoverColumn: 'at' } } });
+    let err = await rejection(apply('rb-watched', props(sandbox, v2, allow('watched')), first.state));
+    assert.equal(err.code, 'E_REBUILD_REFUSED');
+    assert.match(err.message, /rb\.watch\b/);
+    assert.match(err.message, /Nothing was changed on the pods/);
+    for (const pod of pods) assert.equal(engineOf(sandbox, pod, 'watched__new'), '', 'nothing was created');
+
+    // events__old is still there from the rebuild above.
+    const events = [DB, table('events', 'MergeTree', '(kind, id)')];
+    const e1 = await apply('rb-events-2', props(sandbox, events));
+    err = await rejection(
+      apply('rb-events-2', props(sandbox, [DB, table('events', 'MergeTree', '(id, kind)')], allow('events')), e1.state),
+    );
+    assert.equal(err.code, 'E_REBUILD_REFUSED');
+    assert.match(err.message, /rb\.events__old exists/);
+
+    // Replicated towards local, and a replicated table that keeps its path.
+    const path = "ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/repl', '{replica}')";
+    const r1 = await apply('rb-repl', props(sandbox, [DB, table('repl', path, 'id')]));
+    err = await rejection(apply('rb-repl', props(sandbox, [DB, table('repl', 'MergeTree', 'id')], allow('repl')), r1.state));
+    assert.equal(err.code, 'E_REBUILD_REFUSED');
+    assert.match(err.message, /would reach only that replica/);
+    err = await rejection(apply('rb-repl', props(sandbox, [DB, table('repl', path, '(kind, id)')], allow('repl')), r1.state));
+    assert.equal(err.code, 'E_REBUILD_REFUSED');
+    assert.match(err.message, /keeps the live table's ZooKeeper path/);
+  });
+
+  test('bad rebuild props name the field: a text cut-over column, a Date one, a table the statements do not create', async () => {
+    const base = props(sandbox, [DB, table('events', 'MergeTree', 'id'), 'CREATE TABLE IF NOT EXISTS rb.days (d Date, n UInt64) ENGINE = MergeTree ORDER BY d']);
+    let err = await rejection(apply('rb-bad', { ...base, rebuild: { 'rb.events': { cutoverColumn: 'kind' } } }));
+    assert.equal(err.code, 'E_INVALID_CONFIG');
+    assert.deepEqual(err.issues.map((i) => i.path), ['rebuild["rb.events"].cutoverColumn']);
+    assert.match(err.issues[0].reason, /has type String: a cut-over needs a DateTime or integer column/);
+    err = await rejection(apply('rb-bad', { ...base, rebuild: { 'rb.days': { cutoverColumn: 'd' } } }));
+    assert.match(err.issues[0].reason, /is a Date column/);
+    err = await rejection(apply('rb-bad', { ...base, rebuild: { 'rb.nothere': { cutoverColumn: 'at' } } }));
+    assert.deepEqual(err.issues.map((i) => i.path), ['rebuild["rb.nothere"]']);
+    assert.match(err.issues[0].reason, /names no table the statements create/);
+    err = await rejection(apply('rb-bad', { ...base, rebuild: { events: { cutoverColumn: 'at' } } }));
+    assert.match(err.issues[0].path, /^rebuild/);
+  });
+});
+
+describe("two shards ('2,1'), onCluster", () => {
+  let sandbox;
+  let pods;
+  test('starts', () => {
+    stopSandbox(dir);
+    sandbox = startSandbox(dir, '2,1');
+    pods = sandbox.info.pods;
+  });
+
+  test('a replicated table rebuilt shard by shard: each shard keeps its own rows, on every replica', { timeout }, async () => {
+    const create = (order, version) =>
+      `CREATE TABLE IF NOT EXISTS rb.sharded ON CLUSTER sandbox ${COLUMNS} ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/sharded${version}', '{replica}') PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`;
+    const db = 'CREATE DATABASE IF NOT EXISTS rb ON CLUSTER sandbox';
+    const mode = { execution: { mode: 'onCluster', cluster: 'sandbox' } };
+    const first = await apply('rb-sharded', props(sandbox, [db, create('id', '')], mode));
+    // Shard 0 (two replicas) gets 300 rows through its first replica; shard 1 gets 60.
+    const shard0 = pods.filter((p) => /sandbox-0-\d+-0$/.test(p));
+    const shard1 = pods.filter((p) => !shard0.includes(p));
+    sandbox.query(shard0[0], sixDays('sharded', 0));
+    sandbox.query(shard1[0], sixDays('sharded', 7_000, 10));
+    sandbox.query(shard0[1], 'SYSTEM SYNC REPLICA rb.sharded');
+    const events = [];
+    await apply(
+      'rb-sharded',
+      props(sandbox, [db, create('(kind, id)', '_v2')], { ...mode, rebuild: { 'rb.sharded': { cutoverColumn: 'at', cutoverDelaySeconds: 1 } } }),
+      first.state,
+      { onEvent: (e) => events.push(e) },
+    );
+    for (const pod of shard0) {
+      assert.equal(sortingKey(sandbox, pod, 'sharded'), 'kind, id');
+      assert.equal(sandbox.query(pod, 'SELECT count() FROM rb.sharded'), '300', `shard 0's rows on ${pod}`);
+    }
+    for (const pod of shard1) assert.equal(sandbox.query(pod, 'SELECT count() FROM rb.sharded'), '60', `shard 1's rows on ${pod}`);
+    // One replica per shard copied: the two replicas of shard 0 share their source.
+    const copiers = new Set(events.filter((e) => e.kind === 'rebuild' && e.step === 'backfill' && typeof e.rows === 'number').map((e) => e.pod));
+    assert.equal(copiers.size, 2);
+    assert.ok(copiers.has(shard1[0]));
+  });
+});
