@@ -1,1 +1,318 @@
+//! What needs a rebuild, the plan the `rebuild` prop makes, the scripts it renders and how their
+//! output (as ClickHouse 18.16 prints it) is read.
 
+use super::*;
+
+fn diff(clause: &str, declared: &str, live: &str) -> DifferenceReport {
+    DifferenceReport {
+        clause: clause.into(),
+        declared: declared.into(),
+        live: live.into(),
+    }
+}
+
+fn table(column: &str) -> RebuildTable {
+    RebuildTable {
+        cutover_column: column.into(),
+        keep_old: true,
+        verify: RebuildVerify::Count,
+        cutover_delay_seconds: 10,
+    }
+}
+
+fn statements(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+const EVENTS: &str = "CREATE TABLE IF NOT EXISTS shop.events ON CLUSTER c (id UInt64, kind String, at DateTime('UTC') \
+                      DEFAULT now(), day Date, n Nullable(UInt8)) ENGINE = ReplicatedMergeTree('/t/{shard}/events_v2', \
+                      '{replica}') PARTITION BY toYYYYMMDD(at) ORDER BY (kind, id)";
+
+fn events_plan(column: &str) -> Result<RebuildPlan, Vec<PlanIssue>> {
+    RebuildPlan::new(
+        "shop.events",
+        &table(column),
+        &statements(&["CREATE DATABASE shop", EVENTS]),
+        "default",
+    )
+}
+
+#[test]
+fn keys_engines_and_sampling_need_a_rebuild_columns_ttl_and_settings_do_not() {
+    for clause in ["ORDER BY", "PARTITION BY", "PRIMARY KEY", "SAMPLE BY", "ENGINE"] {
+        assert_eq!(rebuild_clauses(&[diff(clause, "a", "b")]), vec![clause]);
+    }
+    for clause in ["column extra", "column order", "TTL", "SETTINGS", "COMMENT", "AS"] {
+        assert!(rebuild_clauses(&[diff(clause, "a", "b")]).is_empty(), "{clause}");
+    }
+}
+
+#[test]
+fn an_order_by_that_appends_columns_the_live_table_lacks_is_an_alter() {
+    let added = diff("column extra", "extra String", "");
+    assert!(rebuild_clauses(&[diff("ORDER BY", "(id, extra)", "id"), added.clone()]).is_empty());
+    assert!(rebuild_clauses(&[diff("ORDER BY", "tuple(id, `extra`)", "(id)"), added.clone()]).is_empty());
+    // Appending a column the table already has, reordering, or dropping a key column is not.
+    assert_eq!(
+        rebuild_clauses(&[diff("ORDER BY", "(id, kind)", "id"), added.clone()]),
+        vec!["ORDER BY"]
+    );
+    assert_eq!(
+        rebuild_clauses(&[diff("ORDER BY", "(extra, id)", "id"), added]),
+        vec!["ORDER BY"]
+    );
+    assert_eq!(rebuild_clauses(&[diff("ORDER BY", "id", "(id, kind)")]), vec!["ORDER BY"]);
+    // `(a) + (b)` is one expression, not a parenthesized list.
+    assert_eq!(key_items("(a) + (b)"), vec!["(a)+(b)"]);
+}
+
+#[test]
+fn needs_rebuild_only_for_a_table_that_differs() {
+    let object = |kind: &str, status| ObjectReport {
+        name: "shop.events".into(),
+        kind: kind.into(),
+        statement_index: 1,
+        status,
+        compared: crate::live_schema::Compared::Server,
+        differences: vec![diff("ORDER BY", "a", "b")],
+    };
+    assert!(needs_rebuild(&object("TABLE", ObjectStatus::Differs)));
+    assert!(!needs_rebuild(&object("TABLE", ObjectStatus::Missing)));
+    assert!(!needs_rebuild(&object("MATERIALIZED VIEW", ObjectStatus::Differs)));
+}
+
+#[test]
+fn cut_over_columns_are_times_and_integers() {
+    assert_eq!(cutover_type("DateTime"), Ok(CutoverKind::Time));
+    assert_eq!(cutover_type("DateTime('UTC')"), Ok(CutoverKind::Time));
+    assert_eq!(cutover_type("DateTime64(3)"), Ok(CutoverKind::Time));
+    assert_eq!(cutover_type("UInt64"), Ok(CutoverKind::Number));
+    assert_eq!(cutover_type("Int8"), Ok(CutoverKind::Number));
+    assert!(cutover_type("Date").unwrap_err().contains("is a Date column"));
+    assert!(cutover_type("String").unwrap_err().contains("has type String"));
+    assert!(cutover_type("Nullable(UInt8)").unwrap_err().contains("Nullable(UInt8)"));
+    assert!(cutover_type("Float64").is_err());
+}
+
+#[test]
+fn a_plan_reads_the_declaration_and_names_what_is_wrong() {
+    let plan = events_plan("at").expect("a plan");
+    assert_eq!(plan.key(), "shop.events");
+    assert_eq!(plan.statement_index, 1);
+    assert_eq!(plan.target.len(), 16);
+    assert_eq!(plan.name(NEW_SUFFIX), "`shop`.`events__new`");
+
+    let why = |column: &str| events_plan(column).unwrap_err();
+    assert_eq!(why("missing")[0].0, ".cutoverColumn");
+    assert!(why("missing")[0].1.contains("names no column"));
+    assert!(why("kind")[0].1.contains("has type String"));
+    assert!(why("day")[0].1.contains("is a Date column"));
+    assert!(why("n")[0].1.contains("Nullable(UInt8)"));
+
+    let other = |list: &[&str]| RebuildPlan::new("shop.events", &table("at"), &statements(list), "default").unwrap_err();
+    assert!(other(&["CREATE DATABASE shop"])[0].1.contains("names no table the statements create"));
+    assert!(
+        other(&["CREATE VIEW shop.events AS SELECT 1"])[0]
+            .1
+            .contains("names no table")
+    );
+    let altered = other(&[EVENTS, "ALTER TABLE shop.events ADD COLUMN x UInt8"]);
+    assert!(altered[0].1.contains("statements[1] (ALTER)"), "{altered:?}");
+    let log = other(&["CREATE TABLE shop.events (at DateTime) ENGINE = Log"]);
+    assert!(log[0].1.contains("ENGINE = Log"), "{log:?}");
+    // An unqualified table is in client.database.
+    assert!(RebuildPlan::new("app.t", &table("at"), &statements(&["CREATE TABLE t (at DateTime) ENGINE = MergeTree ORDER BY at"]), "app").is_ok());
+}
+
+#[test]
+fn the_target_changes_with_the_declaration_only() {
+    let a = events_plan("at").unwrap();
+    let b = RebuildPlan::new("shop.events", &table("at"), &statements(&[EVENTS]), "default").unwrap();
+    assert_eq!(a.target, b.target, "the statement's position is not part of it");
+    let c = RebuildPlan::new(
+        "shop.events",
+        &table("at"),
+        &statements(&[&EVENTS.replace("(kind, id)", "(id, kind)")]),
+        "default",
+    )
+    .unwrap();
+    assert_ne!(a.target, c.target);
+}
+
+#[test]
+fn the_new_table_is_the_declaration_without_on_cluster_and_the_stage_is_never_replicated() {
+    let script = events_plan("at").unwrap().prepare_script();
+    let lines: Vec<&str> = script.lines().collect();
+    assert!(
+        lines[0].starts_with("CREATE TABLE IF NOT EXISTS `shop`.`events__new` (id UInt64"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains("ENGINE = ReplicatedMergeTree('/t/{shard}/events_v2', '{replica}')"));
+    assert!(!lines[0].contains("ON CLUSTER"));
+    assert!(lines[1].starts_with("CREATE TABLE IF NOT EXISTS `shop`.`events__rebuild_stage` (id UInt64"));
+    assert!(lines[1].contains("ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY (kind, id)"), "{}", lines[1]);
+    assert!(!lines[1].contains("/t/"));
+}
+
+#[test]
+fn the_view_and_the_backfill_split_at_the_cut_over() {
+    let plan = events_plan("at").unwrap();
+    let cutover = Cutover::parse(CutoverKind::Time, "1764600000").unwrap();
+    let columns = vec!["id".to_owned(), "at".to_owned()];
+    let dual = plan.dual_write_script(&cutover, &columns);
+    assert!(dual.contains(
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS `shop`.`events__rebuild_view` TO `shop`.`events__new` AS SELECT \
+         `id`, `at` FROM `shop`.`events` WHERE `at` >= toDateTime(1764600000);"
+    ));
+    assert!(dual.starts_with("INSERT INTO `shop`.`clickhouse_schema_rebuild_receipts`"));
+    assert!(dual.contains("'cutover', '', '', 0, 0, '1764600000'"));
+
+    let partition = LivePartition {
+        id: "20261101".into(),
+        value: "20261101".into(),
+        rows: 3,
+    };
+    let stage = plan.stage_script(&partition, "toYYYYMMDD(at)", &cutover, &columns);
+    let lines: Vec<&str> = stage.lines().collect();
+    assert_eq!(lines[0], "TRUNCATE TABLE `shop`.`events__rebuild_stage`;");
+    assert_eq!(
+        lines[1],
+        "INSERT INTO `shop`.`events__rebuild_stage` (`id`, `at`) SELECT `id`, `at` FROM `shop`.`events` WHERE \
+         (toYYYYMMDD(at)) = 20261101 AND `at` < toDateTime(1764600000);"
+    );
+    // An unpartitioned table is one partition.
+    assert!(plan.stage_script(&partition, "", &cutover, &columns).contains("WHERE 1 AND"));
+
+    let number = Cutover::parse(CutoverKind::Number, "42").unwrap();
+    assert_eq!(number.sql(), "42");
+    assert!(Cutover::parse(CutoverKind::Number, "4; DROP").is_none());
+    assert!(Cutover::parse(CutoverKind::Time, "").is_none());
+    assert!(plan.cutover_query(CutoverKind::Number).contains("toInt64(max(`at`)) + 1"));
+    assert!(plan.cutover_query(CutoverKind::Time).contains("+ 10"));
+}
+
+#[test]
+fn attaching_skips_what_receipts_record_and_writes_a_receipt_after_each_move() {
+    let plan = events_plan("at").unwrap();
+    let partition = LivePartition {
+        id: "p1".into(),
+        value: "1".into(),
+        rows: 5,
+    };
+    let staged = vec![("a".to_owned(), 2), ("b".to_owned(), 3)];
+    let done: BTreeSet<String> = ["a".to_owned()].into();
+    let script = plan.attach_script("pod-0", &partition, &staged, &done);
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 3, "{script}");
+    assert_eq!(
+        lines[0],
+        "ALTER TABLE `shop`.`events__new` ATTACH PARTITION ID 'b' FROM `shop`.`events__rebuild_stage`;"
+    );
+    assert!(lines[1].contains("'attached', 'pod-0', 'p1', 3, 0, 'b'"));
+    assert!(lines[2].contains("'copied', 'pod-0', 'p1', 5, 0, ''"));
+}
+
+#[test]
+fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() {
+    let mut plan = events_plan("at").unwrap();
+    let script = plan.swap_script();
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines[0], "DROP TABLE IF EXISTS `shop`.`events__rebuild_view`;");
+    assert_eq!(
+        lines[1],
+        "RENAME TABLE `shop`.`events` TO `shop`.`events__old`, `shop`.`events__new` TO `shop`.`events`;"
+    );
+    assert!(!script.contains("DROP TABLE IF EXISTS `shop`.`events__old`"));
+    plan.config.keep_old = false;
+    assert!(plan.swap_script().contains("DROP TABLE IF EXISTS `shop`.`events__old`"));
+    let abandon = plan.abandon_script(&Cutover::parse(CutoverKind::Time, "7").unwrap());
+    assert!(abandon.find("events__rebuild_view").unwrap() < abandon.find("events__new").unwrap());
+    assert!(abandon.contains("'abandoned', '', '', 0, 0, '7'"));
+}
+
+#[test]
+fn counts_compare_with_or_without_checksums_and_wait_for_replication() {
+    let mut plan = events_plan("at").unwrap();
+    let columns = vec!["id".to_owned()];
+    let count = plan.counts_script(NEW_SUFFIX, "toYYYYMMDD(at)", &columns, true);
+    assert!(count.starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\n"));
+    assert!(count.contains("SELECT (toYYYYMMDD(at)) AS p, count(), toUInt64(0) FROM `shop`.`events__new`"));
+    plan.config.verify = RebuildVerify::Checksum;
+    assert!(plan
+        .counts_script("", "", &columns, false)
+        .starts_with("SELECT 'tuple()' AS p, count(), sumWithOverflow(cityHash64(`id`)) FROM `shop`.`events`"));
+}
+
+#[test]
+fn the_inspection_reads_what_18_16_prints() {
+    let out = "table\tevents\tMergeTree\ttoYYYYMMDD(at)\n\
+               table\tevents__new\tReplicatedMergeTree\ttoYYYYMMDD(at)\n\
+               replica\tevents__new\t/t/0/events_v2\n\
+               column\tevents\tid\tUInt64\t\n\
+               column\tevents\tat\tDateTime\t\n\
+               column\tevents\tgone\tString\t\n\
+               column\tevents__new\tid\tUInt64\t\n\
+               column\tevents__new\tat\tDateTime\tDEFAULT\n\
+               column\tevents__new\tday\tDate\tMATERIALIZED\n\
+               create\tCREATE TABLE shop.events (id UInt64) ENGINE = MergeTree ORDER BY id\n\
+               object\tshop\tmv\tCREATE MATERIALIZED VIEW shop.mv TO shop.t AS SELECT id FROM shop.events\n\
+               object\tother\tdist\tCREATE TABLE other.dist (id UInt64) ENGINE = Distributed(c, \\'shop\\', \\'events\\')\n\
+               object\tshop\tunrelated\tCREATE TABLE shop.unrelated (events_id UInt64) ENGINE = Log\n\
+               object\tshop\tbare\tCREATE VIEW shop.bare AS SELECT * FROM events\n\
+               object\tother\tsame_name\tCREATE VIEW other.same_name AS SELECT * FROM events\n\
+               dictionary\td\tClickHouse: shop.events\n\
+               receipt\tcopied\tpod-0\t20261101\t50\t0\t\n\
+               receipt\tcutover\t\t\t0\t0\t1764600000\n";
+    let inspection = Inspection::parse(out).expect("readable");
+    assert_eq!(inspection.tables.len(), 2);
+    assert_eq!(inspection.replicas["events__new"], "/t/0/events_v2");
+    assert_eq!(inspection.receipts.len(), 2);
+    assert_eq!(inspection.receipts[0].rows, 50);
+    assert_eq!(inspection.receipts[1].value, "1764600000");
+    // Shared, insertable columns in the new table's order; a MATERIALIZED one is computed.
+    assert_eq!(shared_columns(&inspection, "events"), vec!["id", "at"]);
+
+    let plan = events_plan("at").unwrap();
+    let none = BTreeSet::new();
+    assert_eq!(
+        dependents(&plan, &inspection, &none),
+        vec!["shop.mv", "other.dist", "shop.bare", "dictionary d"]
+    );
+    let declared: BTreeSet<String> = ["shop.mv".to_owned(), "shop.bare".to_owned()].into();
+    assert_eq!(dependents(&plan, &inspection, &declared), vec!["other.dist", "dictionary d"]);
+
+    assert!(Inspection::parse("surprise\n").unwrap_err().contains("an unexpected line"));
+    assert!(Inspection::parse("receipt\tcopied\tp\tx\tmany\t0\t\n").is_err());
+}
+
+#[test]
+fn partitions_staged_parts_and_counts_are_read_and_compared() {
+    let partitions = parse_partitions("20261101\t20261101\t50\nall\ttuple()\t3\nx\t(1,\\'a\\')\t2\n").unwrap();
+    assert_eq!(partitions[1].value, "tuple()");
+    assert_eq!(partitions[2].value, "(1,'a')");
+    assert!(parse_partitions("a\tb\n").is_err());
+    assert_eq!(parse_staged("a\t2\nb\t3\n").unwrap(), vec![("a".into(), 2), ("b".into(), 3)]);
+    assert!(parse_staged("a\n").is_err());
+
+    let one = parse_counts("20261101\t50\t18446744073709551615\n20261102\t1\t0\n").unwrap();
+    let two = parse_counts("20261101\t5\t2\n").unwrap();
+    let mut sum = Counts::new();
+    add_counts(&mut sum, &one);
+    add_counts(&mut sum, &two);
+    assert_eq!(sum["20261101"], (55, 1), "checksums wrap around like sumWithOverflow");
+    let found = parse_counts("20261101\t55\t1\n20261103\t4\t0\n").unwrap();
+    assert_eq!(
+        count_differences(&sum, &found),
+        vec![
+            ("20261102".to_owned(), (1, 0), (0, 0)),
+            ("20261103".to_owned(), (0, 0), (4, 0))
+        ]
+    );
+    assert!(parse_counts("p\tx\t0\n").is_err());
+}
+
+#[test]
+fn identifiers_are_quoted_with_escapes() {
+    assert_eq!(ident("a`b\\c"), "`a\\`b\\\\c`");
+}
