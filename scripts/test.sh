@@ -111,7 +111,7 @@ export SANDBOX_BIN="$PWD/target/debug/sandbox"
 # .sandbox-install for the install-from-tarballs test), so they are
 # stopped here even if the test process dies before its own teardown.
 trap 'kill -- -"$cross_pid" 2>/dev/null || true
-      for d in .sandbox-test .sandbox-alchemy .sandbox-install .sandbox-live-schema .sandbox-fanout .sandbox-coordination; do "$SANDBOX_BIN" stop --dir "$d" >/dev/null 2>&1 || true; done' EXIT
+      for d in .sandbox-test .sandbox-alchemy .sandbox-install .sandbox-live-schema .sandbox-fanout .sandbox-coordination .sandbox-rebuild; do "$SANDBOX_BIN" stop --dir "$d" >/dev/null 2>&1 || true; done' EXIT
 
 step "Rust tests"
 cargo test --workspace --locked
