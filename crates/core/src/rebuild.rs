@@ -892,8 +892,11 @@ pub fn add_counts(sum: &mut Counts, more: &Counts) {
     }
 }
 
-/// The partitions whose rows (or checksum) differ: value, expected, found.
-pub fn count_differences(expected: &Counts, found: &Counts) -> Vec<(String, (u64, u64), (u64, u64))> {
+/// One partition whose rows (or checksum) differ: value, expected, found.
+pub type CountDifference = (String, (u64, u64), (u64, u64));
+
+/// The partitions whose rows (or checksum) differ.
+pub fn count_differences(expected: &Counts, found: &Counts) -> Vec<CountDifference> {
     let keys: BTreeSet<&String> = expected.keys().chain(found.keys()).collect();
     keys.into_iter()
         .filter_map(|p| {

@@ -61,7 +61,10 @@ fn an_order_by_that_appends_columns_the_live_table_lacks_is_an_alter() {
         rebuild_clauses(&[diff("ORDER BY", "(extra, id)", "id"), added]),
         vec!["ORDER BY"]
     );
-    assert_eq!(rebuild_clauses(&[diff("ORDER BY", "id", "(id, kind)")]), vec!["ORDER BY"]);
+    assert_eq!(
+        rebuild_clauses(&[diff("ORDER BY", "id", "(id, kind)")]),
+        vec!["ORDER BY"]
+    );
     // `(a) + (b)` is one expression, not a parenthesized list.
     assert_eq!(key_items("(a) + (b)"), vec!["(a)+(b)"]);
 }
@@ -78,7 +81,10 @@ fn needs_rebuild_only_for_a_table_that_differs() {
     };
     assert!(needs_rebuild(&object("TABLE", ObjectStatus::Differs)));
     assert!(!needs_rebuild(&object("TABLE", ObjectStatus::Missing)));
-    assert!(!needs_rebuild(&object("MATERIALIZED VIEW", ObjectStatus::Differs)));
+    assert!(!needs_rebuild(&object(
+        "MATERIALIZED VIEW",
+        ObjectStatus::Differs
+    )));
 }
 
 #[test]
@@ -90,7 +96,11 @@ fn cut_over_columns_are_times_and_integers() {
     assert_eq!(cutover_type("Int8"), Ok(CutoverKind::Number));
     assert!(cutover_type("Date").unwrap_err().contains("is a Date column"));
     assert!(cutover_type("String").unwrap_err().contains("has type String"));
-    assert!(cutover_type("Nullable(UInt8)").unwrap_err().contains("Nullable(UInt8)"));
+    assert!(
+        cutover_type("Nullable(UInt8)")
+            .unwrap_err()
+            .contains("Nullable(UInt8)")
+    );
     assert!(cutover_type("Float64").is_err());
 }
 
@@ -109,8 +119,14 @@ fn a_plan_reads_the_declaration_and_names_what_is_wrong() {
     assert!(why("day")[0].1.contains("is a Date column"));
     assert!(why("n")[0].1.contains("Nullable(UInt8)"));
 
-    let other = |list: &[&str]| RebuildPlan::new("shop.events", &table("at"), &statements(list), "default").unwrap_err();
-    assert!(other(&["CREATE DATABASE shop"])[0].1.contains("names no table the statements create"));
+    let other = |list: &[&str]| {
+        RebuildPlan::new("shop.events", &table("at"), &statements(list), "default").unwrap_err()
+    };
+    assert!(
+        other(&["CREATE DATABASE shop"])[0]
+            .1
+            .contains("names no table the statements create")
+    );
     assert!(
         other(&["CREATE VIEW shop.events AS SELECT 1"])[0]
             .1
@@ -121,7 +137,15 @@ fn a_plan_reads_the_declaration_and_names_what_is_wrong() {
     let log = other(&["CREATE TABLE shop.events (at DateTime) ENGINE = Log"]);
     assert!(log[0].1.contains("ENGINE = Log"), "{log:?}");
     // An unqualified table is in client.database.
-    assert!(RebuildPlan::new("app.t", &table("at"), &statements(&["CREATE TABLE t (at DateTime) ENGINE = MergeTree ORDER BY at"]), "app").is_ok());
+    assert!(
+        RebuildPlan::new(
+            "app.t",
+            &table("at"),
+            &statements(&["CREATE TABLE t (at DateTime) ENGINE = MergeTree ORDER BY at"]),
+            "app"
+        )
+        .is_ok()
+    );
 }
 
 #[test]
@@ -151,7 +175,11 @@ fn the_new_table_is_the_declaration_without_on_cluster_and_the_stage_is_never_re
     assert!(lines[0].contains("ENGINE = ReplicatedMergeTree('/t/{shard}/events_v2', '{replica}')"));
     assert!(!lines[0].contains("ON CLUSTER"));
     assert!(lines[1].starts_with("CREATE TABLE IF NOT EXISTS `shop`.`events__rebuild_stage` (id UInt64"));
-    assert!(lines[1].contains("ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY (kind, id)"), "{}", lines[1]);
+    assert!(
+        lines[1].contains("ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY (kind, id)"),
+        "{}",
+        lines[1]
+    );
     assert!(!lines[1].contains("/t/"));
 }
 
@@ -182,13 +210,19 @@ fn the_view_and_the_backfill_split_at_the_cut_over() {
          (toYYYYMMDD(at)) = 20261101 AND `at` < toDateTime(1764600000);"
     );
     // An unpartitioned table is one partition.
-    assert!(plan.stage_script(&partition, "", &cutover, &columns).contains("WHERE 1 AND"));
+    assert!(
+        plan.stage_script(&partition, "", &cutover, &columns)
+            .contains("WHERE 1 AND")
+    );
 
     let number = Cutover::parse(CutoverKind::Number, "42").unwrap();
     assert_eq!(number.sql(), "42");
     assert!(Cutover::parse(CutoverKind::Number, "4; DROP").is_none());
     assert!(Cutover::parse(CutoverKind::Time, "").is_none());
-    assert!(plan.cutover_query(CutoverKind::Number).contains("toInt64(max(`at`)) + 1"));
+    assert!(
+        plan.cutover_query(CutoverKind::Number)
+            .contains("toInt64(max(`at`)) + 1")
+    );
     assert!(plan.cutover_query(CutoverKind::Time).contains("+ 10"));
 }
 
@@ -225,7 +259,10 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     );
     assert!(!script.contains("DROP TABLE IF EXISTS `shop`.`events__old`"));
     plan.config.keep_old = false;
-    assert!(plan.swap_script().contains("DROP TABLE IF EXISTS `shop`.`events__old`"));
+    assert!(
+        plan.swap_script()
+            .contains("DROP TABLE IF EXISTS `shop`.`events__old`")
+    );
     let abandon = plan.abandon_script(&Cutover::parse(CutoverKind::Time, "7").unwrap());
     assert!(abandon.find("events__rebuild_view").unwrap() < abandon.find("events__new").unwrap());
     assert!(abandon.contains("'abandoned', '', '', 0, 0, '7'"));
@@ -239,9 +276,9 @@ fn counts_compare_with_or_without_checksums_and_wait_for_replication() {
     assert!(count.starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\n"));
     assert!(count.contains("SELECT (toYYYYMMDD(at)) AS p, count(), toUInt64(0) FROM `shop`.`events__new`"));
     plan.config.verify = RebuildVerify::Checksum;
-    assert!(plan
-        .counts_script("", "", &columns, false)
-        .starts_with("SELECT 'tuple()' AS p, count(), sumWithOverflow(cityHash64(`id`)) FROM `shop`.`events`"));
+    assert!(plan.counts_script("", "", &columns, false).starts_with(
+        "SELECT 'tuple()' AS p, count(), sumWithOverflow(cityHash64(`id`)) FROM `shop`.`events`"
+    ));
 }
 
 #[test]
@@ -280,19 +317,30 @@ fn the_inspection_reads_what_18_16_prints() {
         vec!["shop.mv", "other.dist", "shop.bare", "dictionary d"]
     );
     let declared: BTreeSet<String> = ["shop.mv".to_owned(), "shop.bare".to_owned()].into();
-    assert_eq!(dependents(&plan, &inspection, &declared), vec!["other.dist", "dictionary d"]);
+    assert_eq!(
+        dependents(&plan, &inspection, &declared),
+        vec!["other.dist", "dictionary d"]
+    );
 
-    assert!(Inspection::parse("surprise\n").unwrap_err().contains("an unexpected line"));
+    assert!(
+        Inspection::parse("surprise\n")
+            .unwrap_err()
+            .contains("an unexpected line")
+    );
     assert!(Inspection::parse("receipt\tcopied\tp\tx\tmany\t0\t\n").is_err());
 }
 
 #[test]
 fn partitions_staged_parts_and_counts_are_read_and_compared() {
-    let partitions = parse_partitions("20261101\t20261101\t50\nall\ttuple()\t3\nx\t(1,\\'a\\')\t2\n").unwrap();
+    let partitions =
+        parse_partitions("20261101\t20261101\t50\nall\ttuple()\t3\nx\t(1,\\'a\\')\t2\n").unwrap();
     assert_eq!(partitions[1].value, "tuple()");
     assert_eq!(partitions[2].value, "(1,'a')");
     assert!(parse_partitions("a\tb\n").is_err());
-    assert_eq!(parse_staged("a\t2\nb\t3\n").unwrap(), vec![("a".into(), 2), ("b".into(), 3)]);
+    assert_eq!(
+        parse_staged("a\t2\nb\t3\n").unwrap(),
+        vec![("a".into(), 2), ("b".into(), 3)]
+    );
     assert!(parse_staged("a\n").is_err());
 
     let one = parse_counts("20261101\t50\t18446744073709551615\n20261102\t1\t0\n").unwrap();
@@ -300,7 +348,11 @@ fn partitions_staged_parts_and_counts_are_read_and_compared() {
     let mut sum = Counts::new();
     add_counts(&mut sum, &one);
     add_counts(&mut sum, &two);
-    assert_eq!(sum["20261101"], (55, 1), "checksums wrap around like sumWithOverflow");
+    assert_eq!(
+        sum["20261101"],
+        (55, 1),
+        "checksums wrap around like sumWithOverflow"
+    );
     let found = parse_counts("20261101\t55\t1\n20261103\t4\t0\n").unwrap();
     assert_eq!(
         count_differences(&sum, &found),

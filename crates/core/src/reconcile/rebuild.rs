@@ -492,6 +492,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let partitions = rebuild::parse_partitions(&out)
             .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
         let total = partitions.len();
+        let listed: u64 = partitions.iter().map(|p| p.rows).sum();
+        self.rebuild_event(
+            plan,
+            "backfill",
+            Some(&pod.name),
+            None,
+            None,
+            format!(
+                "{key}: copying the rows before the cut-over from {} ({total} partition(s), {listed} row(s) in all)",
+                pod.name
+            ),
+        );
         for (n, partition) in partitions.iter().enumerate() {
             let at = At {
                 plan,
