@@ -40,14 +40,18 @@ async function measured(step) {
   // The live-schema check's and the ledger's execs are recognisable by their scripts' first lines.
   const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
   const isLedger = (e) => e.stdin.startsWith('SELECT resource_id,') || e.stdin.startsWith('CREATE DATABASE IF NOT EXISTS `ops`;');
-  const statements = execs.filter((e) => !isCheck(e) && !isLedger(e));
+  // A rebuild's scripts name its receipts table, its cut-over or the live partitions.
+  const isRebuild = (e) =>
+    /clickhouse_schema_rebuild_receipts|__rebuild_|__new`|^SELECT toUnixTimestamp|^SELECT partition_id|^SELECT toString\(toUInt64/.test(e.stdin);
+  const statements = execs.filter((e) => !isCheck(e) && !isLedger(e) && !isRebuild(e));
   const perPod = {};
   for (const e of statements) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
   const ledger = execs.filter(isLedger).length;
   say(
     `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${statements.length} statement exec(s) [${where}], ` +
-      `${execs.filter(isCheck).length} live-schema check(s)${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}`,
+      `${execs.filter(isCheck).length} live-schema check(s)${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}` +
+      `${execs.some(isRebuild) ? `, ${execs.filter(isRebuild).length} rebuild script(s)` : ''}`,
   );
   return result;
 }
@@ -122,7 +126,48 @@ const recovered = await measured(() => apply('audit-schema', audit));
 detail(`ran the statements on: ${recovered.appliedTo.join(', ') || 'no pod'}; recorded: ${recovered.state.podNames.join(', ')}`);
 detail(`${info.pods[0]}'s ledger: ${query(info.pods[0], "SELECT resource_id, statement_count, pod FROM ops.clickhouse_schema_ledger FORMAT TSV").replace(/\n/g, '; ')}`);
 
-say("6. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
+say(
+  "6. A change no ALTER can make. A third schema, 'metrics-schema', has a table with rows on every pod;\n" +
+    '   its declaration now orders the rows by (host, at) instead of at',
+);
+const metrics = (order, extra = {}) => ({
+  target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
+  statements: [
+    'CREATE DATABASE IF NOT EXISTS metrics',
+    `CREATE TABLE IF NOT EXISTS metrics.samples (at DateTime, host String, value Float64) ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`,
+  ],
+  kubeConfig: { kubeconfigPath: kubeconfig },
+  ...extra,
+});
+const m1 = await apply('metrics-schema', metrics('at'));
+for (const pod of m1.appliedTo) {
+  query(pod, "INSERT INTO metrics.samples SELECT toDateTime('2026-11-28 00:00:00') + number * 600, concat('host-', toString(number % 5)), number FROM system.numbers LIMIT 432");
+}
+const samples = (pod, table) => query(pod, `SELECT toYYYYMMDD(at) AS day, count() FROM metrics.${table} GROUP BY day ORDER BY day FORMAT TSV`).replace(/\t/g, ': ').replace(/\n/g, ', ');
+detail(`every pod holds 432 rows over 3 days; ${info.pods[0]}: ${samples(info.pods[0], 'samples')}`);
+say('   Without the rebuild prop the deploy fails, and the message says which prop would allow a rebuild');
+try {
+  await apply('metrics-schema', metrics('(host, at)'), m1.state);
+} catch (err) {
+  detail(`${err.code}: ...${err.message.slice(err.message.indexOf('no ALTER can change'), err.message.indexOf(' }') + 2)}`);
+}
+say(
+  "   With rebuild: { 'metrics.samples': { cutoverColumn: 'at' } }: on each pod a new table, a view that copies every row\n" +
+    '   written from a cut-over on, a copy of the older rows partition by partition with a receipt each, a verification, a swap',
+);
+const rebuilt = await measured(() =>
+  apply('metrics-schema', metrics('(host, at)', { rebuild: { 'metrics.samples': { cutoverColumn: 'at', cutoverDelaySeconds: 2 } } }), m1.state, {
+    onEvent: (e) => {
+      if (e.kind === 'rebuild' && (e.step !== 'backfill' || e.pod === info.pods[0])) detail(e.message);
+    },
+  }),
+);
+detail(`(the backfill of the other pods went the same way; applied to ${rebuilt.appliedTo.length} pods)`);
+for (const pod of rebuilt.appliedTo) {
+  detail(`${pod}: ORDER BY ${query(pod, "SELECT sorting_key FROM system.tables WHERE database = 'metrics' AND name = 'samples'")}; rows per day ${samples(pod, 'samples')}; the old table, kept: ${samples(pod, 'samples__old')}`);
+}
+
+say("7. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
 await measured(() => destroyStack(stack));
 detail(`${info.pods[0]} still has tables: ${tables(info.pods[0])}`);
 

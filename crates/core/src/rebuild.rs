@@ -479,6 +479,41 @@ impl RebuildPlan {
         )
     }
 
+    /// When the new table is partitioned like the live one (the common case), the whole copy of one
+    /// live partition in one exec: staged, moved under the same partition id, and its two receipts
+    /// written in one insert; prints the rows copied. (Otherwise [`Self::stage_script`] and
+    /// [`Self::attach_script`], since one live partition may become several.)
+    pub fn copy_script(
+        &self,
+        source: &str,
+        partition: &LivePartition,
+        live_key: &str,
+        cutover: &Cutover,
+        columns: &[String],
+    ) -> String {
+        let list = column_list(columns);
+        let id = literal(&partition.id);
+        format!(
+            "TRUNCATE TABLE {stage};\n\
+             INSERT INTO {stage} ({list}) SELECT {list} FROM {live} WHERE {filter} AND {column} < {value};\n\
+             ALTER TABLE {new} ATTACH PARTITION ID {id} FROM {stage};\n\
+             INSERT INTO {receipts} (table_name, target, step, source, partition, rows, checksum, value) \
+             SELECT {key}, {target}, s, {source}, {id}, n, 0, if(s = 'attached', {id}, '') \
+             FROM (SELECT count() AS n FROM {stage}) ARRAY JOIN ['attached', 'copied'] AS s;\n\
+             SELECT count() FROM {stage} FORMAT TSV;\n",
+            stage = self.name(STAGE_SUFFIX),
+            live = self.name(""),
+            new = self.name(NEW_SUFFIX),
+            filter = partition_filter(live_key, &partition.value),
+            column = ident(&self.config.cutover_column),
+            value = cutover.sql(),
+            receipts = self.receipts(),
+            key = literal(&self.key()),
+            target = literal(&self.target),
+            source = literal(source),
+        )
+    }
+
     /// Moves the staged partitions not moved before into the new table, a receipt after each, and
     /// the receipt of the whole live partition last.
     pub fn attach_script(

@@ -227,6 +227,29 @@ fn the_view_and_the_backfill_split_at_the_cut_over() {
 }
 
 #[test]
+fn a_partition_of_the_same_partitioning_is_copied_in_one_script_with_its_receipts() {
+    let plan = events_plan("at").unwrap();
+    let partition = LivePartition {
+        id: "20261101".into(),
+        value: "20261101".into(),
+        rows: 3,
+    };
+    let cutover = Cutover::parse(CutoverKind::Time, "9").unwrap();
+    let script = plan.copy_script("pod-0", &partition, "toYYYYMMDD(at)", &cutover, &["id".to_owned()]);
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 5, "{script}");
+    assert_eq!(lines[0], "TRUNCATE TABLE `shop`.`events__rebuild_stage`;");
+    assert!(lines[1].ends_with("WHERE (toYYYYMMDD(at)) = 20261101 AND `at` < toDateTime(9);"));
+    assert_eq!(
+        lines[2],
+        "ALTER TABLE `shop`.`events__new` ATTACH PARTITION ID '20261101' FROM `shop`.`events__rebuild_stage`;"
+    );
+    assert!(lines[3].contains("ARRAY JOIN ['attached', 'copied'] AS s;"));
+    assert!(lines[3].contains("'pod-0', '20261101', n, 0, if(s = 'attached', '20261101', '')"));
+    assert_eq!(lines[4], "SELECT count() FROM `shop`.`events__rebuild_stage` FORMAT TSV;");
+}
+
+#[test]
 fn attaching_skips_what_receipts_record_and_writes_a_receipt_after_each_move() {
     let plan = events_plan("at").unwrap();
     let partition = LivePartition {

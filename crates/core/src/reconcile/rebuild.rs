@@ -482,6 +482,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .map(|(_, k)| k.clone())
             .unwrap_or_default();
         let columns = rebuild::shared_columns(inspection, table);
+        let same_partitioning = inspection
+            .tables
+            .get(&format!("{table}{NEW_SUFFIX}"))
+            .is_some_and(|(_, new_key)| *new_key == live_key);
         let at = At {
             plan,
             step: "backfill",
@@ -527,24 +531,41 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 );
                 continue;
             }
-            let out = self
-                .rebuild_exec(
-                    &at,
-                    plan.stage_script(partition, &live_key, cutover, &columns),
-                    true,
-                )
-                .await?;
-            let staged = rebuild::parse_staged(&out)
-                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
             let done: BTreeSet<String> = receipts
                 .iter()
                 .filter(|r| r.step == "attached" && r.source == source && r.partition == partition.id)
                 .map(|r| r.value.clone())
                 .collect();
             // Not retried: a transport failure may have moved a partition whose receipt is lost.
-            self.rebuild_exec(&at, plan.attach_script(source, partition, &staged, &done), false)
-                .await?;
-            let rows: u64 = staged.iter().map(|(_, r)| r).sum();
+            let rows: u64 = if same_partitioning && done.is_empty() {
+                let out = self
+                    .rebuild_exec(
+                        &at,
+                        plan.copy_script(source, partition, &live_key, cutover, &columns),
+                        false,
+                    )
+                    .await?;
+                out.trim().parse().map_err(|_| {
+                    self.rebuild_error(
+                        ErrorKind::RebuildFailed,
+                        &at,
+                        &format!("the copy printed {:?}, not a row count", out.trim()),
+                    )
+                })?
+            } else {
+                let out = self
+                    .rebuild_exec(
+                        &at,
+                        plan.stage_script(partition, &live_key, cutover, &columns),
+                        true,
+                    )
+                    .await?;
+                let staged = rebuild::parse_staged(&out)
+                    .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+                self.rebuild_exec(&at, plan.attach_script(source, partition, &staged, &done), false)
+                    .await?;
+                staged.iter().map(|(_, r)| r).sum()
+            };
             self.rebuild_event(
                 plan,
                 "backfill",
