@@ -235,7 +235,13 @@ fn a_partition_of_the_same_partitioning_is_copied_in_one_script_with_its_receipt
         rows: 3,
     };
     let cutover = Cutover::parse(CutoverKind::Time, "9").unwrap();
-    let script = plan.copy_script("pod-0", &partition, "toYYYYMMDD(at)", &cutover, &["id".to_owned()]);
+    let script = plan.copy_script(
+        "pod-0",
+        &partition,
+        "toYYYYMMDD(at)",
+        &cutover,
+        &["id".to_owned()],
+    );
     let lines: Vec<&str> = script.lines().collect();
     assert_eq!(lines.len(), 5, "{script}");
     assert_eq!(lines[0], "TRUNCATE TABLE `shop`.`events__rebuild_stage`;");
@@ -246,7 +252,10 @@ fn a_partition_of_the_same_partitioning_is_copied_in_one_script_with_its_receipt
     );
     assert!(lines[3].contains("ARRAY JOIN ['attached', 'copied'] AS s;"));
     assert!(lines[3].contains("'pod-0', '20261101', n, 0, if(s = 'attached', '20261101', '')"));
-    assert_eq!(lines[4], "SELECT count() FROM `shop`.`events__rebuild_stage` FORMAT TSV;");
+    assert_eq!(
+        lines[4],
+        "SELECT count() FROM `shop`.`events__rebuild_stage` FORMAT TSV;"
+    );
 }
 
 #[test]
