@@ -168,45 +168,57 @@ describe('one shard of two replicas', () => {
   });
 
   test('a failure after some partitions leaves their receipts; the rerun skips them and finishes', { timeout }, async () => {
-    const v1 = [DB, table('resumed', 'MergeTree', 'id')];
+    // The new declaration reads `code` as a number; one row of the fourth day holds 'x', so that
+    // partition's copy fails in ClickHouse, after three partitions were copied.
+    const v1 = [DB, 'CREATE TABLE IF NOT EXISTS rb.resumed (id UInt64, kind String, at DateTime, code String) ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY id'];
     const first = await apply('rb-resumed', props(sandbox, v1));
-    sandbox.query(pods[0], sixDays('resumed', 0));
-    sandbox.query(pods[1], sixDays('resumed', 0));
-    const before = perPartition(sandbox, pods[0], 'resumed');
-    const v2 = [DB, table('resumed', 'MergeTree', '(kind, at)')];
+    for (const pod of pods) {
+      sandbox.query(
+        pod,
+        "INSERT INTO rb.resumed SELECT number, concat('k', toString(number % 7)), toDateTime('2026-11-01 00:00:00') + intDiv(number, 50) * 86400 + number, " +
+          "if(number = 170, 'x', toString(number)) FROM system.numbers LIMIT 300",
+      );
+    }
+    const v2 = [DB, 'CREATE TABLE IF NOT EXISTS rb.resumed (id UInt64, kind String, at DateTime, code UInt32) ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY (kind, at)'];
     const rebuild = { rebuild: { 'rb.resumed': { cutoverColumn: 'at', cutoverDelaySeconds: 1, verify: 'checksum' } } };
+    const before = perPartition(sandbox, pods[0], 'resumed');
 
-    // The staging table is dropped by hand once the first partition is copied: the next copy fails.
-    let dropped = false;
-    const err = await rejection(
-      apply('rb-resumed', props(sandbox, v2, rebuild), first.state, {
-        onEvent: (e) => {
-          if (!dropped && e.kind === 'rebuild' && e.step === 'backfill' && typeof e.rows === 'number') {
-            dropped = true;
-            sandbox.query(e.pod, 'DROP TABLE rb.resumed__rebuild_stage');
-          }
-        },
-      }),
-    );
+    const failed = [];
+    const err = await rejection(apply('rb-resumed', props(sandbox, v2, rebuild), first.state, { onEvent: (e) => failed.push(e) }));
     assert.equal(err.code, 'E_REBUILD_FAILED');
     assert.equal(err.pod, pods[0]);
-    assert.match(err.message, /rebuilding rb\.resumed .* on pod \S+, step backfill, partition 2026110\d/);
+    assert.match(err.message, /rebuilding rb\.resumed \(allowed by rebuild\['rb\.resumed'\]\) on pod \S+, step backfill, partition 20261104: clickhouse-client exited/);
+    assert.match(err.message, /Cannot parse/);
     assert.match(err.message, /The live table still serves reads and writes/);
-    const copiedBefore = receipts(sandbox, pods[0], 'resumed', 'copied');
-    assert.ok(copiedBefore.length >= 1 && copiedBefore.length < 6, `some partitions have receipts: ${copiedBefore}`);
+    assert.deepEqual(receipts(sandbox, pods[0], 'resumed', 'copied'), ['20261101', '20261102', '20261103']);
+    assert.deepEqual(
+      failed.filter((e) => e.kind === 'rebuild' && e.step === 'backfill' && typeof e.rows === 'number').map((e) => e.partition),
+      ['20261101', '20261102', '20261103'],
+    );
     assert.equal(sortingKey(sandbox, pods[0], 'resumed'), 'id', 'the live table is untouched');
     assert.deepEqual(perPartition(sandbox, pods[0], 'resumed'), before);
 
+    // The user fixes the row, and deploys again.
+    for (const pod of pods) {
+      sandbox.query(pod, "ALTER TABLE rb.resumed UPDATE code = '170' WHERE code = 'x'");
+      for (let i = 0; i < 100 && sandbox.query(pod, "SELECT count() FROM system.mutations WHERE database = 'rb' AND is_done = 0") !== '0'; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
     const events = [];
     await apply('rb-resumed', props(sandbox, v2, rebuild), first.state, { onEvent: (e) => events.push(e) });
     const skipped = events
       .filter((e) => e.kind === 'rebuild' && e.step === 'backfill' && e.pod === pods[0] && e.rows == null && e.partition)
-      .map((e) => e.partition)
-      .sort();
-    assert.deepEqual(skipped, copiedBefore, 'the rerun skips exactly the partitions with receipts');
+      .map((e) => e.partition);
+    assert.deepEqual(skipped, ['20261101', '20261102', '20261103'], 'the rerun skips exactly the partitions with receipts');
+    const copied = events
+      .filter((e) => e.kind === 'rebuild' && e.step === 'backfill' && e.pod === pods[0] && typeof e.rows === 'number')
+      .map((e) => e.partition);
+    assert.deepEqual(copied, ['20261104', '20261105', '20261106']);
     for (const pod of pods) {
       assert.equal(sortingKey(sandbox, pod, 'resumed'), 'kind, at');
       assert.deepEqual(perPartition(sandbox, pod, 'resumed'), before, `no row lost or doubled on ${pod}`);
+      assert.equal(sandbox.query(pod, "SELECT count() FROM rb.resumed WHERE code = 170"), '1');
     }
     assert.match(events.find((e) => e.kind === 'rebuild' && e.step === 'verify').message, /checksums included/);
   });

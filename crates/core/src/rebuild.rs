@@ -55,6 +55,11 @@ pub const VIEW_SUFFIX: &str = "__rebuild_view";
 pub const STAGE_SUFFIX: &str = "__rebuild_stage";
 /// The table, in the rebuilt table's database, that holds a rebuild's receipts.
 pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";
+/// A backfill batch (partitions copied in one exec) closes at this many rows...
+pub const BATCH_ROWS: u64 = 1_000_000;
+/// ...or this many partitions: an exec's start costs about as much as copying 100,000 rows, and a
+/// batch that fails is named by its partition, so batches stay small.
+pub const BATCH_PARTITIONS: usize = 8;
 /// How many times verification reads both tables before it calls a difference one: an insert
 /// writes the live table before its view writes the new one.
 pub const VERIFY_READS: u32 = 3;
@@ -500,7 +505,7 @@ impl RebuildPlan {
              INSERT INTO {receipts} (table_name, target, step, source, partition, rows, checksum, value) \
              SELECT {key}, {target}, s, {source}, {id}, n, 0, if(s = 'attached', {id}, '') \
              FROM (SELECT count() AS n FROM {stage}) ARRAY JOIN ['attached', 'copied'] AS s;\n\
-             SELECT count() FROM {stage} FORMAT TSV;\n",
+             SELECT {id}, count() FROM {stage} FORMAT TSV;\n",
             stage = self.name(STAGE_SUFFIX),
             live = self.name(""),
             new = self.name(NEW_SUFFIX),
@@ -548,8 +553,10 @@ impl RebuildPlan {
         sync: bool,
     ) -> String {
         let checksum = match self.config.verify {
-            RebuildVerify::Checksum => format!("sumWithOverflow(cityHash64({}))", column_list(columns)),
-            RebuildVerify::Count => "toUInt64(0)".to_owned(),
+            RebuildVerify::Checksum if !columns.is_empty() => {
+                format!("sumWithOverflow(cityHash64({}))", column_list(columns))
+            }
+            _ => "toUInt64(0)".to_owned(),
         };
         let key = if live_key.trim().is_empty() {
             "'tuple()'".to_owned()
@@ -792,6 +799,24 @@ pub fn shared_columns(inspection: &Inspection, table: &str) -> Vec<String> {
         .filter(|c| live.contains(c.1.as_str()))
         .filter(|c| c.3.is_empty() || c.3 == "DEFAULT")
         .map(|c| c.1.clone())
+        .collect()
+}
+
+/// Columns a checksum can compare: shared ones whose type is the same in both tables (a value
+/// converted on the way, `String` to `UInt32` say, hashes otherwise).
+pub fn checksum_columns(inspection: &Inspection, table: &str) -> Vec<String> {
+    let new = format!("{table}{NEW_SUFFIX}");
+    shared_columns(inspection, table)
+        .into_iter()
+        .filter(|name| {
+            let type_in = |t: &str| {
+                inspection
+                    .columns_of(t)
+                    .find(|c| &c.1 == name)
+                    .map(|c| c.2.clone())
+            };
+            type_in(table) == type_in(&new)
+        })
         .collect()
 }
 

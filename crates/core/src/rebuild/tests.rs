@@ -254,7 +254,7 @@ fn a_partition_of_the_same_partitioning_is_copied_in_one_script_with_its_receipt
     assert!(lines[3].contains("'pod-0', '20261101', n, 0, if(s = 'attached', '20261101', '')"));
     assert_eq!(
         lines[4],
-        "SELECT count() FROM `shop`.`events__rebuild_stage` FORMAT TSV;"
+        "SELECT '20261101', count() FROM `shop`.`events__rebuild_stage` FORMAT TSV;"
     );
 }
 
@@ -308,6 +308,10 @@ fn counts_compare_with_or_without_checksums_and_wait_for_replication() {
     assert!(count.starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\n"));
     assert!(count.contains("SELECT (toYYYYMMDD(at)) AS p, count(), toUInt64(0) FROM `shop`.`events__new`"));
     plan.config.verify = RebuildVerify::Checksum;
+    assert!(
+        plan.counts_script("", "", &[], false)
+            .contains("count(), toUInt64(0)")
+    );
     assert!(plan.counts_script("", "", &columns, false).starts_with(
         "SELECT 'tuple()' AS p, count(), sumWithOverflow(cityHash64(`id`)) FROM `shop`.`events`"
     ));
@@ -341,6 +345,17 @@ fn the_inspection_reads_what_18_16_prints() {
     assert_eq!(inspection.receipts[1].value, "1764600000");
     // Shared, insertable columns in the new table's order; a MATERIALIZED one is computed.
     assert_eq!(shared_columns(&inspection, "events"), vec!["id", "at"]);
+    assert_eq!(checksum_columns(&inspection, "events"), vec!["id", "at"]);
+    let retyped = Inspection::parse(
+        "column\tt\tid\tUInt64\t\ncolumn\tt\tcode\tString\t\ncolumn\tt__new\tid\tUInt64\t\ncolumn\tt__new\tcode\tUInt32\t\n",
+    )
+    .unwrap();
+    assert_eq!(shared_columns(&retyped, "t"), vec!["id", "code"]);
+    assert_eq!(
+        checksum_columns(&retyped, "t"),
+        vec!["id"],
+        "a converted column cannot be hashed alike"
+    );
 
     let plan = events_plan("at").unwrap();
     let none = BTreeSet::new();

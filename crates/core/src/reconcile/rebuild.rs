@@ -22,11 +22,13 @@ use crate::declared::{StatementClass, classify};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
-    self, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX, RECEIPTS_TABLE, RebuildPlan,
-    VERIFY_READS,
+    self, BATCH_PARTITIONS, BATCH_ROWS, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
+    RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
 };
 use crate::redact::redact_clickhouse_output;
-use crate::transport::{Clock, Event, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
+use crate::transport::{
+    Clock, Event, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind,
+};
 
 /// Where a rebuild step runs, for its messages.
 struct At<'a> {
@@ -508,13 +510,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 pod.name
             ),
         );
+        // Partitions copied the one-exec way go in batches, so that an exec's start is paid once
+        // per batch rather than per partition; each keeps its own receipts inside the script.
+        let mut batch: Vec<(usize, &rebuild::LivePartition)> = Vec::new();
         for (n, partition) in partitions.iter().enumerate() {
-            let at = At {
-                plan,
-                step: "backfill",
-                pod: &pod.name,
-                partition: Some(&partition.id),
-            };
             if copied.contains(&(source, partition.id.as_str())) {
                 self.rebuild_event(
                     plan,
@@ -536,51 +535,121 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .filter(|r| r.step == "attached" && r.source == source && r.partition == partition.id)
                 .map(|r| r.value.clone())
                 .collect();
-            // Not retried: a transport failure may have moved a partition whose receipt is lost.
-            let rows: u64 = if same_partitioning && done.is_empty() {
-                let out = self
-                    .rebuild_exec(
-                        &at,
-                        plan.copy_script(source, partition, &live_key, cutover, &columns),
-                        false,
-                    )
-                    .await?;
-                out.trim().parse().map_err(|_| {
-                    self.rebuild_error(
+            if same_partitioning && done.is_empty() {
+                batch.push((n, partition));
+                let rows: u64 = batch.iter().map(|(_, p)| p.rows).sum();
+                if rows >= BATCH_ROWS || batch.len() >= BATCH_PARTITIONS {
+                    let full = std::mem::take(&mut batch);
+                    self.copy_batch(plan, source, pod, &full, &live_key, cutover, &columns, total)
+                        .await?;
+                }
+                continue;
+            }
+            let full = std::mem::take(&mut batch);
+            self.copy_batch(plan, source, pod, &full, &live_key, cutover, &columns, total)
+                .await?;
+            // A partition the new table splits differently: staged, then each of its new
+            // partitions moved that was not moved before. Not retried: a transport failure may
+            // have moved a partition whose receipt is lost.
+            let at = At {
+                plan,
+                step: "backfill",
+                pod: &pod.name,
+                partition: Some(&partition.id),
+            };
+            let out = self
+                .rebuild_exec(
+                    &at,
+                    plan.stage_script(partition, &live_key, cutover, &columns),
+                    true,
+                )
+                .await?;
+            let staged = rebuild::parse_staged(&out)
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            self.rebuild_exec(&at, plan.attach_script(source, partition, &staged, &done), false)
+                .await?;
+            let rows: u64 = staged.iter().map(|(_, r)| r).sum();
+            self.copied_event(plan, pod, partition, n, total, rows);
+        }
+        self.copy_batch(plan, source, pod, &batch, &live_key, cutover, &columns, total)
+            .await?;
+        Ok(())
+    }
+
+    /// Copies `batch` (partitions partitioned alike in both tables) in one exec, and reports each
+    /// partition the script got through. Not retried: a transport failure may have moved a
+    /// partition whose receipt is lost.
+    #[allow(clippy::too_many_arguments)]
+    async fn copy_batch(
+        &self,
+        plan: &RebuildPlan,
+        source: &str,
+        pod: &PodInfo,
+        batch: &[(usize, &rebuild::LivePartition)],
+        live_key: &str,
+        cutover: &Cutover,
+        columns: &[String],
+        total: usize,
+    ) -> Result<(), ClickHouseSchemaError> {
+        let Some((_, first)) = batch.first() else {
+            return Ok(());
+        };
+        let script: String = batch
+            .iter()
+            .map(|(_, p)| plan.copy_script(source, p, live_key, cutover, columns))
+            .collect();
+        let at = At {
+            plan,
+            step: "backfill",
+            pod: &pod.name,
+            partition: Some(&first.id),
+        };
+        let (output, script) = self.rebuild_run(&at, script, false).await?;
+        let finished = rebuild::parse_staged(&output.stdout).unwrap_or_default();
+        for (n, partition) in batch {
+            match finished.iter().find(|(id, _)| *id == partition.id) {
+                Some((_, rows)) => self.copied_event(plan, pod, partition, *n, total, *rows),
+                None => {
+                    // The script stopped at this partition: the error names it.
+                    let at = At {
+                        partition: Some(&partition.id),
+                        ..at
+                    };
+                    self.exit_checked(&at, output, &script)?;
+                    return Err(self.rebuild_error(
                         ErrorKind::RebuildFailed,
                         &at,
-                        &format!("the copy printed {:?}, not a row count", out.trim()),
-                    )
-                })?
-            } else {
-                let out = self
-                    .rebuild_exec(
-                        &at,
-                        plan.stage_script(partition, &live_key, cutover, &columns),
-                        true,
-                    )
-                    .await?;
-                let staged = rebuild::parse_staged(&out)
-                    .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-                self.rebuild_exec(&at, plan.attach_script(source, partition, &staged, &done), false)
-                    .await?;
-                staged.iter().map(|(_, r)| r).sum()
-            };
-            self.rebuild_event(
-                plan,
-                "backfill",
-                Some(&pod.name),
-                Some(&partition.id),
-                Some(rows),
-                format!(
-                    "{key} on {}: partition {} ({}/{total}): {rows} row(s) before the cut-over copied",
-                    pod.name,
-                    partition.id,
-                    n + 1
-                ),
-            );
+                        "the copy printed no row count for the partition",
+                    ));
+                }
+            }
         }
         Ok(())
+    }
+
+    fn copied_event(
+        &self,
+        plan: &RebuildPlan,
+        pod: &PodInfo,
+        partition: &rebuild::LivePartition,
+        n: usize,
+        total: usize,
+        rows: u64,
+    ) {
+        self.rebuild_event(
+            plan,
+            "backfill",
+            Some(&pod.name),
+            Some(&partition.id),
+            Some(rows),
+            format!(
+                "{} on {}: partition {} ({}/{total}): {rows} row(s) before the cut-over copied",
+                plan.key(),
+                pod.name,
+                partition.id,
+                n + 1
+            ),
+        );
     }
 
     /// Compares one target (the new table on `verifier`, or its replica set) with the sum of its
@@ -601,7 +670,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .get(table)
             .map(|(_, k)| k.clone())
             .unwrap_or_default();
-        let columns = rebuild::shared_columns(inspection, table);
+        let columns = rebuild::checksum_columns(inspection, table);
         let replicated = inspection.replicas.contains_key(&format!("{table}{NEW_SUFFIX}"));
         let mut attempt = 0;
         loop {
@@ -703,6 +772,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         script: String,
         retry: bool,
     ) -> Result<String, ClickHouseSchemaError> {
+        let (output, script) = self.rebuild_run(at, script, retry).await?;
+        self.exit_checked(at, output, &script)
+    }
+
+    /// A script's output whatever its exit code (transport failures are errors), with the script.
+    async fn rebuild_run(
+        &self,
+        at: &At<'_>,
+        script: String,
+        retry: bool,
+    ) -> Result<(ExecOutput, String), ClickHouseSchemaError> {
         let request = ExecRequest {
             namespace: self.target.namespace.clone(),
             pod: at.pod.to_owned(),
@@ -759,8 +839,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             Some(Ok(output)) => output,
         };
+        Ok((output, request.stdin))
+    }
+
+    /// The script's stdout when it exited 0; otherwise the error, with ClickHouse's redacted words.
+    fn exit_checked(
+        &self,
+        at: &At<'_>,
+        output: ExecOutput,
+        script: &str,
+    ) -> Result<String, ClickHouseSchemaError> {
         if output.exit_code != 0 {
-            let said = redact_clickhouse_output(&output.stderr, &request.stdin);
+            let said = redact_clickhouse_output(&output.stderr, script);
             return Err(self
                 .rebuild_error(
                     ErrorKind::RebuildFailed,
