@@ -875,6 +875,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             ErrorKind::RebuildRefused => {
                 "Nothing was changed on the pods, and nothing is recorded.".to_owned()
             }
+            // A failed verification says itself what the next apply does.
+            _ if at.step == "verify" => {
+                "The live table still serves reads and writes, and nothing is recorded.".to_owned()
+            }
             _ => format!(
                 "The live table still serves reads and writes, nothing is recorded, and the next apply resumes from \
                  the receipts in {}.{RECEIPTS_TABLE}.",
