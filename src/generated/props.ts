@@ -192,6 +192,10 @@ export interface ClickHouseSchemaLedger {
 export interface ClickHouseSchemaRebuild {
   [k: string]: ClickHouseSchemaRebuildTable;
 }
+/**
+ * This interface was referenced by `ClickHouseSchemaRebuild`'s JSON-Schema definition
+ * via the `patternProperty` "^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$".
+ */
 export interface ClickHouseSchemaRebuildTable {
   /**
    * A DateTime or integer column of the table (in the live table and in the declaration). Rows whose value is at or after the cut-over reach the new table through a materialized view as they are written; the rows before it are copied partition by partition. For a DateTime column the cut-over is the server's time plus cutoverDelaySeconds; for an integer column, one more than its largest value.
