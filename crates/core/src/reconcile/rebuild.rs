@@ -372,8 +372,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if !dependents.is_empty() {
             return Err(refused(format!(
                 "{} read(s) or write(s) the table by name and would follow it to {table}{OLD_SUFFIX} or break at the \
-                 swap: {}. Declare them in the same statements (the apply creates them after the rebuild), or \
-                 drop them first",
+                 swap: {}. Drop them before the deploy and declare them in the statements, so that the apply \
+                 creates them again after the swap, reading the new table; or drop them for good",
                 dependents.len(),
                 dependents.join(", ")
             )));
