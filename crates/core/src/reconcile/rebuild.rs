@@ -68,19 +68,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let mut due: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
         for pod in &pods {
             if !pod.ready || !pod.has_container(&self.target.container) {
-                if let Some(plan) = plans.first() {
-                    return Err(self.rebuild_error(
-                        ErrorKind::RebuildFailed,
-                        &At {
-                            plan,
-                            step: "check",
-                            pod: &pod.name,
-                            partition: None,
-                        },
-                        "the pod is not Ready (or lacks the container); a rebuild needs every pod that may hold the \
-                         table, so wait for the rollout to finish and deploy again",
-                    ));
-                }
+                return Err(self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &At {
+                        plan: &plans[0],
+                        step: "check",
+                        pod: &pod.name,
+                        partition: None,
+                    },
+                    "the pod is not Ready (or lacks the container); a rebuild needs every pod that may hold the \
+                     table, so wait for the rollout to finish and deploy again",
+                ));
             }
             let report = self
                 .verify_pod(&check, &pod.name)
