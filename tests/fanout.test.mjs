@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { addonTarget, apply } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
+import { sandboxProps } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
@@ -30,15 +31,7 @@ const statements = [
   ...Array.from({ length: 5 }, (_, i) => `CREATE TABLE IF NOT EXISTS fan.t${i} (id UInt64, secret String DEFAULT 'hunter2') ENGINE = Memory`),
 ];
 
-function props(extra = {}) {
-  return {
-    target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
-    statements,
-    kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
-    retry: { maxAttempts: 2, backoffMs: 100 },
-    ...extra,
-  };
-}
+const props = (extra = {}) => sandboxProps(sandbox, statements, extra);
 
 test('pods are applied in parallel, each in order, and every step is reported as it happens', { timeout }, async () => {
   const events = [];

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { addonTarget, apply, verify } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
+import { sandboxProps } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
@@ -29,15 +30,7 @@ assertsTheAddonBuild(addonTarget);
 
 const query = (pod, sql) => sandbox.query(pod, sql);
 
-function props(statements, extra = {}) {
-  return {
-    target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
-    statements,
-    kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
-    retry: { maxAttempts: 2, backoffMs: 100 },
-    ...extra,
-  };
-}
+const props = (statements, extra = {}) => sandboxProps(sandbox, statements, extra);
 
 /** Pod name -> object name -> status, for compact assertions. */
 const statuses = (result) =>

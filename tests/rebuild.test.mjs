@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { addonTarget, apply } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
+import { sandboxProps } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 // A fixed directory, so scripts/test.sh can stop this sandbox even when the
@@ -23,15 +24,7 @@ after(() => stopSandbox(dir));
 
 assertsTheAddonBuild(addonTarget);
 
-function props(sandbox, statements, extra = {}) {
-  return {
-    target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
-    statements,
-    kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
-    retry: { maxAttempts: 2, backoffMs: 100 },
-    ...extra,
-  };
-}
+const props = sandboxProps;
 
 const DB = 'CREATE DATABASE IF NOT EXISTS rb';
 const COLUMNS = '(id UInt64, kind String, at DateTime, v Float64)';

@@ -468,19 +468,33 @@ impl RebuildPlan {
         cutover: &Cutover,
         columns: &[String],
     ) -> String {
+        format!(
+            "{}SELECT partition_id, sum(rows) FROM system.parts WHERE database = {} AND table = {} \
+             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n",
+            self.staged_copy(partition, live_key, cutover, columns),
+            literal(&self.database),
+            literal(&format!("{}{STAGE_SUFFIX}", self.table)),
+        )
+    }
+
+    /// Empties the staging table, then copies into it one live partition's rows before the
+    /// cut-over.
+    fn staged_copy(
+        &self,
+        partition: &LivePartition,
+        live_key: &str,
+        cutover: &Cutover,
+        columns: &[String],
+    ) -> String {
         let list = column_list(columns);
         format!(
             "TRUNCATE TABLE {stage};\n\
-             INSERT INTO {stage} ({list}) SELECT {list} FROM {live} WHERE {filter} AND {column} < {value};\n\
-             SELECT partition_id, sum(rows) FROM system.parts WHERE database = {db} AND table = {stage_name} \
-             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n",
+             INSERT INTO {stage} ({list}) SELECT {list} FROM {live} WHERE {filter} AND {column} < {value};\n",
             stage = self.name(STAGE_SUFFIX),
             live = self.name(""),
             filter = partition_filter(live_key, &partition.value),
             column = ident(&self.config.cutover_column),
             value = cutover.sql(),
-            db = literal(&self.database),
-            stage_name = literal(&format!("{}{STAGE_SUFFIX}", self.table)),
         )
     }
 
@@ -496,22 +510,16 @@ impl RebuildPlan {
         cutover: &Cutover,
         columns: &[String],
     ) -> String {
-        let list = column_list(columns);
         let id = literal(&partition.id);
         format!(
-            "TRUNCATE TABLE {stage};\n\
-             INSERT INTO {stage} ({list}) SELECT {list} FROM {live} WHERE {filter} AND {column} < {value};\n\
-             ALTER TABLE {new} ATTACH PARTITION ID {id} FROM {stage};\n\
+            "{copy}ALTER TABLE {new} ATTACH PARTITION ID {id} FROM {stage};\n\
              INSERT INTO {receipts} (table_name, target, step, source, partition, rows, checksum, value) \
              SELECT {key}, {target}, s, {source}, {id}, n, 0, if(s = 'attached', {id}, '') \
              FROM (SELECT count() AS n FROM {stage}) ARRAY JOIN ['attached', 'copied'] AS s;\n\
              SELECT {id}, count() FROM {stage} FORMAT TSV;\n",
+            copy = self.staged_copy(partition, live_key, cutover, columns),
             stage = self.name(STAGE_SUFFIX),
-            live = self.name(""),
             new = self.name(NEW_SUFFIX),
-            filter = partition_filter(live_key, &partition.value),
-            column = ident(&self.config.cutover_column),
-            value = cutover.sql(),
             receipts = self.receipts(),
             key = literal(&self.key()),
             target = literal(&self.target),

@@ -38,6 +38,18 @@ struct At<'a> {
     partition: Option<&'a str>,
 }
 
+impl<'a> At<'a> {
+    /// `step` of `plan` on `pod`, not about one partition.
+    fn new(plan: &'a RebuildPlan, step: &'static str, pod: &'a str) -> Self {
+        Self {
+            plan,
+            step,
+            pod,
+            partition: None,
+        }
+    }
+}
+
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Rebuilds each table of `plans` on the pods whose live table needs it, before the statements
     /// run. A table that is missing (the statements create it) or already as declared is left alone.
@@ -70,12 +82,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if !pod.ready || !pod.has_container(&self.target.container) {
                 return Err(self.rebuild_error(
                     ErrorKind::RebuildFailed,
-                    &At {
-                        plan: &plans[0],
-                        step: "check",
-                        pod: &pod.name,
-                        partition: None,
-                    },
+                    &At::new(&plans[0], "check", &pod.name),
                     "the pod is not Ready (or lacks the container); a rebuild needs every pod that may hold the \
                      table, so wait for the rollout to finish and deploy again",
                 ));
@@ -129,12 +136,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let mut receipts = Vec::new();
         let mut before: BTreeMap<String, Inspection> = BTreeMap::new();
         for pod in holders {
-            let at = At {
-                plan,
-                step: "check",
-                pod: &pod.name,
-                partition: None,
-            };
+            let at = At::new(plan, "check", &pod.name);
             let inspection = self.inspect(&at).await?;
             receipts.extend(inspection.receipts.iter().cloned());
             before.insert(pod.name.clone(), inspection);
@@ -145,12 +147,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
         let mut inspected: BTreeMap<String, Inspection> = BTreeMap::new();
         for pod in due {
-            let at = At {
-                plan,
-                step: "prepare",
-                pod: &pod.name,
-                partition: None,
-            };
+            let at = At::new(plan, "prepare", &pod.name);
             self.rebuild_exec(&at, plan.prepare_script(), true).await?;
             inspected.insert(pod.name.clone(), self.inspect(&at).await?);
         }
@@ -177,12 +174,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let kind = rebuild::cutover_type(&live_type).map_err(|why| {
             self.rebuild_error(
                 ErrorKind::RebuildRefused,
-                &At {
-                    plan,
-                    step: "check",
-                    pod: &first.name,
-                    partition: None,
-                },
+                &At::new(plan, "check", &first.name),
                 &format!(
                     "the live table's cut-over column {} {why}",
                     plan.config.cutover_column
@@ -203,12 +195,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             None => self.new_cutover(plan, kind, due).await?,
         };
         for pod in due {
-            let at = At {
-                plan,
-                step: "dualWrite",
-                pod: &pod.name,
-                partition: None,
-            };
+            let at = At::new(plan, "dualWrite", &pod.name);
             let columns = rebuild::shared_columns(&inspected[&pod.name], table);
             self.rebuild_exec(&at, plan.dual_write_script(&cutover, &columns), true)
                 .await?;
@@ -273,12 +260,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let in_target: BTreeMap<String, &PodInfo> = pods.iter().map(|p| (source_of(p), *p)).collect();
             if let Some(mismatch) = self.verify_target(plan, pods[0], &in_target, &inspected).await? {
                 for pod in due {
-                    let at = At {
-                        plan,
-                        step: "abandon",
-                        pod: &pod.name,
-                        partition: None,
-                    };
+                    let at = At::new(plan, "abandon", &pod.name);
                     self.rebuild_exec(&at, plan.abandon_script(&cutover), true)
                         .await?;
                 }
@@ -288,12 +270,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
         // The swap, pod by pod.
         for pod in due {
-            let at = At {
-                plan,
-                step: "swap",
-                pod: &pod.name,
-                partition: None,
-            };
+            let at = At::new(plan, "swap", &pod.name);
             self.rebuild_exec(&at, plan.swap_script(), false).await?;
             self.rebuild_event(
                 plan,
@@ -324,12 +301,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         declared: &BTreeSet<String>,
     ) -> Result<(), ClickHouseSchemaError> {
         let table = plan.table.as_str();
-        let at = At {
-            plan,
-            step: "check",
-            pod,
-            partition: None,
-        };
+        let at = At::new(plan, "check", pod);
         let refused = |why: String| self.rebuild_error(ErrorKind::RebuildRefused, &at, &why);
         if inspection.tables.contains_key(&format!("{table}{OLD_SUFFIX}")) {
             return Err(refused(format!(
@@ -392,12 +364,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         };
         let mut best: Option<i128> = None;
         for pod in pods {
-            let at = At {
-                plan,
-                step: "dualWrite",
-                pod: &pod.name,
-                partition: None,
-            };
+            let at = At::new(plan, "dualWrite", &pod.name);
             let out = self.rebuild_exec(&at, plan.cutover_query(kind), true).await?;
             let value: i128 = out.trim().parse().map_err(|_| {
                 self.rebuild_error(
@@ -422,12 +389,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     ) -> Result<(), ClickHouseSchemaError> {
         let target: i128 = cutover.value.parse().unwrap_or(0);
         loop {
-            let at = At {
-                plan,
-                step: "dualWrite",
-                pod: &pod.name,
-                partition: None,
-            };
+            let at = At::new(plan, "dualWrite", &pod.name);
             let out = self
                 .rebuild_exec(
                     &at,
@@ -486,12 +448,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .tables
             .get(&format!("{table}{NEW_SUFFIX}"))
             .is_some_and(|(_, new_key)| *new_key == live_key);
-        let at = At {
-            plan,
-            step: "backfill",
-            pod: &pod.name,
-            partition: None,
-        };
+        let at = At::new(plan, "backfill", &pod.name);
         let out = self.rebuild_exec(&at, plan.partitions_query(), true).await?;
         let partitions = rebuild::parse_partitions(&out)
             .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
@@ -677,12 +634,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // table, never as extra.
             let mut expected = Counts::new();
             for pod in sources.values() {
-                let at = At {
-                    plan,
-                    step: "verify",
-                    pod: &pod.name,
-                    partition: None,
-                };
+                let at = At::new(plan, "verify", &pod.name);
                 let out = self
                     .rebuild_exec(&at, plan.counts_script("", &live_key, &columns, false), true)
                     .await?;
@@ -690,12 +642,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
                 rebuild::add_counts(&mut expected, &counts);
             }
-            let at = At {
-                plan,
-                step: "verify",
-                pod: &verifier.name,
-                partition: None,
-            };
+            let at = At::new(plan, "verify", &verifier.name);
             let out = self
                 .rebuild_exec(
                     &at,
