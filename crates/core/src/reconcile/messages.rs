@@ -357,12 +357,24 @@ impl<T, C> Run<'_, T, C> {
                     _ => {
                         let parts: Vec<String> = object.differences.iter().map(difference_text).collect();
                         let only_rebuild = crate::rebuild::rebuild_clauses(&object.differences);
+                        let left_as_it_was =
+                            matches!(form, Some(DeclarationForm::CreateIfNotExists | DeclarationForm::AttachIfNotExists));
                         let why = match form {
+                            // What no ALTER can change: the statement left the table (or something changed
+                            // it), and the way forward is a rebuild, which the props can allow.
                             _ if object.kind == "TABLE" && !only_rebuild.is_empty() => format!(
-                                "no ALTER can change {} of a table; to rebuild it with nothing lost (a new table, \
-                                 a dual write from a cut-over, a copy partition by partition, a verified swap), \
-                                 allow it in the props: rebuild: {{ '{}': {{ cutoverColumn: '<a DateTime or \
-                                 integer column>' }} }}",
+                                "{}no ALTER can change {} of a table; to rebuild it with nothing lost (a new \
+                                 table, a dual write from a cut-over, a copy partition by partition, a verified \
+                                 swap), allow it in the props: rebuild: {{ '{}': {{ cutoverColumn: '<a DateTime \
+                                 or integer column>' }} }}",
+                                if left_as_it_was {
+                                    format!(
+                                        "{statement} ({} ... IF NOT EXISTS) left the existing table as it was, and ",
+                                        verb(form)
+                                    )
+                                } else {
+                                    String::new()
+                                },
                                 only_rebuild.join(", "),
                                 object.name
                             ),
