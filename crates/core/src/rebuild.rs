@@ -387,7 +387,7 @@ impl RebuildPlan {
         let ours = self.names_literal();
         format!(
             "CREATE TABLE IF NOT EXISTS {receipts} (table_name String, target String, step String, source String, \
-             partition String, rows UInt64, checksum UInt64, value String, at DateTime DEFAULT now()) \
+             partition String, rows UInt64, checksum UInt64, value String, cutover String, at DateTime DEFAULT now()) \
              ENGINE = MergeTree ORDER BY (table_name, target, step);\n\
              SELECT 'table', name, engine, partition_key FROM system.tables WHERE database = {db} AND name IN ({ours}) FORMAT TSV;\n\
              SELECT 'replica', table, zookeeper_path FROM system.replicas WHERE database = {db} AND table IN ({t}, {new}) FORMAT TSV;\n\
@@ -397,7 +397,7 @@ impl RebuildPlan {
              WHERE database != 'system' AND NOT (database = {db} AND name IN ({ours})) \
              AND position(create_table_query, {t}) > 0 FORMAT TSV;\n\
              SELECT 'dictionary', name, source FROM system.dictionaries WHERE position(source, {t}) > 0 FORMAT TSV;\n\
-             SELECT 'receipt', step, source, partition, rows, checksum, value FROM {receipts} \
+             SELECT 'receipt', step, source, partition, rows, checksum, value, cutover FROM {receipts} \
              WHERE table_name = {key} AND target = {target} FORMAT TSV;\n",
             receipts = self.receipts(),
             key = literal(&self.key()),
@@ -424,7 +424,7 @@ impl RebuildPlan {
         format!(
             "{receipt}\
              CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {new} AS SELECT {list} FROM {live} WHERE {column} >= {value};\n",
-            receipt = self.receipt_insert("cutover", "", "", 0, 0, &cutover.value),
+            receipt = self.receipt_insert("cutover", "", "", 0, 0, &cutover.value, &cutover.value),
             view = self.name(VIEW_SUFFIX),
             new = self.name(NEW_SUFFIX),
             live = self.name(""),
@@ -513,8 +513,8 @@ impl RebuildPlan {
         let id = literal(&partition.id);
         format!(
             "{copy}ALTER TABLE {new} ATTACH PARTITION ID {id} FROM {stage};\n\
-             INSERT INTO {receipts} (table_name, target, step, source, partition, rows, checksum, value) \
-             SELECT {key}, {target}, s, {source}, {id}, n, 0, if(s = 'attached', {id}, '') \
+             INSERT INTO {receipts} (table_name, target, step, source, partition, rows, checksum, value, cutover) \
+             SELECT {key}, {target}, s, {source}, {id}, n, 0, if(s = 'attached', {id}, ''), {cut} \
              FROM (SELECT count() AS n FROM {stage}) ARRAY JOIN ['attached', 'copied'] AS s;\n\
              SELECT {id}, count() FROM {stage} FORMAT TSV;\n",
             copy = self.staged_copy(partition, live_key, cutover, columns),
@@ -524,6 +524,7 @@ impl RebuildPlan {
             key = literal(&self.key()),
             target = literal(&self.target),
             source = literal(source),
+            cut = literal(&cutover.value),
         )
     }
 
@@ -532,6 +533,7 @@ impl RebuildPlan {
     pub fn attach_script(
         &self,
         source: &str,
+        cutover: &Cutover,
         partition: &LivePartition,
         staged: &[(String, u64)],
         done: &BTreeSet<String>,
@@ -544,10 +546,18 @@ impl RebuildPlan {
                 literal(id),
                 self.name(STAGE_SUFFIX)
             ));
-            script.push_str(&self.receipt_insert("attached", source, &partition.id, *rows, 0, id));
+            script.push_str(&self.receipt_insert(
+                "attached",
+                source,
+                &partition.id,
+                *rows,
+                0,
+                id,
+                &cutover.value,
+            ));
         }
         let rows: u64 = staged.iter().map(|(_, r)| r).sum();
-        script.push_str(&self.receipt_insert("copied", source, &partition.id, rows, 0, ""));
+        script.push_str(&self.receipt_insert("copied", source, &partition.id, rows, 0, "", &cutover.value));
         script
     }
 
@@ -596,7 +606,7 @@ impl RebuildPlan {
         if !self.config.keep_old {
             script.push_str(&format!("DROP TABLE IF EXISTS {};\n", self.name(OLD_SUFFIX)));
         }
-        script.push_str(&self.receipt_insert("swapped", "", "", 0, 0, ""));
+        script.push_str(&self.receipt_insert("swapped", "", "", 0, 0, "", ""));
         script
     }
 
@@ -608,7 +618,7 @@ impl RebuildPlan {
             self.name(VIEW_SUFFIX),
             self.name(NEW_SUFFIX),
             self.name(STAGE_SUFFIX),
-            self.receipt_insert("abandoned", "", "", 0, 0, &cutover.value),
+            self.receipt_insert("abandoned", "", "", 0, 0, &cutover.value, &cutover.value),
         )
     }
 
@@ -617,6 +627,9 @@ impl RebuildPlan {
         &self.engine
     }
 
+    /// One receipt row. `cutover` ties a copy's receipts to the cut-over it copied up to: after
+    /// an abandoned rebuild, the next one (with a new cut-over) counts none of them.
+    #[allow(clippy::too_many_arguments)]
     fn receipt_insert(
         &self,
         step: &str,
@@ -625,9 +638,10 @@ impl RebuildPlan {
         rows: u64,
         checksum: u64,
         value: &str,
+        cutover: &str,
     ) -> String {
         format!(
-            "INSERT INTO {} (table_name, target, step, source, partition, rows, checksum, value) VALUES ({}, {}, {}, {}, {}, {rows}, {checksum}, {});\n",
+            "INSERT INTO {} (table_name, target, step, source, partition, rows, checksum, value, cutover) VALUES ({}, {}, {}, {}, {}, {rows}, {checksum}, {}, {});\n",
             self.receipts(),
             literal(&self.key()),
             literal(&self.target),
@@ -635,6 +649,7 @@ impl RebuildPlan {
             literal(source),
             literal(partition),
             literal(value),
+            literal(cutover),
         )
     }
 }
@@ -748,6 +763,16 @@ pub struct Receipt {
     pub rows: u64,
     /// The cut-over (`cutover`) or the new table's partition id (`attached`).
     pub value: String,
+    /// The cut-over the receipt belongs to (empty for `swapped`).
+    pub cutover: String,
+}
+
+/// The receipts of one rebuild run: those of `cutover`, the one it copies up to.
+pub fn of_cutover<'r>(
+    receipts: &'r [Receipt],
+    cutover: &'r Cutover,
+) -> impl Iterator<Item = &'r Receipt> + 'r {
+    receipts.iter().filter(move |r| r.cutover == cutover.value)
 }
 
 impl Inspection {
@@ -776,6 +801,7 @@ impl Inspection {
                         .parse()
                         .map_err(|_| format!("a receipt's rows are not a number: {line}"))?,
                     value: f(6),
+                    cutover: f(7),
                 }),
                 _ => {
                     return Err(format!(

@@ -268,15 +268,16 @@ fn attaching_skips_what_receipts_record_and_writes_a_receipt_after_each_move() {
     };
     let staged = vec![("a".to_owned(), 2), ("b".to_owned(), 3)];
     let done: BTreeSet<String> = ["a".to_owned()].into();
-    let script = plan.attach_script("pod-0", &partition, &staged, &done);
+    let cutover = Cutover::parse(CutoverKind::Time, "9").unwrap();
+    let script = plan.attach_script("pod-0", &cutover, &partition, &staged, &done);
     let lines: Vec<&str> = script.lines().collect();
     assert_eq!(lines.len(), 3, "{script}");
     assert_eq!(
         lines[0],
         "ALTER TABLE `shop`.`events__new` ATTACH PARTITION ID 'b' FROM `shop`.`events__rebuild_stage`;"
     );
-    assert!(lines[1].contains("'attached', 'pod-0', 'p1', 3, 0, 'b'"));
-    assert!(lines[2].contains("'copied', 'pod-0', 'p1', 5, 0, ''"));
+    assert!(lines[1].contains("'attached', 'pod-0', 'p1', 3, 0, 'b', '9');"));
+    assert!(lines[2].contains("'copied', 'pod-0', 'p1', 5, 0, '', '9');"));
 }
 
 #[test]
@@ -335,14 +336,22 @@ fn the_inspection_reads_what_18_16_prints() {
                object\tshop\tbare\tCREATE VIEW shop.bare AS SELECT * FROM events\n\
                object\tother\tsame_name\tCREATE VIEW other.same_name AS SELECT * FROM events\n\
                dictionary\td\tClickHouse: shop.events\n\
-               receipt\tcopied\tpod-0\t20261101\t50\t0\t\n\
-               receipt\tcutover\t\t\t0\t0\t1764600000\n";
+               receipt\tcopied\tpod-0\t20261101\t50\t0\t\t1764600000\n\
+               receipt\tcutover\t\t\t0\t0\t1764600000\t1764600000\n\
+               receipt\tcopied\tpod-0\t20261102\t50\t0\t\t1764500000\n";
     let inspection = Inspection::parse(out).expect("readable");
     assert_eq!(inspection.tables.len(), 2);
     assert_eq!(inspection.replicas["events__new"], "/t/0/events_v2");
-    assert_eq!(inspection.receipts.len(), 2);
+    assert_eq!(inspection.receipts.len(), 3);
     assert_eq!(inspection.receipts[0].rows, 50);
     assert_eq!(inspection.receipts[1].value, "1764600000");
+    // A copy made up to another (an abandoned) cut-over is not this run's.
+    let cutover = Cutover::parse(CutoverKind::Time, "1764600000").unwrap();
+    let ours: Vec<&str> = of_cutover(&inspection.receipts, &cutover)
+        .filter(|r| r.step == "copied")
+        .map(|r| r.partition.as_str())
+        .collect();
+    assert_eq!(ours, vec!["20261101"]);
     // Shared, insertable columns in the new table's order; a MATERIALIZED one is computed.
     assert_eq!(shared_columns(&inspection, "events"), vec!["id", "at"]);
     assert_eq!(checksum_columns(&inspection, "events"), vec!["id", "at"]);
@@ -374,7 +383,7 @@ fn the_inspection_reads_what_18_16_prints() {
             .unwrap_err()
             .contains("an unexpected line")
     );
-    assert!(Inspection::parse("receipt\tcopied\tp\tx\tmany\t0\t\n").is_err());
+    assert!(Inspection::parse("receipt\tcopied\tp\tx\tmany\t0\t\t1\n").is_err());
 }
 
 #[test]

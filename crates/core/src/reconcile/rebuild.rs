@@ -228,8 +228,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         for pod in due {
             sources.entry(source_of(pod)).or_insert(pod);
         }
-        let copied: BTreeSet<(&str, &str)> = receipts
-            .iter()
+        // Only this cut-over's: an abandoned rebuild's copies are not in the new table.
+        let copied: BTreeSet<(&str, &str)> = rebuild::of_cutover(&receipts, &cutover)
             .filter(|r| r.step == "copied")
             .map(|r| (r.source.as_str(), r.partition.as_str()))
             .collect();
@@ -485,8 +485,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 );
                 continue;
             }
-            let done: BTreeSet<String> = receipts
-                .iter()
+            let done: BTreeSet<String> = rebuild::of_cutover(receipts, cutover)
                 .filter(|r| r.step == "attached" && r.source == source && r.partition == partition.id)
                 .map(|r| r.value.clone())
                 .collect();
@@ -521,8 +520,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .await?;
             let staged = rebuild::parse_staged(&out)
                 .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-            self.rebuild_exec(&at, plan.attach_script(source, partition, &staged, &done), false)
-                .await?;
+            self.rebuild_exec(
+                &at,
+                plan.attach_script(source, cutover, partition, &staged, &done),
+                false,
+            )
+            .await?;
             let rows: u64 = staged.iter().map(|(_, r)| r).sum();
             self.copied_event(plan, pod, partition, n, total, rows);
         }
