@@ -7,7 +7,7 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
     /// Options or a request the sandbox cannot honour: instance out of range, a bad cluster name,
-    /// argv or environment name, or a bridge/namespace already taken by another (or a crashed) sandbox.
+    /// argv or environment name, or a name that exists although this sandbox holds its instance.
     #[error("invalid sandbox options: {0}")]
     InvalidOptions(String),
     /// A host name that could not be a Kubernetes pod name (it becomes netns, directory and XML text).
@@ -18,6 +18,14 @@ pub enum HostsError {
         /// Which rule it breaks.
         reason: String,
     },
+    /// The instance asked for is held by a sandbox that is running on this machine.
+    #[error(
+        "instance {0} is held by another sandbox running on this machine: pick another instance, or stop that one"
+    )]
+    InstanceBusy(u8),
+    /// Every instance 1..=200 is held by a running sandbox.
+    #[error("no free sandbox instance (1..=200) on this machine: every one is held by a running sandbox")]
+    NoFreeInstance,
     /// No host of that name (never added, or removed).
     #[error("no host named {0:?} in this sandbox")]
     UnknownHost(String),

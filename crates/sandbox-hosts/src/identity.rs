@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use crate::error::{HostsError, IoContext};
 use crate::netns::{Kind, Records, run};
 
-const UTS_DIR: &str = "/run/chsbx-uts";
-const ETC_NETNS_DIR: &str = "/etc/netns";
+pub(crate) const UTS_DIR: &str = "/run/chsbx-uts";
+pub(crate) const ETC_NETNS_DIR: &str = "/etc/netns";
 
 /// The file a host's UTS namespace is bound to.
 pub(crate) fn uts_file(netns: &str) -> PathBuf {
@@ -47,8 +47,8 @@ pub(crate) fn check_free(netns: &str) -> Result<(), HostsError> {
     for path in [uts_file(netns), etc_dir(netns)] {
         if path.exists() {
             return Err(HostsError::InvalidOptions(format!(
-                "{} already exists: another sandbox uses this instance, or a crashed one left it behind \
-                 (run cleanup_stale on its run dir)",
+                "{} appeared after its instance was reclaimed: something other than a sandbox made it; \
+                 delete it or pick another instance",
                 path.display()
             )));
         }

@@ -15,6 +15,7 @@
 mod clickhouse;
 mod error;
 mod identity;
+mod instance;
 mod netns;
 mod pids;
 mod zookeeper;
@@ -44,7 +45,9 @@ const ZOOKEEPER_PID: &str = "zookeeper";
 pub struct HostsOptions {
     /// 1..=200: picks the subnet 10.250.<instance>.0/24 and prefixes every name (bridge `chsbx<instance>`,
     /// netns `chsbx<instance>-<host>`), so several sandboxes can run at once (tests run their own).
-    pub instance: u8,
+    /// `None`: the lowest one no running sandbox holds. Whatever a crashed sandbox left on the instance
+    /// is removed first ([`Hosts::reclaimed`] lists it).
+    pub instance: Option<u8>,
     /// Where configs, data, logs and pid files go; created if missing. Data left there by an earlier run
     /// is kept (a restarted sandbox finds its tables again); use a fresh directory for a fresh sandbox.
     pub run_dir: PathBuf,
@@ -132,6 +135,7 @@ impl Host {
 /// host. Dropping it tears everything down (best effort); `shutdown` does the same and reports errors.
 pub struct Hosts {
     instance: u8,
+    reclaimed: Vec<String>,
     cluster_name: String,
     default_password: String,
     writer_password: String,
@@ -144,19 +148,16 @@ pub struct Hosts {
     hosts: Vec<Host>,
     next_octet: u16,
     torn_down: bool,
+    // Declared last so it is released after Drop has torn everything down.
+    _instance_lock: instance::InstanceLock,
 }
 
 impl Hosts {
     /// Bridge + ZooKeeper (first, wait for `srvr` to report `Mode:`) + one netns/veth/clickhouse-server per
     /// name; returns once every server answers `SELECT 1` (via clickhouse-client in its netns with the
-    /// password). On failure everything already created is torn down again.
+    /// password). On failure everything already created is torn down again. Before anything is
+    /// created it locks its instance and removes what a crashed sandbox left there (`instance.rs`).
     pub fn start(opts: HostsOptions, specs: &[HostSpec]) -> Result<Hosts, HostsError> {
-        if !(1..=200).contains(&opts.instance) {
-            return Err(HostsError::InvalidOptions(format!(
-                "instance {} is not in 1..=200",
-                opts.instance
-            )));
-        }
         validate_cluster_name(&opts.cluster_name)?;
         for (i, spec) in specs.iter().enumerate() {
             validate_spec(spec)?;
@@ -171,13 +172,17 @@ impl Hosts {
             .canonicalize()
             .context(|| format!("resolving {}", opts.run_dir.display()))?;
         cleanup_stale(&run_dir)?;
+        let lock = instance::claim(opts.instance)?;
+        let records = netns::Records::new(&run_dir);
+        let reclaimed = instance::reclaim(&lock, &records)?;
 
         let mut hosts = Hosts {
-            instance: opts.instance,
+            instance: lock.instance,
+            reclaimed,
             cluster_name: opts.cluster_name,
             default_password: opts.default_password,
             writer_password: opts.writer_password,
-            records: netns::Records::new(&run_dir),
+            records,
             pid_dir: pids::PidDir::new(&run_dir),
             zookeeper_paths: ZooKeeperPaths::new(&run_dir),
             run_dir,
@@ -186,6 +191,7 @@ impl Hosts {
             hosts: Vec::new(),
             next_octet: FIRST_HOST_OCTET,
             torn_down: false,
+            _instance_lock: lock,
         };
         // From here on, an early return drops `hosts`, and Drop tears down whatever was created.
         netns::create_bridge(&hosts.records, hosts.instance)?;
@@ -370,6 +376,17 @@ impl Hosts {
     /// ZooKeeper's client address: the bridge's IP, which every host reaches from its namespace.
     pub fn zookeeper_address(&self) -> SocketAddr {
         SocketAddr::from((netns::bridge_ip(self.instance), zookeeper::CLIENT_PORT))
+    }
+
+    /// The instance this sandbox holds (see [`HostsOptions::instance`]).
+    pub fn instance(&self) -> u8 {
+        self.instance
+    }
+
+    /// What a crashed sandbox had left on this instance and `start` removed: one line per process
+    /// group or name (`bridge chsbx1`, `netns chsbx1-a`, ...). Empty when the instance was clean.
+    pub fn reclaimed(&self) -> &[String] {
+        &self.reclaimed
     }
 
     /// Where this sandbox keeps its files (canonical form of `HostsOptions::run_dir`).
@@ -745,6 +762,10 @@ fn validate_cluster_name(name: &str) -> Result<(), HostsError> {
 /// Crash recovery for `sandbox stop` when the serving process died: kill every process whose PID is
 /// recorded under run_dir (only those, and only if its command line still names run_dir), delete the
 /// netns/veth/bridge recorded there. Idempotent, quiet when nothing is left. Data and logs are kept.
+///
+/// Names are deleted only under their instance's lock. When a running sandbox holds that instance it
+/// has already reclaimed these names at its start and may have made the same ones since, so they are
+/// only dropped from the record.
 pub fn cleanup_stale(run_dir: &Path) -> Result<(), HostsError> {
     let Ok(run_dir) = run_dir.canonicalize() else {
         return Ok(()); // never created: nothing can be left
@@ -761,5 +782,14 @@ pub fn cleanup_stale(run_dir: &Path) -> Result<(), HostsError> {
             pid_dir.forget(what);
         }
     }
-    netns::delete_recorded(&netns::Records::new(&run_dir))
+    let records = netns::Records::new(&run_dir);
+    let mut locks = Vec::new();
+    for i in records.instances() {
+        match instance::claim(Some(i)) {
+            Ok(lock) => locks.push(lock),
+            Err(HostsError::InstanceBusy(_)) => records.forget_instance(i)?,
+            Err(e) => return Err(e),
+        }
+    }
+    netns::delete_recorded(&records)
 }

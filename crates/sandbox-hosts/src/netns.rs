@@ -26,6 +26,13 @@ pub(crate) fn veth_name(instance: u8, octet: u8) -> String {
     format!("chsbx{instance}h{octet}")
 }
 
+/// The instance a created name belongs to: the digits after `chsbx` in every name above.
+pub(crate) fn instance_of(name: &str) -> Option<u8> {
+    let rest = name.strip_prefix("chsbx")?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    rest[..digits].parse().ok()
+}
+
 pub(crate) fn bridge_ip(instance: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 250, instance, 1)
 }
@@ -46,7 +53,7 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Kind::Bridge => "bridge",
             Kind::Netns => "netns",
@@ -107,6 +114,21 @@ impl Records {
         Ok(())
     }
 
+    /// The instances the recorded names belong to.
+    pub(crate) fn instances(&self) -> Vec<u8> {
+        let mut found: Vec<u8> = self.read().iter().filter_map(|(_, n)| instance_of(n)).collect();
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// Drops every name of instance `i` from the record without deleting it.
+    pub(crate) fn forget_instance(&self, i: u8) -> Result<(), HostsError> {
+        let mut entries = self.read();
+        entries.retain(|(_, n)| instance_of(n) != Some(i));
+        self.write(&entries)
+    }
+
     pub(crate) fn remove(&self, kind: Kind, name: &str) -> Result<(), HostsError> {
         let mut entries = self.read();
         let before = entries.len();
@@ -150,8 +172,8 @@ pub(crate) fn create_bridge(records: &Records, instance: u8) -> Result<(), Hosts
     let bridge = bridge_name(instance);
     if link_exists(&bridge) {
         return Err(HostsError::InvalidOptions(format!(
-            "network interface {bridge} already exists: another sandbox runs with instance {instance} \
-             (pick another instance), or a crashed one left it behind (run cleanup_stale on its run dir)"
+            "network interface {bridge} appeared after instance {instance} was reclaimed: something other \
+             than a sandbox made it; delete it or pick another instance"
         )));
     }
     records.add(Kind::Bridge, &bridge)?;
@@ -174,8 +196,8 @@ pub(crate) fn create_bridge(records: &Records, instance: u8) -> Result<(), Hosts
 pub(crate) fn check_host_free(instance: u8, netns: &str, veth: &str) -> Result<(), HostsError> {
     if netns_exists(netns) || link_exists(veth) {
         return Err(HostsError::InvalidOptions(format!(
-            "network namespace {netns} or interface {veth} already exists: another sandbox runs with \
-             instance {instance}, or a crashed one left it behind (run cleanup_stale on its run dir)"
+            "network namespace {netns} or interface {veth} appeared after instance {instance} was \
+             reclaimed: something other than a sandbox made it; delete it or pick another instance"
         )));
     }
     Ok(())

@@ -112,27 +112,33 @@ pub(crate) fn stop_children(children: &mut [&mut Child], grace: Duration) {
 }
 
 /// Same as [`stop_children`] for processes another (dead) process started: we cannot reap them, so we
-/// only wait until they stop running.
+/// only wait until they stop running. Only PIDs whose command line still names `marker` are signalled.
 pub(crate) fn stop_foreign(pids: &[i32], marker: &str, grace: Duration) {
-    let ours: Vec<i32> = pids
-        .iter()
-        .copied()
-        .filter(|&p| is_alive(p) && belongs_to(p, marker))
-        .collect();
-    for &pid in &ours {
+    stop_unreaped(pids, grace, |p| belongs_to(p, marker));
+}
+
+/// [`stop_foreign`] for processes found by what they hold (a crashed sandbox's namespace or address,
+/// see `instance::reclaim`) rather than by a PID file, so there is no run dir to match.
+pub(crate) fn stop_leftovers(pids: &[i32], grace: Duration) {
+    stop_unreaped(pids, grace, |_| true);
+}
+
+fn stop_unreaped(pids: &[i32], grace: Duration, ours: impl Fn(i32) -> bool) {
+    let ours_now: Vec<i32> = pids.iter().copied().filter(|&p| is_alive(p) && ours(p)).collect();
+    for &pid in &ours_now {
         signal(pid, libc::SIGTERM);
     }
     let deadline = Instant::now() + grace;
-    while ours.iter().any(|&p| is_alive(p)) && Instant::now() < deadline {
+    while ours_now.iter().any(|&p| is_alive(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    for &pid in &ours {
-        if is_alive(pid) && belongs_to(pid, marker) {
+    for &pid in &ours_now {
+        if is_alive(pid) && ours(pid) {
             signal(pid, libc::SIGKILL);
         }
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while ours.iter().any(|&p| is_alive(p)) && Instant::now() < deadline {
+    while ours_now.iter().any(|&p| is_alive(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
 }

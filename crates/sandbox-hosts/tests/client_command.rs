@@ -104,7 +104,7 @@ fn the_rendered_command_against_a_real_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let hosts = Hosts::start(
         HostsOptions {
-            instance: INSTANCE,
+            instance: Some(INSTANCE),
             run_dir: dir.path().to_path_buf(),
             cluster_name: "sandbox".into(),
             default_password: "default-pw".into(),

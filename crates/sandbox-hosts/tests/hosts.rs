@@ -13,7 +13,7 @@ const WRITER_PW: &str = "writer-pw";
 
 fn options(instance: u8, run_dir: &Path) -> HostsOptions {
     HostsOptions {
-        instance,
+        instance: Some(instance),
         run_dir: run_dir.to_path_buf(),
         cluster_name: "sandbox".into(),
         default_password: DEFAULT_PW.into(),
@@ -317,20 +317,102 @@ fn remove_takes_host_out_of_cluster() {
     assert_nothing_left(INSTANCE, &[]);
 }
 
+/// Set in the copy of this test binary that plays a serving process which crashes.
+const CRASH_CHILD: &str = "SANDBOX_HOSTS_CRASH_CHILD";
+
+/// Starts hosts on `INSTANCE` in `dir` from another process (this test binary, running
+/// `cleanup_stale_after_a_crash` as the child), then kills that process outright: no destructor runs,
+/// its servers and ZooKeeper are orphaned, and the kernel releases its instance lock. Returns the PIDs
+/// it had recorded.
+fn crash_a_sandbox(dir: &Path) -> Vec<i32> {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cleanup_stale_after_a_crash", "--nocapture"])
+        .env(CRASH_CHILD, dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = dir.join("started");
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the crashing sandbox exited early"
+        );
+        assert!(Instant::now() < deadline, "the crashing sandbox did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pids = recorded_pids(dir);
+    assert_eq!(pids.len(), 2, "a server and ZooKeeper");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    pids
+}
+
 #[test]
 fn cleanup_stale_after_a_crash() {
     const INSTANCE: u8 = 183;
+    if let Some(dir) = std::env::var_os(CRASH_CHILD) {
+        let dir = Path::new(&dir);
+        let _hosts = Hosts::start(options(INSTANCE, dir), &specs(&["a"])).unwrap();
+        std::fs::write(dir.join("started"), "").unwrap();
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
-    let hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["a"])).unwrap();
-    let pids = recorded_pids(hosts.run_dir());
-    assert_eq!(pids.len(), 2);
-    // A crashed serving process runs no destructors.
-    std::mem::forget(hosts);
+    let pids = crash_a_sandbox(dir.path());
+    assert!(
+        link_exists(&format!("chsbx{INSTANCE}")),
+        "the crash left its bridge"
+    );
     cleanup_stale(dir.path()).unwrap();
     assert_nothing_left(INSTANCE, &pids);
     assert!(recorded_pids(dir.path()).is_empty());
     cleanup_stale(dir.path()).unwrap();
     cleanup_stale(&dir.path().join("never-created")).unwrap();
+
+    // Crashed again, but this time a new sandbox takes the instance before anyone cleans up: it
+    // removes what the crash left, and a late cleanup of the crashed directory must not delete the
+    // running sandbox's names, which are the same ones.
+    let crashed = tempfile::tempdir().unwrap();
+    let orphans = crash_a_sandbox(crashed.path());
+    let running = tempfile::tempdir().unwrap();
+    let hosts = Hosts::start(options(INSTANCE, running.path()), &specs(&["a"])).unwrap();
+    assert!(
+        hosts
+            .reclaimed()
+            .iter()
+            .any(|l| l == &format!("bridge chsbx{INSTANCE}")),
+        "{:?}",
+        hosts.reclaimed()
+    );
+    for pid in &orphans {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists() || zombie(*pid),
+            "{pid} runs"
+        );
+    }
+    cleanup_stale(crashed.path()).unwrap();
+    assert!(
+        link_exists(&format!("chsbx{INSTANCE}")),
+        "the running sandbox's bridge was deleted"
+    );
+    // Over the bridge: the server still reaches ZooKeeper.
+    assert_eq!(
+        ok(
+            &hosts,
+            "a",
+            "SELECT count() > 0 FROM system.zookeeper WHERE path = '/'"
+        )
+        .trim(),
+        "1"
+    );
+    hosts.shutdown().unwrap();
+    assert_nothing_left(INSTANCE, &orphans);
+}
+
+fn zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z"))
 }
 
 #[test]
@@ -362,7 +444,7 @@ fn failed_server_start_reports_its_log_and_second_sandbox_on_same_instance_is_re
     let err = Hosts::start(options(INSTANCE, other.path()), &specs(&["a"]))
         .err()
         .unwrap();
-    assert!(err.to_string().contains("already exists"), "{err}");
+    assert!(matches!(err, HostsError::InstanceBusy(INSTANCE)), "{err}");
     assert!(
         link_exists(&format!("chsbx{INSTANCE}")),
         "the first sandbox's bridge was deleted"

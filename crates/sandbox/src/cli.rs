@@ -231,6 +231,9 @@ fn serve(a: StartArgs) -> Result<(), String> {
         };
         let begun = Instant::now();
         let sandbox = Sandbox::start(opts).await.map_err(|e| e.to_string())?;
+        for left in sandbox.reclaimed() {
+            println!("sandbox: removed what a crashed sandbox left on this instance: {left}");
+        }
         println!(
             "sandbox serving on {} ({:.2}s)",
             sandbox.server_url(),

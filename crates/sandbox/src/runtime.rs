@@ -103,10 +103,13 @@ impl PodRuntime for LocalProcess {
 /// Real ClickHouse servers, one network namespace per pod (crate `clickhouse-schema-sandbox-hosts`).
 pub(crate) struct HostsRuntime {
     hosts: Mutex<Option<Hosts>>,
+    instance: u8,
+    reclaimed: Vec<String>,
 }
 
 pub(crate) struct HostsConfig {
-    pub(crate) instance: u8,
+    /// `None`: the lowest instance no running sandbox holds.
+    pub(crate) instance: Option<u8>,
     pub(crate) run_dir: PathBuf,
     pub(crate) cluster_name: String,
     pub(crate) default_password: String,
@@ -131,8 +134,20 @@ impl HostsRuntime {
         )
         .map_err(err)?;
         Ok(Self {
+            instance: hosts.instance(),
+            reclaimed: hosts.reclaimed().to_vec(),
             hosts: Mutex::new(Some(hosts)),
         })
+    }
+
+    /// The instance the hosts hold.
+    pub(crate) fn instance(&self) -> u8 {
+        self.instance
+    }
+
+    /// What a crashed sandbox had left on the instance and the start removed.
+    pub(crate) fn reclaimed(&self) -> &[String] {
+        &self.reclaimed
     }
 
     fn with<T>(

@@ -2,7 +2,6 @@
 //! to drive it; dropping it (or `shutdown`) tears everything down.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -39,8 +38,8 @@ pub struct SandboxOptions {
     /// Where the kubeconfig, `sandbox.json` and the hosts' run directory go. `None`: a fresh
     /// temporary directory, removed on shutdown.
     pub dir: Option<PathBuf>,
-    /// Hosts instance (subnet 10.250.<instance>.0/24). `None`: the first one no other sandbox on
-    /// this machine holds (lock files under the temp dir).
+    /// Hosts instance (subnet 10.250.<instance>.0/24). `None`: the first one no other running
+    /// sandbox on this machine holds. What a crashed sandbox left on it is removed first.
     pub instance: Option<u8>,
     /// 0: ephemeral.
     pub port: u16,
@@ -85,7 +84,7 @@ impl SandboxOptions {
 /// Why a sandbox did not start, or an operation on it failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    /// The directory, an instance lock file, the listening port, the kubeconfig or sandbox.json.
+    /// The directory, the listening port, the kubeconfig or sandbox.json.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
     /// The throwaway CA or server certificate could not be made.
@@ -97,9 +96,6 @@ pub enum SandboxError {
     /// A pod operation was refused (unknown or existing pod, invalid request) or its runtime call failed.
     #[error(transparent)]
     Control(#[from] ControlError),
-    /// Every hosts instance is held by another sandbox on this machine (or the one asked for is).
-    #[error("no free sandbox instance (1..=200) on this machine")]
-    NoInstance,
     /// `SandboxOptions::exec_protocols` was empty.
     #[error("exec_protocols is empty: the server would refuse every exec")]
     NoExecProtocol,
@@ -146,33 +142,12 @@ pub struct Sandbox {
     kubeconfig: PathBuf,
     ca_pem: String,
     instance: Option<u8>,
-    _instance_lock: Option<File>,
+    reclaimed: Vec<String>,
     down: bool,
 }
 
 fn random_secret() -> String {
     uuid::Uuid::new_v4().simple().to_string()
-}
-
-/// Holds an exclusive lock on one instance number for as long as the file stays open.
-fn claim_instance(wanted: Option<u8>) -> Result<(u8, File), SandboxError> {
-    let dir = std::env::temp_dir().join("sandbox-instances");
-    std::fs::create_dir_all(&dir)?;
-    let candidates: Vec<u8> = match wanted {
-        Some(i) => vec![i],
-        None => (1..=200).collect(),
-    };
-    for i in candidates {
-        let f = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(format!("{i}.lock")))?;
-        if f.try_lock().is_ok() {
-            return Ok((i, f));
-        }
-    }
-    Err(SandboxError::NoInstance)
 }
 
 impl Sandbox {
@@ -210,12 +185,11 @@ impl Sandbox {
             })
             .collect();
 
-        let (runtime, instance, lock): (Arc<dyn PodRuntime>, _, _) = match opts.runtime {
-            RuntimeKind::Local => (Arc::new(LocalProcess::new()), None, None),
+        let (runtime, instance, reclaimed): (Arc<dyn PodRuntime>, _, _) = match opts.runtime {
+            RuntimeKind::Local => (Arc::new(LocalProcess::new()), None, Vec::new()),
             RuntimeKind::Hosts => {
-                let (instance, lock) = claim_instance(opts.instance)?;
                 let config = HostsConfig {
-                    instance,
+                    instance: opts.instance,
                     run_dir: dir.join("run"),
                     cluster_name: opts.cluster_name.clone(),
                     default_password: passwords.default.clone(),
@@ -225,7 +199,8 @@ impl Sandbox {
                 let rt = tokio::task::spawn_blocking(move || HostsRuntime::start(config, &hosts_specs))
                     .await
                     .map_err(|e| RuntimeError(e.to_string()))??;
-                (Arc::new(rt), Some(instance), Some(lock))
+                let (instance, reclaimed) = (rt.instance(), rt.reclaimed().to_vec());
+                (Arc::new(rt), Some(instance), reclaimed)
             }
         };
 
@@ -286,7 +261,7 @@ impl Sandbox {
             kubeconfig,
             ca_pem: tls.ca_pem,
             instance,
-            _instance_lock: lock,
+            reclaimed,
             down: false,
         };
         std::fs::write(
@@ -346,6 +321,12 @@ impl Sandbox {
     pub fn namespace(&self) -> &str {
         &self.state.namespace
     }
+    /// What a crashed sandbox had left on this sandbox's instance (its processes, namespaces and
+    /// interfaces) and the start removed, one line each; empty when the instance was clean.
+    pub fn reclaimed(&self) -> &[String] {
+        &self.reclaimed
+    }
+
     /// Hosts instance this sandbox holds; `None` with the local runtime.
     pub fn instance(&self) -> Option<u8> {
         self.instance

@@ -70,6 +70,130 @@ async fn start_and_stop_leave_nothing_running() {
     );
 }
 
+/// PIDs of the processes whose command line names `dir` (a sandbox's servers and ZooKeeper).
+fn processes_naming(dir: &std::path::Path) -> Vec<u32> {
+    let marker = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|raw| String::from_utf8_lossy(&raw).contains(&marker))
+        })
+        .collect()
+}
+
+/// A sandbox whose serving process is killed outright leaves its servers, ZooKeeper, namespaces and
+/// bridge behind, and its directory may be deleted too (a killed test run's temporary clone): nothing
+/// records them any more. The next sandbox on that instance removes them, says so, and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_sandboxs_leftovers_are_removed_by_the_next_one_on_its_instance() {
+    const INSTANCE: &str = "187";
+    let crashed = tempfile::tempdir().unwrap();
+    let started = sandbox(&[
+        "start",
+        "--pods",
+        "1",
+        "--instance",
+        INSTANCE,
+        "--dir",
+        crashed.path().to_str().unwrap(),
+    ]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(crashed.path().join("sandbox.json")).unwrap()).unwrap();
+    let serve = info["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(serve, libc::SIGKILL) };
+    while std::path::Path::new(&format!("/proc/{serve}/cmdline")).exists()
+        && !std::fs::read_to_string(format!("/proc/{serve}/stat"))
+            .unwrap_or_default()
+            .contains(") Z")
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let orphans: Vec<u32> = processes_naming(crashed.path())
+        .into_iter()
+        .filter(|&p| p as i32 != serve)
+        .collect();
+    assert_eq!(
+        orphans.len(),
+        2,
+        "a server and ZooKeeper outlive serve: {orphans:?}"
+    );
+    assert!(std::path::Path::new("/sys/class/net/chsbx187").exists());
+    drop(crashed);
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let started = sandbox(&["start", "--pods", "1", "--instance", INSTANCE, "--dir", d]);
+    assert!(
+        started.status.success(),
+        "{}{}",
+        text(&started.stdout),
+        text(&started.stderr)
+    );
+    let log = std::fs::read_to_string(dir.path().join("sandbox.log")).unwrap();
+    for left in [
+        "bridge chsbx187",
+        "netns chsbx187-chi-sandbox-sandbox-0-0-0",
+        "processes",
+    ] {
+        assert!(
+            log.contains(&format!(
+                "removed what a crashed sandbox left on this instance: {left}"
+            )),
+            "{left} not reported in: {log}"
+        );
+    }
+    for pid in &orphans {
+        let alive =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z"));
+        assert!(!alive, "the crashed sandbox's process {pid} still runs");
+    }
+    let kc = dir.path().join("kubeconfig");
+    let exec = [
+        "exec",
+        "-i",
+        "chi-sandbox-sandbox-0-0-0",
+        "--",
+        "sh",
+        "-c",
+        r#"clickhouse-client --password "$CLICKHOUSE_PASSWORD""#,
+    ];
+    assert_eq!(
+        text(&kubectl(KUBECTL_133, &kc, &exec, "SELECT 3").await.stdout),
+        "3\n"
+    );
+
+    // A second sandbox asking for the instance the first one holds is refused, and touches nothing.
+    let other = tempfile::tempdir().unwrap();
+    let refused_hosts = sandbox(&[
+        "start",
+        "--pods",
+        "1",
+        "--instance",
+        INSTANCE,
+        "--dir",
+        other.path().to_str().unwrap(),
+    ]);
+    assert!(!refused_hosts.status.success());
+    assert!(
+        text(&refused_hosts.stderr)
+            .contains("instance 187 is held by another sandbox running on this machine"),
+        "{}",
+        text(&refused_hosts.stderr)
+    );
+    assert_eq!(
+        text(&kubectl(KUBECTL_133, &kc, &exec, "SELECT 4").await.stdout),
+        "4\n"
+    );
+
+    assert!(sandbox(&["stop", "--dir", d]).status.success());
+    assert_nothing_left(187, dir.path());
+}
+
 #[test]
 fn a_layout_is_given_one_way_and_must_hold_a_pod() {
     let dir = tempfile::tempdir().unwrap();
