@@ -6,7 +6,8 @@
 //! Layout under `run_dir`: `zookeeper/` (zoo.cfg, data, log), `hosts/<name>/` (config.xml, users.xml,
 //! config.d/remote_servers.xml, data/, tmp/, log/, stderr.log), `pids/<what>.pid` for every process
 //! started, and `netns.list` naming every bridge, namespace and veth created. The last two are what
-//! [`cleanup_stale`] acts on, and all it acts on.
+//! [`cleanup_stale`] acts on, and all it acts on. When the directory itself is gone, the next sandbox
+//! on the same instance finds a crashed one's leftovers by name instead (`instance.rs`).
 //!
 //! Addresses: the bridge is 10.250.<instance>.1, hosts get .10, .11, ... in creation order and an address
 //! is never reused within one `Hosts`: a ClickHouse DDL queue entry names hosts by address, and a new host
