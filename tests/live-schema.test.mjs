@@ -130,9 +130,14 @@ describe('the live schema on real servers', () => {
     assert.equal(err.code, 'E_SCHEMA_MISMATCH');
     assert.equal(err.object, 'live.events');
     assert.equal(err.statementIndex, 1);
-    assert.equal(err.pod, pods[0], 'every pod fails the check; the first by name is reported');
+    // Every pod fails the check. The pods run in parallel and the first failure stops the pass, so
+    // which of them got to its check first depends on timing; the error names that one.
+    assert.ok(pods.includes(err.pod), `${err.pod} is one of ${pods}`);
     assert.deepEqual(err.differences, [{ clause: 'ORDER BY', declared: 'at', live: '(id, at)' }]);
-    assert.match(err.message, /live\.events on chi-sandbox-sandbox-0-0-0: ORDER BY is `\(id, at\)`, declared `at`/);
+    assert.ok(
+      err.message.includes(`live.events on ${err.pod}: ORDER BY is \`(id, at)\`, declared \`at\``),
+      err.message,
+    );
     assert.match(err.message, /statement 1 \(CREATE \.\.\. IF NOT EXISTS\) left the existing table as it was, and no ALTER can change ORDER BY of a table/);
     assert.match(err.message, /allow it in the props: rebuild: \{ 'live\.events': \{ cutoverColumn:/);
     assert.match(err.message, /Nothing is recorded/);

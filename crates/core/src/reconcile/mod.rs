@@ -270,8 +270,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// One fanout pass: the whole list on each of `pods`, up to `parallelism`
     /// pods at once, each pod's statements strictly in order. After the first
     /// failure no statement starts on any pod (those already running finish),
-    /// and the failure reported is the one with the lowest statement index,
-    /// ties broken by pod name, so the error does not depend on timing; its
+    /// and the failure reported is, among the pods that failed before the pass
+    /// stopped, the one with the lowest statement index, ties broken by pod
+    /// name: pods failing at once give the same error every time, while a pod
+    /// that had not reached its failure yet is counted as not finished. The
     /// message ends with how many pods completed, failed and were not
     /// finished. With `parallelism` 1 this is the sequential pass.
     async fn apply_pods(&self, statements: &[String], pods: &[&PodInfo]) -> Pass {
