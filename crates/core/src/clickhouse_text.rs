@@ -2,22 +2,26 @@
 //! literals in the scripts this crate sends (the live-schema check, the
 //! ledger), and the TabSeparated fields they print back.
 
-/// `value` as a ClickHouse string literal.
+use crate::lexer::escape::escape_c_style;
+
+/// `value` as a ClickHouse string literal, escaped by the lexer's own rule so the server (and
+/// [`crate::lexer::decode`]) reads back exactly `value`.
 pub(crate) fn literal(value: &str) -> String {
-    let mut out = String::from("'");
-    for ch in value.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\0' => out.push_str("\\0"),
-            _ => out.push(ch),
-        }
-    }
-    out.push('\'');
-    out
+    quoted(value, b'\'')
+}
+
+/// `name` as a back-quoted ClickHouse identifier, escaped the same way.
+pub(crate) fn ident(name: &str) -> String {
+    quoted(name, b'`')
+}
+
+fn quoted(value: &str, quote: u8) -> String {
+    let mut out = Vec::with_capacity(value.len() + 2);
+    out.push(quote);
+    out.extend(escape_c_style(value.as_bytes(), quote));
+    out.push(quote);
+    // Escaping only replaces ASCII bytes with ASCII text, so UTF-8 stays UTF-8.
+    String::from_utf8(out).expect("escaped UTF-8 is UTF-8")
 }
 
 /// One TabSeparated field, unescaped.
@@ -47,6 +51,9 @@ pub(crate) fn unescape(field: &str) -> String {
 mod tests {
     use super::*;
 
+    use crate::lexer::escape::decode;
+    use proptest::prelude::*;
+
     #[test]
     fn a_literal_reads_back_as_its_value() {
         for value in ["plain", "it's", "a\\b", "tab\there", "new\nline", "nul\0", ""] {
@@ -57,5 +64,22 @@ mod tests {
         }
         assert_eq!(unescape("trailing\\"), "trailing\\");
         assert_eq!(unescape("\\b\\f"), "\u{8}\u{c}");
+    }
+
+    #[test]
+    fn identifiers_are_back_quoted_with_escapes() {
+        assert_eq!(ident("a`b\\c"), "`a\\`b\\\\c`");
+        assert_eq!(ident("events"), "`events`");
+    }
+
+    proptest! {
+        /// What the lexer decodes from a literal or an identifier is the value it was made from.
+        #[test]
+        fn literals_and_identifiers_decode_to_their_value(value in any::<String>()) {
+            for (text, quote) in [(literal(&value), b'\''), (ident(&value), b'`')] {
+                let inner = &text.as_bytes()[1..text.len() - 1];
+                prop_assert_eq!(decode(inner, quote), value.as_bytes());
+            }
+        }
     }
 }

@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
 
-use crate::clickhouse_text::{literal, unescape};
+use crate::clickhouse_text::{ident, literal, unescape};
 use crate::config::{RebuildTable, RebuildVerify};
 use crate::declared::{DeclarationForm, ObjectKind, StatementClass, classify};
 use crate::definition;
@@ -156,20 +156,6 @@ fn closes_at_end(text: &str, tokens: &[Token]) -> bool {
 
 fn normalized(name: &str) -> String {
     name.trim_matches('`').to_owned()
-}
-
-/// `name` as a quoted ClickHouse identifier.
-pub(crate) fn ident(name: &str) -> String {
-    let mut out = String::from("`");
-    for ch in name.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '`' => out.push_str("\\`"),
-            _ => out.push(ch),
-        }
-    }
-    out.push('`');
-    out
 }
 
 /// The plans of every `rebuild` entry of a validated config.
@@ -911,8 +897,7 @@ pub fn dependents(plan: &RebuildPlan, inspection: &Inspection, declared: &BTreeS
         if declared.contains(name) {
             continue;
         }
-        let key = plan.key();
-        if source.contains(&key) || source.contains(&format!("{}.{}", plan.database, plan.table)) {
+        if source.contains(&plan.key()) {
             found.push(format!("dictionary {name}"));
         }
     }

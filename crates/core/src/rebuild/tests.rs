@@ -419,8 +419,3 @@ fn partitions_staged_parts_and_counts_are_read_and_compared() {
     );
     assert!(parse_counts("p\tx\t0\n").is_err());
 }
-
-#[test]
-fn identifiers_are_quoted_with_escapes() {
-    assert_eq!(ident("a`b\\c"), "`a\\`b\\\\c`");
-}
