@@ -1,7 +1,8 @@
 //! The product's exec against real ClickHouse behind an API server that only
 //! speaks `v4.channel.k8s.io` (clusters before Kubernetes 1.30): v4 has no
 //! stdin EOF frame, so this proves the `head -c <N>` framing and the status
-//! frame end every exec without closing stdin. One sandbox (instance 80).
+//! frame end every exec without closing stdin. One sandbox, on whichever
+//! instance is free.
 
 mod common;
 
@@ -11,14 +12,12 @@ use clickhouse_schema_core::transport::Executor;
 use clickhouse_schema_sandbox::{ExecProtocol, Layout, Sandbox, SandboxOptions};
 use common::*;
 
-const INSTANCE: u8 = 80;
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_run_on_real_clickhouse_over_v4() {
     let sb = Sandbox::start(SandboxOptions {
         layout: Layout::replicas(1),
-        instance: Some(INSTANCE),
         exec_protocols: vec![ExecProtocol::V4],
         ..SandboxOptions::default()
     })

@@ -18,6 +18,8 @@ use crate::netns::{self, Kind, Records};
 use crate::{STOP_GRACE, pids, zookeeper};
 
 const LOCK_DIR: &str = "/run/chsbx-instances";
+/// Reservations are not instance locks: a reserved instance can still be claimed, by its reserver.
+const RESERVATION_DIR: &str = "/run/chsbx-instances/reserved";
 /// The instance numbers a sandbox may use: the third octet of its subnet.
 pub(crate) const INSTANCES: std::ops::RangeInclusive<u8> = 1..=200;
 
@@ -62,6 +64,30 @@ pub(crate) fn claim(wanted: Option<u8>) -> Result<InstanceLock, HostsError> {
         Some(i) => HostsError::InstanceBusy(i),
         None => HostsError::NoFreeInstance,
     })
+}
+
+/// A reservation of one instance number, held until dropped; see [`reserve`].
+#[must_use = "the reservation ends when this is dropped"]
+pub struct Reservation {
+    _file: File,
+}
+
+/// Waits until no other holder reserves `instance`, then reserves it. For tests that crash a sandbox
+/// and must come back to its instance: between the crash and the return the instance lock is free, so
+/// another run of the same test on this machine could take it. A sandbox that takes whichever instance
+/// is free ([`claim`] with `None`) takes the lowest, so a reserved number far above what runs at once
+/// is only ever wanted by another reserver, and this makes that one wait rather than fail.
+pub fn reserve(instance: u8) -> Result<Reservation, HostsError> {
+    std::fs::create_dir_all(RESERVATION_DIR).context(|| format!("creating {RESERVATION_DIR}"))?;
+    let path = Path::new(RESERVATION_DIR).join(format!("{instance}.lock"));
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .context(|| format!("opening {}", path.display()))?;
+    file.lock().context(|| format!("locking {}", path.display()))?;
+    Ok(Reservation { _file: file })
 }
 
 /// Removes what a crashed sandbox left on `lock`'s instance and returns what it found, one line each

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 pub use error::HostsError;
 use error::IoContext;
+pub use instance::{Reservation, reserve as reserve_instance};
 
 use clickhouse::ServerPaths;
 use zookeeper::ZooKeeperPaths;

@@ -17,7 +17,6 @@ use clickhouse_schema_core::command::render;
 use clickhouse_schema_core::config::{ClientConfig, SettingValue};
 use clickhouse_schema_sandbox_hosts::{HostSpec, Hosts, HostsOptions};
 
-const INSTANCE: u8 = 190;
 const HOST: &str = "ch-0";
 /// Starts with `-` and holds XML and shell metacharacters; the marker makes
 /// it unmistakable in /proc.
@@ -104,7 +103,8 @@ fn the_rendered_command_against_a_real_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let hosts = Hosts::start(
         HostsOptions {
-            instance: Some(INSTANCE),
+            // Whichever instance is free: another test run may hold any fixed one.
+            instance: None,
             run_dir: dir.path().to_path_buf(),
             cluster_name: "sandbox".into(),
             default_password: "default-pw".into(),

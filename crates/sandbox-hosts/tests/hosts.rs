@@ -1,19 +1,23 @@
 //! Integration tests: they need root, iproute2, clickhouse-server/-client 18.16 and zookeeper
-//! (scripts/install-deps.sh). Each test uses its own `instance`, so they run in parallel.
+//! (scripts/install-deps.sh). Most tests take whichever instance is free, so they run in parallel
+//! with each other and with another test run on the same machine. The two that must come back to
+//! a known instance after a crash reserve one (`reserve_instance`).
 
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use clickhouse_schema_sandbox_hosts::{HostSpec, Hosts, HostsError, HostsOptions, cleanup_stale};
+use clickhouse_schema_sandbox_hosts::{
+    HostSpec, Hosts, HostsError, HostsOptions, cleanup_stale, reserve_instance,
+};
 
 const DEFAULT_PW: &str = "def'ault&<pw>";
 const WRITER_PW: &str = "writer-pw";
 
-fn options(instance: u8, run_dir: &Path) -> HostsOptions {
+fn options(instance: Option<u8>, run_dir: &Path) -> HostsOptions {
     HostsOptions {
-        instance: Some(instance),
+        instance,
         run_dir: run_dir.to_path_buf(),
         cluster_name: "sandbox".into(),
         default_password: DEFAULT_PW.into(),
@@ -164,20 +168,20 @@ fn assert_nothing_left(instance: u8, pids: &[i32]) {
 
 #[test]
 fn cluster_lifecycle() {
-    const INSTANCE: u8 = 181;
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["ch-0", "ch-1", "ch-2"])).unwrap();
+    let mut hosts = Hosts::start(options(None, dir.path()), &specs(&["ch-0", "ch-1", "ch-2"])).unwrap();
+    let instance = hosts.instance();
     eprintln!("3 hosts ready in {:?}", started.elapsed());
 
     let infos = hosts.hosts();
     assert_eq!(infos.len(), 3);
-    assert_eq!(infos[0].ip.to_string(), format!("10.250.{INSTANCE}.10"));
-    assert_eq!(infos[2].netns, format!("chsbx{INSTANCE}-ch-2"));
+    assert_eq!(infos[0].ip.to_string(), format!("10.250.{instance}.10"));
+    assert_eq!(infos[2].netns, format!("chsbx{instance}-ch-2"));
     assert!(infos.iter().all(|h| h.server_running));
     assert_eq!(
         hosts.zookeeper_address().to_string(),
-        format!("10.250.{INSTANCE}.1:2181")
+        format!("10.250.{instance}.1:2181")
     );
 
     // Each netns reaches its own server on localhost:9000.
@@ -234,7 +238,7 @@ fn cluster_lifecycle() {
     }
 
     let added = hosts.add(&HostSpec::named("ch-3")).unwrap();
-    assert_eq!(added.ip.to_string(), format!("10.250.{INSTANCE}.13"));
+    assert_eq!(added.ip.to_string(), format!("10.250.{instance}.13"));
     assert!(databases(&hosts, "ch-3").is_empty(), "a new host starts empty");
     let clusters = ok(
         &hosts,
@@ -264,7 +268,7 @@ fn cluster_lifecycle() {
         "wiped host has {:?}",
         databases(&hosts, "ch-1")
     );
-    assert_eq!(hosts.hosts()[1].ip.to_string(), format!("10.250.{INSTANCE}.11"));
+    assert_eq!(hosts.hosts()[1].ip.to_string(), format!("10.250.{instance}.11"));
 
     hosts.stop_server("ch-2").unwrap();
     assert!(!hosts.hosts()[2].server_running);
@@ -281,18 +285,18 @@ fn cluster_lifecycle() {
     let pids = recorded_pids(hosts.run_dir());
     assert_eq!(pids.len(), 5, "ZooKeeper and four servers are recorded");
     hosts.shutdown().unwrap();
-    assert_nothing_left(INSTANCE, &pids);
+    assert_nothing_left(instance, &pids);
     // Logs survive a shutdown for post-mortems.
     assert!(dir.path().join("hosts/ch-0/log/clickhouse-server.log").exists());
 }
 
 #[test]
 fn remove_takes_host_out_of_cluster() {
-    const INSTANCE: u8 = 182;
     let dir = tempfile::tempdir().unwrap();
-    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["a", "b"])).unwrap();
+    let mut hosts = Hosts::start(options(None, dir.path()), &specs(&["a", "b"])).unwrap();
+    let instance = hosts.instance();
     hosts.remove("b").unwrap();
-    assert!(!netns_list().contains(&format!("chsbx{INSTANCE}-b")));
+    assert!(!netns_list().contains(&format!("chsbx{instance}-b")));
     assert!(!dir.path().join("hosts/b").exists());
     assert_eq!(
         ok(
@@ -308,13 +312,13 @@ fn remove_takes_host_out_of_cluster() {
     assert!(matches!(hosts.remove("b"), Err(HostsError::UnknownHost(_))));
     // Addresses are never reused: a host added after a removal gets a fresh one.
     let c = hosts.add(&HostSpec::named("c")).unwrap();
-    assert_eq!(c.ip.to_string(), format!("10.250.{INSTANCE}.12"));
+    assert_eq!(c.ip.to_string(), format!("10.250.{instance}.12"));
     assert!(matches!(
         hosts.add(&HostSpec::named("c")),
         Err(HostsError::DuplicateHost(_))
     ));
     hosts.shutdown().unwrap();
-    assert_nothing_left(INSTANCE, &[]);
+    assert_nothing_left(instance, &[]);
 }
 
 /// Set in the copy of this test binary that plays a serving process which crashes.
@@ -353,12 +357,13 @@ fn cleanup_stale_after_a_crash() {
     const INSTANCE: u8 = 183;
     if let Some(dir) = std::env::var_os(CRASH_CHILD) {
         let dir = Path::new(&dir);
-        let _hosts = Hosts::start(options(INSTANCE, dir), &specs(&["a"])).unwrap();
+        let _hosts = Hosts::start(options(Some(INSTANCE), dir), &specs(&["a"])).unwrap();
         std::fs::write(dir.join("started"), "").unwrap();
         loop {
             std::thread::sleep(std::time::Duration::from_secs(60));
         }
     }
+    let _reserved = reserve_instance(INSTANCE).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let pids = crash_a_sandbox(dir.path());
     assert!(
@@ -377,7 +382,7 @@ fn cleanup_stale_after_a_crash() {
     let crashed = tempfile::tempdir().unwrap();
     let orphans = crash_a_sandbox(crashed.path());
     let running = tempfile::tempdir().unwrap();
-    let hosts = Hosts::start(options(INSTANCE, running.path()), &specs(&["a"])).unwrap();
+    let hosts = Hosts::start(options(Some(INSTANCE), running.path()), &specs(&["a"])).unwrap();
     assert!(
         hosts
             .reclaimed()
@@ -418,15 +423,15 @@ fn zombie(pid: i32) -> bool {
 #[test]
 fn bad_options_are_refused_before_anything_is_created() {
     let dir = tempfile::tempdir().unwrap();
-    let err = Hosts::start(options(0, dir.path()), &specs(&["a"]))
+    let err = Hosts::start(options(Some(0), dir.path()), &specs(&["a"]))
         .err()
         .unwrap();
     assert!(err.to_string().contains("instance 0"), "{err}");
-    let err = Hosts::start(options(184, dir.path()), &specs(&["Bad_Name"]))
+    let err = Hosts::start(options(Some(184), dir.path()), &specs(&["Bad_Name"]))
         .err()
         .unwrap();
     assert!(matches!(err, HostsError::InvalidHostName { .. }), "{err}");
-    let err = Hosts::start(options(184, dir.path()), &specs(&["a", "a"]))
+    let err = Hosts::start(options(Some(184), dir.path()), &specs(&["a", "a"]))
         .err()
         .unwrap();
     assert!(matches!(err, HostsError::DuplicateHost(_)), "{err}");
@@ -435,18 +440,21 @@ fn bad_options_are_refused_before_anything_is_created() {
 
 #[test]
 fn failed_server_start_reports_its_log_and_second_sandbox_on_same_instance_is_refused() {
-    const INSTANCE: u8 = 185;
     let dir = tempfile::tempdir().unwrap();
-    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &specs(&["a"])).unwrap();
+    let mut hosts = Hosts::start(options(None, dir.path()), &specs(&["a"])).unwrap();
+    let instance = hosts.instance();
 
     // A second sandbox on the same instance must fail without touching the first one's network.
     let other = tempfile::tempdir().unwrap();
-    let err = Hosts::start(options(INSTANCE, other.path()), &specs(&["a"]))
+    let err = Hosts::start(options(Some(instance), other.path()), &specs(&["a"]))
         .err()
         .unwrap();
-    assert!(matches!(err, HostsError::InstanceBusy(INSTANCE)), "{err}");
     assert!(
-        link_exists(&format!("chsbx{INSTANCE}")),
+        matches!(err, HostsError::InstanceBusy(i) if i == instance),
+        "{err}"
+    );
+    assert!(
+        link_exists(&format!("chsbx{instance}")),
         "the first sandbox's bridge was deleted"
     );
     assert_eq!(ok(&hosts, "a", "SELECT 1").trim(), "1");
@@ -469,7 +477,7 @@ fn failed_server_start_reports_its_log_and_second_sandbox_on_same_instance_is_re
     std::fs::remove_file(&broken).unwrap();
     hosts.start_server("a").unwrap();
     hosts.shutdown().unwrap();
-    assert_nothing_left(INSTANCE, &[]);
+    assert_nothing_left(instance, &[]);
 }
 
 /// The sandbox moves `Hosts` into `spawn_blocking` and shares it behind a mutex.
@@ -522,7 +530,6 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 /// ON CLUSTER until it resumes.
 #[test]
 fn shards_and_replicas() {
-    const INSTANCE: u8 = 186;
     let dir = tempfile::tempdir().unwrap();
     let layout = [
         spec("chi-x-c-0-0-0", "chi-x-c-0-0", 0),
@@ -531,7 +538,8 @@ fn shards_and_replicas() {
         spec("chi-x-c-1-1-0", "chi-x-c-1-1", 1),
     ];
     let started = Instant::now();
-    let mut hosts = Hosts::start(options(INSTANCE, dir.path()), &layout).unwrap();
+    let mut hosts = Hosts::start(options(None, dir.path()), &layout).unwrap();
+    let instance = hosts.instance();
     eprintln!("2x2 hosts ready in {:?}", started.elapsed());
 
     for host in &layout {
@@ -690,5 +698,5 @@ fn shards_and_replicas() {
 
     let pids = recorded_pids(hosts.run_dir());
     hosts.shutdown().unwrap();
-    assert_nothing_left(INSTANCE, &pids);
+    assert_nothing_left(instance, &pids);
 }

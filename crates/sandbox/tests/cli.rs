@@ -90,6 +90,7 @@ fn processes_naming(dir: &std::path::Path) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_sandboxs_leftovers_are_removed_by_the_next_one_on_its_instance() {
     const INSTANCE: &str = "187";
+    let _reserved = clickhouse_schema_sandbox_hosts::reserve_instance(187).unwrap();
     let crashed = tempfile::tempdir().unwrap();
     let started = sandbox(&[
         "start",

@@ -13,7 +13,6 @@ use clickhouse_schema_sandbox::{AddPod, Layout, Sandbox, SandboxOptions};
 use common::*;
 use kube::api::ListParams;
 
-const INSTANCE: u8 = 95;
 /// The product's command: SQL on stdin, never in argv.
 const CLIENT: &str = r#"clickhouse-client --port 9000 --password "${CLICKHOUSE_PASSWORD:-}""#;
 
@@ -50,7 +49,6 @@ async fn two_shards_of_two_replicas() {
     let started = Instant::now();
     let sb = Sandbox::start(SandboxOptions {
         layout: Layout::grid(2, 2),
-        instance: Some(INSTANCE),
         ..SandboxOptions::default()
     })
     .await
@@ -284,6 +282,7 @@ async fn two_shards_of_two_replicas() {
     .await;
 
     let dir = sb.dir().to_path_buf();
+    let instance = sb.info().instance.expect("hosts on an instance");
     sb.shutdown().await.unwrap();
-    assert_nothing_left(INSTANCE, &dir);
+    assert_nothing_left(instance, &dir);
 }
