@@ -81,6 +81,10 @@ needs() { # needs <substring of a triple>: is a target with it selected?
 
 # ---- toolchains (idempotent) -----------------------------------------------------------------------
 
+# shellcheck source=lib/setup-lock.sh
+. scripts/lib/setup-lock.sh
+setup_lock
+
 step "Rust targets (rustup)"
 installed="$(rustup target list --installed)"
 missing=()
@@ -116,6 +120,8 @@ if needs windows-gnu; then
     fi
     x86_64-w64-mingw32-gcc --version | head -n1 >&2
 fi
+
+setup_unlock
 
 # ---- macOS framework stubs -------------------------------------------------------------------------
 
@@ -164,7 +170,9 @@ for line in "${TARGETS[@]}"; do
         *-apple-darwin)
             frameworks="$(write_framework_stubs)"
             args+=(--target "$triple" --cross-compile)
-            envs+=("RUSTFLAGS=${RUSTFLAGS:-} -C link-arg=-F$frameworks")
+            # Read by crates/napi/build.rs (not RUSTFLAGS, which would rebuild every dependency
+            # whenever this directory moves, as it does from one clone to the next).
+            envs+=("CLICKHOUSE_SCHEMA_MACOS_FRAMEWORKS=$frameworks")
             # Without it zig records its own newest macOS (15.0) as the minimum; these are rustc's
             # defaults, what a build on a Mac gives.
             case "$triple" in
