@@ -13,6 +13,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 // Alchemy's local state lives under process.cwd() as it is when alchemy is
@@ -33,9 +34,8 @@ const { assertsTheAddonBuild } = await import('./binding.mjs');
 
 assertsTheAddonBuild(addonTarget);
 
-// A fixed directory, so scripts/test.sh can stop this sandbox even when the
-// test process is killed before its after() hook runs.
-const dir = join(root, '.sandbox-alchemy');
+// See tests/lib/sandbox-dir.mjs.
+const dir = sandboxDir('alchemy');
 // A hang must fail the test rather than stall the suite.
 const timeout = 120_000;
 const STAGE = 'test';

@@ -3,18 +3,16 @@
 // failure on every pod at once reported the same way every time.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { addonTarget, apply } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
 import { sandboxProps } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
 
-// A fixed directory, so scripts/test.sh can stop this sandbox even when the
-// test process is killed before its after() hook runs.
-const dir = join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-fanout');
+// See tests/lib/sandbox-dir.mjs.
+const dir = sandboxDir('fanout');
 const timeout = 120_000;
 let sandbox;
 

@@ -20,13 +20,13 @@ import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
 import { startRegistry } from './lib/npm-registry.mjs';
 import { packRelease } from './lib/release.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-// A fixed directory, so scripts/test.sh can stop this sandbox even when the
-// test process is killed before its after() hook runs.
-const dir = join(root, '.sandbox-install');
+// See tests/lib/sandbox-dir.mjs.
+const dir = sandboxDir('install');
 const work = mkdtempSync(join(tmpdir(), 'ch-schema-install-'));
 const projects = { native: join(work, 'native'), wasm: join(work, 'wasm') };
 // npm install of alchemy is large; a hang must still fail the test.

@@ -301,7 +301,8 @@ test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing 
   const abortedAt = Date.now();
   controller.abort();
   const err = await rejection(pending);
-  assert.ok(Date.now() - abortedAt < 2000, 'settles promptly, not at statementTimeoutMs');
+  // The statement timeout is 300 s: a bound far under it, so a busy machine cannot fail it.
+  assert.ok(Date.now() - abortedAt < 30_000, 'settles promptly, not at statementTimeoutMs');
   assert.equal(err.code, 'E_CANCELLED');
   assert.equal(err._tag, 'ClickHouseSchemaError');
   assert.equal(err.statementIndex, 1);

@@ -3,18 +3,16 @@
 // statements ran, what verify() reports, and what a comparison may never touch.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { addonTarget, apply, verify } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
 import { sandboxProps } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
 
-// A fixed directory, so scripts/test.sh can stop this sandbox even when the
-// test process is killed before its after() hook runs.
-const dir = join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-live-schema');
+// See tests/lib/sandbox-dir.mjs.
+const dir = sandboxDir('live-schema');
 const timeout = 120_000;
 let sandbox;
 let pods;

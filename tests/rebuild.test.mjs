@@ -6,18 +6,16 @@
 // CREATE, row counts per partition, the old table, the receipts.
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { addonTarget, apply } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
 import { sandboxProps } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
 
-// A fixed directory, so scripts/test.sh can stop this sandbox even when the
-// test process is killed before its after() hook runs.
-const dir = join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-rebuild');
+// See tests/lib/sandbox-dir.mjs.
+const dir = sandboxDir('rebuild');
 const timeout = 180_000;
 
 after(() => stopSandbox(dir));
@@ -194,7 +192,9 @@ describe('one shard of two replicas', () => {
     // The user fixes the row, and deploys again.
     for (const pod of pods) {
       sandbox.query(pod, "ALTER TABLE rb.resumed UPDATE code = '170' WHERE code = 'x'");
-      for (let i = 0; i < 100 && sandbox.query(pod, "SELECT count() FROM system.mutations WHERE database = 'rb' AND is_done = 0") !== '0'; i++) {
+      const deadline = Date.now() + 120_000;
+      while (sandbox.query(pod, "SELECT count() FROM system.mutations WHERE database = 'rb' AND is_done = 0") !== '0') {
+        assert.ok(Date.now() < deadline, `the fixing mutation never finished on ${pod}`);
         await new Promise((r) => setTimeout(r, 100));
       }
     }

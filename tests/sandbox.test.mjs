@@ -9,16 +9,15 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { addonTarget, apply, destroy } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
 
-// A fixed directory, so scripts/test.sh can stop this sandbox even when the
-// test process is killed before its after() hook runs.
-const dir = process.env.SANDBOX_TEST_DIR ?? join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-test');
+// See tests/lib/sandbox-dir.mjs.
+const dir = sandboxDir('test');
 // A hang must fail the test rather than stall the suite.
 const timeout = 120_000;
 let sandbox;
