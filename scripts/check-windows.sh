@@ -35,6 +35,9 @@ for pkg in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then
+    # shellcheck source=lib/setup-lock.sh
+    . scripts/lib/setup-lock.sh
+    setup_lock
     echo "check-windows: installing$missing" >&2
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     # shellcheck disable=SC2086 # word splitting of the package list is intended

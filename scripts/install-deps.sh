@@ -12,10 +12,20 @@ is_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 
-missing=""
-for pkg in $PACKAGES; do
-    is_installed "$pkg" || missing="$missing $pkg"
-done
+missing_packages() {
+    missing=""
+    for pkg in $PACKAGES; do
+        is_installed "$pkg" || missing="$missing $pkg"
+    done
+}
+
+missing_packages
+if [ -n "$missing" ]; then
+    # Another test run on this machine may be installing them right now: wait for it, then look again.
+    . "$(dirname "$0")/lib/setup-lock.sh"
+    setup_lock
+    missing_packages
+fi
 
 if [ -n "$missing" ]; then
     if [ "$(id -u)" -eq 0 ]; then

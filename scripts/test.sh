@@ -2,83 +2,110 @@
 # The whole test suite, from a fresh clone on a fresh machine: installs what the
 # tests need, checks formatting and lints, builds the addon, and runs the Rust and
 # Node tests (the sandbox tests start their own ClickHouse servers). Exits non-zero
-# on the first failure.
+# on the first failure, and ends with a table of its steps and their times.
+#
+# The order is the critical path of a 2-core machine: the compilers keep both
+# cores busy while the test suites that mostly wait (on ClickHouse, leases and
+# retries) run beside them in the background. Every test waits on conditions,
+# not on fixed delays, so this load is also the proof that they hold on a busy
+# machine. Dependencies come from the build cache of an earlier run on this
+# machine (scripts/lib/build-cache.sh); the workspace's crates always build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Each step shows the seconds since the start, so a slow step shows in CI's log.
-step() { printf '\n==> [%ss] %s\n' "$SECONDS" "$*"; }
+# shellcheck source=lib/steps.sh
+. scripts/lib/steps.sh
+# shellcheck source=lib/build-cache.sh
+. scripts/lib/build-cache.sh
 
 # Every crate is built once per profile here, so cargo's incremental caches only
-# cost disk: without them a fresh clone's target/ ends at about 12 GB, against
-# about 14 GB with them, and a landing run on a machine short of disk failed
-# with ENOSPC. A developer's own cargo calls keep their default.
+# cost disk (and copying time in the build cache). A developer's own cargo calls
+# keep their default.
 export CARGO_INCREMENTAL=0
 
-step "system packages (ClickHouse, ZooKeeper, iproute2)"
-bash scripts/install-deps.sh
+# Each Node pass runs its sandboxes from directories of its own
+# (tests/lib/sandbox-dir.mjs), so the passes can run side by side; all of them
+# are stopped on exit, even if a test process died before its own teardown.
+SANDBOXES="$PWD/.test-sandboxes"
+# A copy of the dev build's binary: the Rust test build below may link it again
+# (with the workspace's dev-dependency features) while the Node tests run it.
+export SANDBOX_BIN="$SANDBOXES/bin/sandbox"
+stop_sandboxes() {
+  local info
+  [ -x "$SANDBOX_BIN" ] || return 0
+  for info in "$SANDBOXES"/*/.sandbox-*/sandbox.json; do
+    [ -e "$info" ] || continue
+    "$SANDBOX_BIN" stop --dir "$(dirname "$info")" >/dev/null 2>&1 || true
+  done
+}
+on_exit() {
+  local status=$?
+  steps_stop_all
+  stop_sandboxes
+  steps_table
+  exit "$status"
+}
+trap on_exit EXIT
 
-step "npm packages"
-npm ci --no-audit --no-fund --loglevel=error
+step "system packages (ClickHouse, ZooKeeper, iproute2) and npm packages, side by side" \
+  bash -c 'set -e
+           bash scripts/install-deps.sh & deps=$!
+           npm ci --no-audit --no-fund --loglevel=error
+           wait "$deps"'
 
-step "cargo fmt --check"
-cargo fmt --all --check
+step "cargo fmt --check" cargo fmt --all --check
 
-step "cargo clippy -D warnings"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+step "build cache: restore the dependencies" build_cache_restore
 
-step "cargo clippy -D warnings, the binding as built for WebAssembly"
+step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
+
 # The WASM-only code of crates/napi. The napi CLI sets EMNAPI_LINK_DIR for its
 # builds (napi-build's build script needs it); a plain cargo call names it.
-rustup target add wasm32-wasip1-threads >/dev/null
-EMNAPI_LINK_DIR="$PWD/node_modules/emnapi/lib/wasm32-wasip1-threads" \
-  cargo clippy --locked -p clickhouse-schema-napi --target wasm32-wasip1-threads -- -D warnings
+clippy_wasm() {
+  # shellcheck source=lib/setup-lock.sh
+  (. scripts/lib/setup-lock.sh && setup_lock && rustup target add wasm32-wasip1-threads >/dev/null)
+  EMNAPI_LINK_DIR="$PWD/node_modules/emnapi/lib/wasm32-wasip1-threads" \
+    cargo clippy --locked -p clickhouse-schema-napi --target wasm32-wasip1-threads -- -D warnings
+}
+step "cargo clippy -D warnings, the binding as built for WebAssembly" clippy_wasm
 
 # The cross builds get their own target directory: cargo locks a target
-# directory for a whole build, and the other platforms' builds run in the
-# background while the tests below run.
+# directory's profile for a whole build, and the other platforms' builds run in
+# the background while the steps below build too.
 CROSS_TARGET_DIR="$PWD/target/cross"
 build_all() { CARGO_TARGET_DIR="$CROSS_TARGET_DIR" BUILD_ALL_PROFILE=cross-check bash scripts/build-all.sh "$@"; }
 
-step "the linux-x64-gnu addon (npm run build:all, cross-check profile); index.d.ts and index.js as committed"
 # Built the way a release builds it (glibc 2.17, see scripts/build-all.sh) but
 # unoptimised (Cargo.toml's cross-check profile); it is the addon every Node
-# test loads, from next to index.js.
-build_all linux-x64-gnu
-# The napi CLI regenerates index.d.ts (the JavaScript API's reference) from the
-# Rust declarations, and index.js from package.json's targets, on every build.
-for f in index.d.ts index.js; do
-  if ! diff -u "$f" "$CROSS_TARGET_DIR/napi-stage/linux-x64-gnu/$f"; then
-    cp "$CROSS_TARGET_DIR/napi-stage/linux-x64-gnu/$f" "$f"
-    echo "$f is out of date with the Rust declarations or package.json: it has now been regenerated; commit it." >&2
-    exit 1
-  fi
-done
-cp npm/linux-x64-gnu/clickhouse-schema.linux-x64-gnu.node .
+# test loads, from next to index.js. The napi CLI regenerates index.d.ts (the
+# JavaScript API's reference) from the Rust declarations, and index.js from
+# package.json's targets, on every build: both must be committed as generated.
+native_addon() {
+  build_all linux-x64-gnu
+  local f
+  for f in index.d.ts index.js; do
+    if ! diff -u "$f" "$CROSS_TARGET_DIR/napi-stage/linux-x64-gnu/$f"; then
+      cp "$CROSS_TARGET_DIR/napi-stage/linux-x64-gnu/$f" "$f"
+      echo "$f is out of date with the Rust declarations or package.json: it has now been regenerated; commit it." >&2
+      return 1
+    fi
+  done
+  cp npm/linux-x64-gnu/clickhouse-schema.linux-x64-gnu.node .
+}
+step "the linux-x64-gnu addon (npm run build:all, cross-check profile); index.d.ts and index.js as committed" native_addon
 
-step "the other platforms' addons: started in the background (log: target/cross/build-all.log)"
 # Every other native target of package.json's napi.targets, the same way, for
 # tests/binaries.test.mjs, scripts/check-arm64.sh and tests/install.test.mjs at
-# the end. (linux-x64-gnu is built already: build-all finds it fresh.)
-# In a session of its own, so that stopping it stops cargo and the linkers too.
-CARGO_TARGET_DIR="$CROSS_TARGET_DIR" BUILD_ALL_PROFILE=cross-check \
-  setsid bash scripts/build-all.sh >"$CROSS_TARGET_DIR/build-all.log" 2>&1 &
-cross_pid=$!
-trap 'kill -- -"$cross_pid" 2>/dev/null || true' EXIT
-
-step "WebAssembly addon (release, wasm32-wasip1-threads)"
-# Its type declarations go to target/ (a WASI build declares only what it
-# exports, not index.d.ts), and it leaves the loader index.js alone (--no-js):
-# both stay the native build's, as checked above.
-npm run --silent build:wasm
-git diff --exit-code -- index.d.ts index.js
+# the end (linux-x64-gnu is built already: build-all finds it fresh). Niced: it
+# is not on the critical path, the steps below are.
+step_bg cross "the other platforms' addons (cross-check profile)" \
+  env CARGO_TARGET_DIR="$CROSS_TARGET_DIR" BUILD_ALL_PROFILE=cross-check nice -n 10 bash scripts/build-all.sh
 
 # Runs `npm run <script>` and fails if it changed any of `files` (generated
 # files must be committed as generated). Usage: regenerated <source> <script> <files...>
 regenerated() {
-  local source="$1" script="$2"
+  local source="$1" script="$2" before f
   shift 2
-  local before
   before="$(mktemp -d)"
   for f in "$@"; do cp "$f" "$before/$(basename "$f")"; done
   npm run --silent "$script"
@@ -86,61 +113,84 @@ regenerated() {
     if ! diff -u "$before/$(basename "$f")" "$f"; then
       echo "$f is out of date with $source: it has now been regenerated; commit it." >&2
       rm -rf "$before"
-      exit 1
+      return 1
     fi
   done
   rm -rf "$before"
 }
+step "generated prop types match schema/props.schema.json (npm run generate:types)" \
+  regenerated schema/props.schema.json generate:types src/generated/props.ts
 
-step "generated prop types match schema/props.schema.json (npm run generate:types)"
-regenerated schema/props.schema.json generate:types src/generated/props.ts
+step "tsc --noEmit (strict; src/ and examples/)" npm run --silent typecheck
 
-step "tsc --noEmit (strict; src/ and examples/)"
-npm run --silent typecheck
+step "TypeScript build (src/ to dist/, examples/ to dist/examples/)" npm run --silent build:ts
 
-step "TypeScript build (src/ to dist/, examples/ to dist/examples/)"
-npm run --silent build:ts
-
-step "sandbox binary (for the Node tests against real ClickHouse)"
 # The dev build, which the Rust tests below share; the Node tests find it
 # through SANDBOX_BIN (scripts/lib/sandbox-client.mjs).
-cargo build --locked -p clickhouse-schema-sandbox
-export SANDBOX_BIN="$PWD/target/debug/sandbox"
-# The Node sandbox tests run their sandboxes from fixed directories
-# (.sandbox-test, .sandbox-alchemy for the Alchemy end-to-end tests,
-# .sandbox-install for the install-from-tarballs test), so they are
-# stopped here even if the test process dies before its own teardown.
-trap 'kill -- -"$cross_pid" 2>/dev/null || true
-      for d in .sandbox-test .sandbox-alchemy .sandbox-install .sandbox-live-schema .sandbox-fanout .sandbox-coordination .sandbox-rebuild; do "$SANDBOX_BIN" stop --dir "$d" >/dev/null 2>&1 || true; done' EXIT
+sandbox_binary() {
+  cargo build --locked -p clickhouse-schema-sandbox
+  mkdir -p "$(dirname "$SANDBOX_BIN")"
+  cp target/debug/sandbox "$SANDBOX_BIN"
+}
+step "sandbox binary (for the Node tests against real ClickHouse)" sandbox_binary
 
-step "Rust tests"
-cargo test --workspace --locked
+# The Node test files of one build; binaries.test.mjs and install.test.mjs need
+# every platform's build, and run last.
+node_tests() {
+  ls tests/*.test.mjs | grep -v -e tests/install.test.mjs -e tests/binaries.test.mjs
+}
+# Usage: node_pass <name> [env...]: every test file of one build, two files at a
+# time (node --test runs one at a time on 2 cores), sandboxes under its own root.
+node_pass() {
+  local name="$1"
+  shift
+  rm -rf "${SANDBOXES:?}/$name"
+  mkdir -p "$SANDBOXES/$name"
+  # shellcheck disable=SC2046 # one argument per test file
+  env TEST_SANDBOX_ROOT="$SANDBOXES/$name" "$@" \
+    node --test --test-concurrency=2 --test-reporter=spec $(node_tests)
+}
+export SANDBOXES
+export -f node_tests node_pass
+step_bg node-native "Node tests (native addon)" node_pass native
 
-step "Node tests (native addon)"
-# binaries.test.mjs and install.test.mjs need every platform's build: they run
-# last.
-node --test --test-reporter=spec $(ls tests/*.test.mjs | grep -v -e tests/install.test.mjs -e tests/binaries.test.mjs)
+# The test build's WebAssembly addon: the cross-check profile like the native
+# one (the release profile is for publishing: scripts/build-all.sh and
+# npm run build:wasm). Its type declarations go to target/ (a WASI build
+# declares only what it exports, not index.d.ts), and it leaves the loader
+# index.js alone (--no-js): both stay the native build's, as checked above.
+wasm_addon() {
+  WASM_PROFILE=cross-check npm run --silent build:wasm
+  git diff --exit-code -- index.d.ts index.js
+}
+step "WebAssembly addon (cross-check profile, wasm32-wasip1-threads)" wasm_addon
 
-step "Node tests (WebAssembly addon)"
 # NAPI_RS_FORCE_WASI=error makes the loader take the WASI build or fail; each
 # test file also asserts which build it got. binaries.test.mjs loads no addon,
 # and install.test.mjs deploys on both builds itself.
-NAPI_RS_FORCE_WASI=error node --test --test-reporter=spec \
-  $(ls tests/*.test.mjs | grep -v -e tests/install.test.mjs -e tests/binaries.test.mjs)
+step_bg node-wasm "Node tests (WebAssembly addon)" node_pass wasm NAPI_RS_FORCE_WASI=error
 
-step "the other platforms' addons: waiting for the background build"
-if ! wait "$cross_pid"; then
-  cat "$CROSS_TARGET_DIR/build-all.log" >&2
-  echo "the cross builds failed (log above)" >&2
-  exit 1
-fi
-sed -n '/==> binaries/,$p' "$CROSS_TARGET_DIR/build-all.log"
+step "Rust tests: build" cargo test --workspace --locked --no-run
 
-step "the linux-arm64-gnu addon, loaded by an arm64 Node.js under qemu"
-bash scripts/check-arm64.sh
+step "Rust tests" cargo test --workspace --locked
 
-step "the win32-x64-gnu addon, loaded by the official node.exe under Wine"
-bash scripts/check-windows.sh
+step_wait cross
 
-step "Node tests of the packages: every platform's binary, and the release installed by name"
-node --test --test-reporter=spec tests/binaries.test.mjs tests/install.test.mjs
+step "the linux-arm64-gnu addon, loaded by an arm64 Node.js under qemu" bash scripts/check-arm64.sh
+
+step "the win32-x64-gnu addon, loaded by the official node.exe under Wine" bash scripts/check-windows.sh
+
+# Nothing of this run writes to target/ any more (the checks above keep their
+# Node.js and Wine prefix in it): its dependencies go to the cache for the next
+# run, while the tests below run.
+export BUILD_CACHE_DIR BUILD_CACHE_MAX_GB
+export -f build_cache_save _build_cache_forget_workspace _build_cache_workspace_packages
+step_bg cache "build cache: save" build_cache_save
+
+step "Node tests of the packages: every platform's binary, and the release installed by name" \
+  env TEST_SANDBOX_ROOT="$SANDBOXES/packages" \
+  node --test --test-concurrency=2 --test-reporter=spec tests/binaries.test.mjs tests/install.test.mjs
+
+step_wait node-native
+step_wait node-wasm
+step_wait cache
