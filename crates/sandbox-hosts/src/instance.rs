@@ -46,13 +46,7 @@ pub(crate) fn claim(wanted: Option<u8>) -> Result<InstanceLock, HostsError> {
         None => INSTANCES.collect(),
     };
     for instance in candidates {
-        let path = Path::new(LOCK_DIR).join(format!("{instance}.lock"));
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .context(|| format!("opening {}", path.display()))?;
+        let file = lock_file(LOCK_DIR, instance)?;
         if file.try_lock().is_ok() {
             return Ok(InstanceLock {
                 instance,
@@ -79,15 +73,21 @@ pub struct Reservation {
 /// is only ever wanted by another reserver, and this makes that one wait rather than fail.
 pub fn reserve(instance: u8) -> Result<Reservation, HostsError> {
     std::fs::create_dir_all(RESERVATION_DIR).context(|| format!("creating {RESERVATION_DIR}"))?;
-    let path = Path::new(RESERVATION_DIR).join(format!("{instance}.lock"));
-    let file = File::options()
+    let file = lock_file(RESERVATION_DIR, instance)?;
+    file.lock()
+        .context(|| format!("locking {RESERVATION_DIR}/{instance}.lock"))?;
+    Ok(Reservation { _file: file })
+}
+
+/// `<dir>/<instance>.lock`, opened for locking (created when missing, never truncated).
+fn lock_file(dir: &str, instance: u8) -> Result<File, HostsError> {
+    let path = Path::new(dir).join(format!("{instance}.lock"));
+    File::options()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .context(|| format!("opening {}", path.display()))?;
-    file.lock().context(|| format!("locking {}", path.display()))?;
-    Ok(Reservation { _file: file })
+        .context(|| format!("opening {}", path.display()))
 }
 
 /// Removes what a crashed sandbox left on `lock`'s instance and returns what it found, one line each
