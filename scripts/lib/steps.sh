@@ -91,7 +91,8 @@ steps_stop_all() {
 # and node's spec reporter's "ℹ pass N", "ℹ fail N", "ℹ cancelled N" (counted as failed),
 # "ℹ skipped N" and "ℹ todo N".
 _steps_count() {
-  cat "$STEPS_DIR/foreground.log" "$STEPS_DIR"/*.log 2>/dev/null | awk '
+  # foreground.log is one of the *.log files: each log is read once.
+  cat "$STEPS_DIR"/*.log 2>/dev/null | awk '
     /^test result: / {
       for (i = 1; i <= NF; i++) {
         n = $i + 0
