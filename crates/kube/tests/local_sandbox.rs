@@ -470,16 +470,22 @@ async fn faults_are_transient_or_timeouts() {
     let took = started.elapsed();
     assert_eq!(e.kind, TransportErrorKind::Timeout, "{e:?}");
     assert!(e.message.contains("2 s"), "{}", e.message);
+    // The stall lasts 60 s: ending well before it is the 2 s timeout, however busy the machine.
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        took >= Duration::from_secs(2) && took < Duration::from_secs(30),
         "{took:?}"
     );
-    // The abandoned exec was closed, not left hanging on the server.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        sb.exec_log().last().map(|r| r.outcome.clone()).as_deref(),
-        Some("fault_stall")
-    );
+    // The abandoned exec was closed, not left hanging on the server (which logs it a moment
+    // later: waited for, up to 30 s, rather than for a fixed time a busy machine can outlast).
+    let mut outcome = None;
+    for _ in 0..300 {
+        outcome = sb.exec_log().last().map(|r| r.outcome.clone());
+        if outcome.as_deref() == Some("fault_stall") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(outcome.as_deref(), Some("fault_stall"));
 
     // A command that outlives its timeout is cut off too.
     let e = t
@@ -489,7 +495,7 @@ async fn faults_are_transient_or_timeouts() {
     assert_eq!(e.kind, TransportErrorKind::Timeout);
     // Dropping the exec closed the connection, and the API server ended the process.
     let mut outcome = None;
-    for _ in 0..50 {
+    for _ in 0..300 {
         outcome = sb.exec_log().last().map(|r| r.outcome.clone());
         if outcome.as_deref() == Some("client_disconnected") {
             break;

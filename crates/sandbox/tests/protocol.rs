@@ -471,26 +471,53 @@ async fn injected_faults_reach_the_client() {
 async fn disconnecting_client_kills_the_process() {
     let sb = local().await;
     let c = client(&sb, "sandbox").await;
-    let marker = format!("/tmp/sandbox-kill-test-{}", std::process::id());
     let api = pods(&c);
     let params = kube::api::AttachParams::default()
         .container("clickhouse")
         .stdout(true)
         .stderr(false);
-    let script = format!("sleep 3; touch {marker}");
-    let p = api
-        .exec("chi-sandbox-sandbox-0-0-0", vec!["sh", "-c", &script], &params)
+    // The shell and a child of its own, both of which must die with the connection. They print
+    // their pids once running, so the test waits on that, not on a delay a busy machine outlasts.
+    let mut p = api
+        .exec(
+            "chi-sandbox-sandbox-0-0-0",
+            vec!["sh", "-c", "sleep 60 & echo $$ $!; wait"],
+            &params,
+        )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut stdout = p.stdout().expect("stdout");
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while stdout.read(&mut byte).await.expect("read the pids") == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let pids: Vec<u32> = String::from_utf8(line)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    assert_eq!(pids.len(), 2, "{pids:?}");
     p.abort();
     drop(p);
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(
-        !std::path::Path::new(&marker).exists(),
-        "process (group) survived the disconnect"
-    );
-    assert_eq!(sb.exec_log()[0].outcome, "client_disconnected");
+    // Gone (or a zombie awaiting its reaper) within 30 s of the disconnect.
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pids.iter().any(|&pid| alive(pid)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the process group survived the disconnect: {pids:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut outcome = sb.exec_log()[0].outcome.clone();
+    while outcome == "running" && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        outcome = sb.exec_log()[0].outcome.clone();
+    }
+    assert_eq!(outcome, "client_disconnected");
     sb.shutdown().await.unwrap();
 }
 
