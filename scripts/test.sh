@@ -57,17 +57,18 @@ step "cargo fmt --check" cargo fmt --all --check
 
 step "build cache: restore the dependencies" build_cache_restore
 
-step "cargo clippy -D warnings" cargo clippy --workspace --all-targets --locked -- -D warnings
-
-# The WASM-only code of crates/napi. The napi CLI sets EMNAPI_LINK_DIR for its
-# builds (napi-build's build script needs it); a plain cargo call names it.
-clippy_wasm() {
-  # shellcheck source=lib/setup-lock.sh
-  (. scripts/lib/setup-lock.sh && setup_lock && rustup target add wasm32-wasip1-threads >/dev/null)
-  EMNAPI_LINK_DIR="$PWD/node_modules/emnapi/lib/wasm32-wasip1-threads" \
-    cargo clippy --locked -p clickhouse-schema-napi --target wasm32-wasip1-threads -- -D warnings
-}
-step "cargo clippy -D warnings, the binding as built for WebAssembly" clippy_wasm
+# Lints without a build of their own: every compile of a workspace crate below
+# (the addons for every platform, the sandbox, the Rust test build with its
+# benches and examples) goes through clippy-driver, which is rustc plus
+# clippy's lints, and fails on any warning. This is what `cargo clippy` does,
+# with `cargo check`; here the real builds carry it, so the dependencies are
+# compiled once per target instead of once more for checking (the registry
+# crates are built by plain rustc: cargo applies the wrapper to workspace
+# members only). Every platform's cfg-gated code is linted this way, the
+# WebAssembly binding's included.
+RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver)"
+export RUSTC_WORKSPACE_WRAPPER
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
 # The cross builds get their own target directory: cargo locks a target
 # directory's profile for a whole build, and the other platforms' builds run in
@@ -160,6 +161,8 @@ step_bg node-native "Node tests (native addon)" node_pass native
 # declares only what it exports, not index.d.ts), and it leaves the loader
 # index.js alone (--no-js): both stay the native build's, as checked above.
 wasm_addon() {
+  # shellcheck source=lib/setup-lock.sh
+  (. scripts/lib/setup-lock.sh && setup_lock && rustup target add wasm32-wasip1-threads >/dev/null)
   WASM_PROFILE=cross-check npm run --silent build:wasm
   git diff --exit-code -- index.d.ts index.js
 }
@@ -170,7 +173,8 @@ step "WebAssembly addon (cross-check profile, wasm32-wasip1-threads)" wasm_addon
 # and install.test.mjs deploys on both builds itself.
 step_bg node-wasm "Node tests (WebAssembly addon)" node_pass wasm NAPI_RS_FORCE_WASI=error
 
-step "Rust tests: build" cargo test --workspace --locked --no-run
+# --all-targets: the benches and examples are built (and linted) too; only the tests run below.
+step "Rust tests: build (and lint)" cargo test --workspace --all-targets --locked --no-run
 
 step "Rust tests" cargo test --workspace --locked
 
