@@ -126,14 +126,19 @@ step "tsc --noEmit (strict; src/ and examples/)" npm run --silent typecheck
 
 step "TypeScript build (src/ to dist/, examples/ to dist/examples/)" npm run --silent build:ts
 
-# The dev build, which the Rust tests below share; the Node tests find it
-# through SANDBOX_BIN (scripts/lib/sandbox-client.mjs).
-sandbox_binary() {
-  cargo build --locked -p clickhouse-schema-sandbox
+# The Rust test build, which also builds the sandbox binary the Node tests use
+# (found through SANDBOX_BIN, scripts/lib/sandbox-client.mjs). One build for
+# both: `cargo build -p clickhouse-schema-sandbox` alone resolves the
+# dependencies' features without the workspace's dev-dependencies, so the test
+# build after it compiled some 130 registry crates a second time.
+# --all-targets: the benches and examples are built (and linted) too; only the
+# tests run, further below.
+rust_test_build() {
+  cargo test --workspace --all-targets --locked --no-run
   mkdir -p "$(dirname "$SANDBOX_BIN")"
   cp target/debug/sandbox "$SANDBOX_BIN"
 }
-step "sandbox binary (for the Node tests against real ClickHouse)" sandbox_binary
+step "Rust tests: build (and lint), with the sandbox binary for the Node tests" rust_test_build
 
 # The Node test files of one build; binaries.test.mjs and install.test.mjs need
 # every platform's build, and run last.
@@ -172,9 +177,6 @@ step "WebAssembly addon (cross-check profile, wasm32-wasip1-threads)" wasm_addon
 # test file also asserts which build it got. binaries.test.mjs loads no addon,
 # and install.test.mjs deploys on both builds itself.
 step_bg node-wasm "Node tests (WebAssembly addon)" node_pass wasm NAPI_RS_FORCE_WASI=error
-
-# --all-targets: the benches and examples are built (and linted) too; only the tests run below.
-step "Rust tests: build (and lint)" cargo test --workspace --all-targets --locked --no-run
 
 step "Rust tests" cargo test --workspace --locked
 
