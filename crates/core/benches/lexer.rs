@@ -6,8 +6,8 @@
 
 use std::hint::black_box;
 
-use clickhouse_schema_core::lexer::tokenize;
-use clickhouse_schema_core::on_cluster::check_statement;
+use clickhouse_schema_core::sql::lexer::tokenize;
+use clickhouse_schema_core::sql::on_cluster::check_statement;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// A large but realistic statement: many columns with defaults, comments and

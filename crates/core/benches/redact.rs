@@ -6,7 +6,7 @@
 
 use std::hint::black_box;
 
-use clickhouse_schema_core::redact::redact_clickhouse_output;
+use clickhouse_schema_core::sql::redact::redact_clickhouse_output;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn literal(i: usize) -> String {

@@ -20,7 +20,7 @@
 //! The values are quoted here (`quote`), never interpolated raw: a resource
 //! id may hold any character.
 
-use crate::clickhouse_text::{literal, unescape};
+use crate::sql::clickhouse_text::{literal, unescape};
 use crate::config::LedgerConfig;
 
 /// One ledger row.

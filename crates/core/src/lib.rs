@@ -13,29 +13,22 @@
 //! stay public for the narrower pieces (command rendering, redaction, the
 //! lexer, cluster identity), which hosts and tests reach by module path.
 
-pub(crate) mod clickhouse_text;
-pub(crate) mod client_options;
 pub mod cluster_id;
 pub mod command;
 pub mod config;
 pub mod connection;
-pub mod credential_literals;
-pub mod declared;
-pub mod definition;
 pub(crate) mod error;
 pub mod fingerprint;
 pub mod lease;
 pub mod ledger;
-pub mod lexer;
 pub mod lifecycle;
 pub mod live_schema;
-pub mod on_cluster;
 pub mod ownership;
 pub mod proxy;
 pub mod rebuild;
 pub(crate) mod reconcile;
-pub mod redact;
 pub mod redact_kubernetes;
+pub mod sql;
 pub mod state;
 pub mod transport;
 pub mod validate;

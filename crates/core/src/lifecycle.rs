@@ -303,9 +303,9 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
     })
 }
 
-/// Each statement with what it declares (see [`crate::declared`]).
+/// Each statement with what it declares (see [`crate::sql::declared`]).
 fn planned_statements(config: &ResolvedConfig) -> Vec<PlannedStatement> {
-    use crate::declared::{DeclarationForm, StatementClass, classify};
+    use crate::sql::declared::{DeclarationForm, StatementClass, classify};
     config
         .statements
         .iter()

@@ -11,7 +11,7 @@
 //! a scratch database of its own (`_clickhouse_schema_verify_<hex>`), reads back how the server
 //! prints the copy and the live object (`system.tables.create_table_query`), and drops the scratch
 //! database. Both prints come from the same printer, so spelling (case, quoting, comments,
-//! numbers, line breaks) cancels out; [`crate::definition`] removes the rest and names the parts
+//! numbers, line breaks) cancels out; [`crate::sql::definition`] removes the rest and names the parts
 //! that differ. This works on every server version, 18.16 included, without `formatQuery`.
 //!
 //! A comparison never touches production data or state; what is created in scratch is limited:
@@ -31,7 +31,7 @@
 //!   is then the ALTER's, not the CREATE's). An object a later statement drops, detaches, renames
 //!   or exchanges is not looked up.
 //!
-//! Text comparison reads tokens (see [`crate::definition`]), so it ignores case, comments, quoting
+//! Text comparison reads tokens (see [`crate::sql::definition`]), so it ignores case, comments, quoting
 //! and spacing, but not what only the server can normalize (a type alias, `DEFAULT 1.0` against
 //! `toFloat64(1)`). A scratch copy the server refuses (a Distributed table over a missing local
 //! table on a newer server) falls back to text, and the report says so.
@@ -41,11 +41,11 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::clickhouse_text::{literal, unescape};
-use crate::declared::{Declaration, DeclarationForm, ObjectKind, StatementClass, classify};
-use crate::definition::{self, Definition, Difference, Scope, keywords_at};
-use crate::lexer::{Token, TokenKind, significant};
-use crate::redact::CREDENTIAL_KEYWORDS;
+use crate::sql::clickhouse_text::{literal, unescape};
+use crate::sql::declared::{Declaration, DeclarationForm, ObjectKind, StatementClass, classify};
+use crate::sql::definition::{self, Definition, Difference, Scope, keywords_at};
+use crate::sql::lexer::{Token, TokenKind, significant};
+use crate::sql::redact::CREDENTIAL_KEYWORDS;
 
 /// Prefix of every scratch database; the rest is a per-run hex id.
 pub const SCRATCH_DATABASE_PREFIX: &str = "_clickhouse_schema_verify_";

@@ -8,7 +8,7 @@
 //! container are read (one exec each); the others are reported as not read.
 
 use crate::config::{LedgerConfig, ResolvedConfig};
-use crate::declared::ObjectKind;
+use crate::sql::declared::ObjectKind;
 use crate::error::{ClickHouseSchemaError, ConfigIssue};
 use crate::fingerprint::fingerprint;
 use crate::ledger::{LedgerRow, latest_of};

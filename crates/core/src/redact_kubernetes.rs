@@ -9,7 +9,7 @@
 //! such errors in the first place; [`redact`] is the defense in depth applied
 //! to every message it still builds, so one overlooked source cannot leak.
 //!
-//! Unlike [`crate::redact`], there is no statement to learn the secret values
+//! Unlike [`crate::sql::redact`], there is no statement to learn the secret values
 //! from, so the rules are by shape. Everything that looks like a credential
 //! becomes `REDACTED`:
 //!

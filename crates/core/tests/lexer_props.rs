@@ -1,7 +1,7 @@
 //! Whatever the input, lexing terminates without panicking and its tokens tile
 //! the input exactly: contiguous, non-empty, on char boundaries.
 
-use clickhouse_schema_core::lexer::{Token, tokenize};
+use clickhouse_schema_core::sql::lexer::{Token, tokenize};
 use proptest::prelude::*;
 
 fn assert_tiles(src: &str, tokens: &[Token]) {

@@ -1,6 +1,6 @@
 //! The onCluster declaration check, one behaviour per test.
 
-use clickhouse_schema_core::on_cluster::check_statement;
+use clickhouse_schema_core::sql::on_cluster::check_statement;
 
 fn check(sql: &str) -> Result<(), String> {
     check_statement("statements", 1, sql, "cluster")

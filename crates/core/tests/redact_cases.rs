@@ -1,6 +1,6 @@
 //! Redaction behaviour on hand-written outputs, one rule per test.
 
-use clickhouse_schema_core::redact::{MAX_TEXT_BYTES, redact_clickhouse_output};
+use clickhouse_schema_core::sql::redact::{MAX_TEXT_BYTES, redact_clickhouse_output};
 
 const S3_STATEMENT: &str = "CREATE TABLE t (x String) ENGINE = S3('https://bucket.example.com/data/*.csv', \
                             'AKIAIOSFODNN7EXAMPLE', 'wJalr''XUtn\\'FEMI\\\\K7MDENG', 'CSV')";

@@ -9,8 +9,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use clickhouse_schema_core::lexer::{TokenKind, escape, significant};
-use clickhouse_schema_core::redact::{MAX_TEXT_BYTES, redact_clickhouse_output};
+use clickhouse_schema_core::sql::lexer::{TokenKind, escape, significant};
+use clickhouse_schema_core::sql::redact::{MAX_TEXT_BYTES, redact_clickhouse_output};
 
 /// Windows this many characters long must not survive.
 const WINDOW: usize = 6;

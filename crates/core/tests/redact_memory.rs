@@ -7,7 +7,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use clickhouse_schema_core::redact::redact_clickhouse_output;
+use clickhouse_schema_core::sql::redact::redact_clickhouse_output;
 
 struct Counting;
 

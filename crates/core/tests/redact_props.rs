@@ -2,8 +2,8 @@
 //! stretch of it carrying 6 or more significant bytes survives redaction,
 //! and the parsed code always does.
 
-use clickhouse_schema_core::lexer::escape;
-use clickhouse_schema_core::redact::{MAX_TEXT_BYTES, MIN_FRAGMENT, redact_clickhouse_output};
+use clickhouse_schema_core::sql::lexer::escape;
+use clickhouse_schema_core::sql::redact::{MAX_TEXT_BYTES, MIN_FRAGMENT, redact_clickhouse_output};
 use proptest::prelude::*;
 
 /// Characters of a literal value: plenty of the ones escaping varies on.

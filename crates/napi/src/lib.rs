@@ -23,7 +23,9 @@ mod lifecycle;
 mod timers;
 
 use clickhouse_schema_core::{
-    ClickHouseSchemaError, ConfigIssue, credential_literals, fingerprint as fp, redact, validate,
+    ClickHouseSchemaError, ConfigIssue, fingerprint as fp,
+    sql::{credential_literals, redact},
+    validate,
 };
 use napi::bindgen_prelude::*;
 use napi_derive::napi;

@@ -8,7 +8,7 @@ use crate::command;
 use crate::config::LedgerConfig;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::ledger::{self, LedgerRow};
-use crate::redact::redact_clickhouse_output;
+use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{Clock, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
 
 /// ClickHouse's codes for a table or database that does not exist: a ledger never written.

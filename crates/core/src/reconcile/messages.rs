@@ -5,12 +5,12 @@
 
 use super::{Run, readiness_text, selector_text};
 use crate::command;
-use crate::declared::DeclarationForm;
+use crate::sql::declared::DeclarationForm;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{
     DifferenceReport, ObjectStatus, PodReport, SCRATCH_DATABASE_PREFIX, Unreadable, VerifyPlan,
 };
-use crate::redact::redact_clickhouse_output;
+use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{ExecOutput, PodInfo, TransportError, TransportErrorKind};
 
 impl<T, C> Run<'_, T, C> {

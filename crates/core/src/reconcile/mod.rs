@@ -27,7 +27,7 @@ use crate::command;
 use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
 use crate::error::ClickHouseSchemaError;
 use crate::live_schema::{PodReport, VerifyPlan, scratch_database};
-use crate::redact::redact_clickhouse_output;
+use crate::sql::redact::redact_clickhouse_output;
 use crate::state::PodRef;
 use crate::transport::{
     Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, NeverCancelled, NoEvents, PodInfo,

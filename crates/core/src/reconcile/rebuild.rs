@@ -18,14 +18,14 @@ use std::time::Duration;
 
 use super::{Call, Run};
 use crate::command;
-use crate::declared::{StatementClass, classify};
+use crate::sql::declared::{StatementClass, classify};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
     self, BATCH_PARTITIONS, BATCH_ROWS, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
     RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
 };
-use crate::redact::redact_clickhouse_output;
+use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{
     Clock, Event, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind,
 };
@@ -890,7 +890,7 @@ fn pick(v: &(u64, u64), what: &str) -> u64 {
 
 /// The declared engine's name.
 fn plan_engine(plan: &RebuildPlan) -> String {
-    crate::definition::engine_parts(plan.engine_text())
+    crate::sql::definition::engine_parts(plan.engine_text())
         .map(|(name, _)| name)
         .unwrap_or_default()
 }
@@ -898,11 +898,11 @@ fn plan_engine(plan: &RebuildPlan) -> String {
 /// The first argument of a `Replicated*` engine (its ZooKeeper path, macros unexpanded) in a
 /// CREATE or an ENGINE clause.
 fn replication_path(sql: &str) -> Option<String> {
-    let engine = crate::definition::parse(sql)
+    let engine = crate::sql::definition::parse(sql)
         .clause("ENGINE")
         .map(|e| e.text.clone())
         .unwrap_or_else(|| sql.to_owned());
-    let (name, args) = crate::definition::engine_parts(&engine)?;
+    let (name, args) = crate::sql::definition::engine_parts(&engine)?;
     if !name.starts_with("Replicated") {
         return None;
     }

@@ -49,7 +49,7 @@ use std::sync::OnceLock;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use memchr::memmem;
 
-use crate::lexer::{Token, TokenKind, escape, significant};
+use crate::sql::lexer::{Token, TokenKind, escape, significant};
 
 /// Cap on the redacted text, marker included.
 pub const MAX_TEXT_BYTES: usize = 2048;

@@ -14,7 +14,7 @@
 //! server skips them. Names are decoded as the server reads them (quotes and escapes removed), and a
 //! name without a database gets `client.database`, the database the statement runs in.
 
-use crate::lexer::{Token, TokenKind, significant};
+use crate::sql::lexer::{Token, TokenKind, significant};
 
 /// The kind of schema object a statement declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

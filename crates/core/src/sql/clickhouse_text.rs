@@ -2,10 +2,10 @@
 //! literals in the scripts this crate sends (the live-schema check, the
 //! ledger), and the TabSeparated fields they print back.
 
-use crate::lexer::escape::escape_c_style;
+use crate::sql::lexer::escape::escape_c_style;
 
 /// `value` as a ClickHouse string literal, escaped by the lexer's own rule so the server (and
-/// [`crate::lexer::decode`]) reads back exactly `value`.
+/// [`crate::sql::lexer::decode`]) reads back exactly `value`.
 pub(crate) fn literal(value: &str) -> String {
     quoted(value, b'\'')
 }
@@ -51,7 +51,7 @@ pub(crate) fn unescape(field: &str) -> String {
 mod tests {
     use super::*;
 
-    use crate::lexer::escape::decode;
+    use crate::sql::lexer::escape::decode;
     use proptest::prelude::*;
 
     #[test]

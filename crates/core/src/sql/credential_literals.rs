@@ -16,8 +16,8 @@
 
 use crate::config::ResolvedConfig;
 use crate::error::ConfigIssue;
-use crate::lexer::{Token, TokenKind, significant};
-use crate::redact::CREDENTIAL_KEYWORDS;
+use crate::sql::lexer::{Token, TokenKind, significant};
+use crate::sql::redact::CREDENTIAL_KEYWORDS;
 
 /// Functions and engines whose string arguments after the URL are credentials.
 const POSITIONAL_CREDENTIAL_CALLS: [&str; 6] = ["s3", "s3cluster", "s3queue", "gcs", "cosn", "oss"];

@@ -17,7 +17,7 @@
 //! dictionaries `SOURCE`, `LAYOUT`, `LIFETIME` and `RANGE`. `POPULATE` is not part of a definition
 //! (the server does not keep it).
 
-use crate::lexer::{Token, TokenKind, significant, tokenize};
+use crate::sql::lexer::{Token, TokenKind, significant, tokenize};
 
 /// The clause keywords that start a new clause after the column list, in ClickHouse's order.
 const CLAUSES: &[&[&str]] = &[

@@ -11,7 +11,7 @@
 //! Nothing is inferred from the statement's shape and nothing is rewritten:
 //! the check refuses, it never repairs.
 
-use crate::lexer::{Token, TokenKind, significant};
+use crate::sql::lexer::{Token, TokenKind, significant};
 
 /// Longest cluster name quoted back in a message; a longer one is cut so a
 /// pasted blob cannot flood the error.
