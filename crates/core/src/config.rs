@@ -319,7 +319,7 @@ pub enum KubeConfig {
     /// `connection` (a cluster resource's attributes), kept as written. Only
     /// the cluster adapter registered for its auth kind can turn it into an
     /// endpoint and credentials, so the caller resolves it at call time and
-    /// hands the result over as a [`crate::connection::ResolvedConnection`].
+    /// hands the result over as a [`crate::kubernetes::connection::ResolvedConnection`].
     Alchemy(Value),
 }
 

@@ -13,27 +13,24 @@
 //! stay public for the narrower pieces (command rendering, redaction, the
 //! lexer, cluster identity), which hosts and tests reach by module path.
 
-pub mod cluster_id;
 pub mod command;
 pub mod config;
-pub mod connection;
 pub(crate) mod error;
 pub mod fingerprint;
 pub mod lease;
 pub mod ledger;
+pub mod kubernetes;
 pub mod lifecycle;
 pub mod live_schema;
 pub mod ownership;
-pub mod proxy;
 pub mod rebuild;
 pub(crate) mod reconcile;
-pub mod redact_kubernetes;
 pub mod sql;
 pub mod state;
 pub mod transport;
 pub mod validate;
 
-pub use cluster_id::{ClusterEndpoint, cluster_id};
+pub use kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 pub use config::ResolvedConfig;
 pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 pub use fingerprint::fingerprint;

@@ -384,7 +384,7 @@ impl ExecStatus {
     /// cause. Any other failure means the command never ran (no shell in the
     /// image, container gone), which is not an exit code; its kind follows
     /// the reason and code. The message is passed through
-    /// [`redact_kubernetes`](crate::redact_kubernetes::redact): kubelet's text
+    /// [`kubernetes::redact`](crate::kubernetes::redact::redact): kubelet's text
     /// could quote the container's environment.
     pub fn exit_code(&self) -> Result<i32, TransportError> {
         match self.status.as_deref() {
@@ -424,7 +424,7 @@ impl ExecStatus {
         };
         Err(TransportError::new(
             kind,
-            crate::redact_kubernetes::redact(&message),
+            crate::kubernetes::redact::redact(&message),
         ))
     }
 }
@@ -455,7 +455,7 @@ pub fn credentials_over_plain_http(
     if !server.to_ascii_lowercase().starts_with("http://") || credential_kinds.is_empty() {
         return None;
     }
-    Some(crate::redact_kubernetes::redact(&format!(
+    Some(crate::kubernetes::redact::redact(&format!(
         "{server_source} is {server} (plain http://) and the selected user has credentials ({}); credentials \
          are never sent over plain HTTP, so no connection was made; use an https:// server, or a user \
          without credentials",

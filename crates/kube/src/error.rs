@@ -17,12 +17,12 @@
 //! `user:password@`. Those are described here instead of printed, also when
 //! they appear as the source of another error ([`chain`] walks sources), and
 //! every message finally goes through the core's
-//! [`redact_kubernetes::redact`](clickhouse_schema_core::redact_kubernetes::redact)
+//! [`kubernetes::redact::redact`](clickhouse_schema_core::kubernetes::redact::redact)
 //! as defense in depth.
 
 use std::error::Error as StdError;
 
-use clickhouse_schema_core::redact_kubernetes::redact;
+use clickhouse_schema_core::kubernetes::redact::redact;
 use clickhouse_schema_core::transport::{TransportError, TransportErrorKind};
 use kube::client::{AuthError, UpgradeConnectionError};
 

@@ -47,7 +47,7 @@
 //!   key), [`connect`] refuses before anything runs or is sent, naming the
 //!   option or cluster that set the server. An `http://` server with an
 //!   anonymous user is allowed.
-//! - The proxy is chosen by [`clickhouse_schema_core::proxy`] (kubeconfig `proxy-url`, else
+//! - The proxy is chosen by [`clickhouse_schema_core::kubernetes::proxy`] (kubeconfig `proxy-url`, else
 //!   `HTTPS_PROXY`/`HTTP_PROXY` by the server's scheme, minus `NO_PROXY`).
 //!
 //! # Errors
@@ -58,16 +58,16 @@
 //! since the parser's snippet could be a token line. No message carries a
 //! credential: a failing exec plugin's environment and output, a proxy's or
 //! server's `user:password@` and key material are described, not printed, and
-//! every message is passed through the core's `redact_kubernetes::redact`.
+//! every message is passed through the core's `kubernetes::redact::redact`.
 
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
+use clickhouse_schema_core::kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::{KubeClusterOptions, KubeConfigOptions, KubeUserOptions};
-use clickhouse_schema_core::connection::{RESOLVED_ORIGIN, ResolvedConnection};
-use clickhouse_schema_core::redact_kubernetes::redact;
+use clickhouse_schema_core::kubernetes::connection::{RESOLVED_ORIGIN, ResolvedConnection};
+use clickhouse_schema_core::kubernetes::redact::redact;
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use kube::config::{
     AuthInfo, Cluster, Context, KubeConfigOptions as KubeRsOptions, Kubeconfig, KubeconfigError,
@@ -76,7 +76,7 @@ use kube::config::{
 use secrecy::SecretString;
 
 use crate::error::chain;
-use clickhouse_schema_core::proxy;
+use clickhouse_schema_core::kubernetes::proxy;
 
 /// Context name of the kubeconfig synthesized from an inline cluster and user.
 /// The context name given to the kubeconfig assembled from inline `cluster`/`user` props.
@@ -163,7 +163,7 @@ async fn build(resolved: Resolved) -> Result<Connection, ConnectError> {
     let config = match resolved.source {
         Source::Kubeconfig { kubeconfig, origin } => {
             let Some(context) = resolved.context else {
-                return Err(error(clickhouse_schema_core::cluster_id::no_context(&origin)));
+                return Err(error(clickhouse_schema_core::kubernetes::cluster_id::no_context(&origin)));
             };
             let opts = KubeRsOptions {
                 context: Some(context),

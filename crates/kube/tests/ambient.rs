@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
+use clickhouse_schema_core::kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::KubeConfigOptions;
 use clickhouse_schema_core::transport::PodLister;
 use clickhouse_schema_kube::{KubeTransport, connect, resolve_endpoint};

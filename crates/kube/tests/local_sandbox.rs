@@ -6,8 +6,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use clickhouse_schema_core::cluster_id::{ClusterEndpoint, cluster_id};
-use clickhouse_schema_core::connection::ResolvedConnection;
+use clickhouse_schema_core::kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
+use clickhouse_schema_core::kubernetes::connection::ResolvedConnection;
 use clickhouse_schema_core::transport::{Executor, PodLister, TransportErrorKind};
 use clickhouse_schema_kube::{KubeTransport, connect, connect_resolved, resolve_endpoint};
 use clickhouse_schema_sandbox::{AddPod, Container, DropPoint, Fault, PodState, Sandbox, SandboxOptions};

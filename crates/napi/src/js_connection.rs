@@ -9,8 +9,8 @@
 //! mapping, redacted like every Kubernetes-side message. What it resolves to
 //! lives as long as the call and is never recorded.
 
-use clickhouse_schema_core::connection::{ClientCertificate, ResolvedConnection};
-use clickhouse_schema_core::redact_kubernetes::redact;
+use clickhouse_schema_core::kubernetes::connection::{ClientCertificate, ResolvedConnection};
+use clickhouse_schema_core::kubernetes::redact::redact;
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use napi::Status;
 use napi::bindgen_prelude::Promise;

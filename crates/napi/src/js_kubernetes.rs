@@ -16,8 +16,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use clickhouse_schema_core::cluster_id::ClusterEndpoint;
-use clickhouse_schema_core::redact_kubernetes::redact;
+use clickhouse_schema_core::kubernetes::cluster_id::ClusterEndpoint;
+use clickhouse_schema_core::kubernetes::redact::redact;
 use clickhouse_schema_core::transport::{
     ExecOutput, ExecRequest, ExecStatus, LIST_TIMEOUT, LeaseRecord, LeaseSpec, OUTPUT_CAP, PodInfo,
     TransportError, TransportErrorKind, exec_without_status, label_selector,
@@ -256,7 +256,7 @@ impl KubernetesApi {
     /// be, and the JavaScript side builds its client from it in memory.
     pub(crate) async fn resolve_connection(
         &self,
-        resolved: &clickhouse_schema_core::connection::ResolvedConnection,
+        resolved: &clickhouse_schema_core::kubernetes::connection::ResolvedConnection,
     ) -> Result<JsResolution, String> {
         let arg = serde_json::json!({
             "resolvedConnection": {

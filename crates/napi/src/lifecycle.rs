@@ -5,9 +5,9 @@
 //! outcome. Every decision is the core's.
 
 use clickhouse_schema_core::ClickHouseSchemaError;
-use clickhouse_schema_core::cluster_id;
+use clickhouse_schema_core::kubernetes::cluster_id;
 use clickhouse_schema_core::config::ResolvedConfig;
-use clickhouse_schema_core::connection::{self, ClusterSource};
+use clickhouse_schema_core::kubernetes::connection::{self, ClusterSource};
 use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
 use clickhouse_schema_core::ownership;
 use clickhouse_schema_core::state::SchemaState;
@@ -345,7 +345,7 @@ impl Session {
                 ) {
                     return Err(kubernetes_error(refusal));
                 }
-                let proxy = clickhouse_schema_core::proxy::select_for_server(
+                let proxy = clickhouse_schema_core::kubernetes::proxy::select_for_server(
                     &endpoint.server,
                     resolution.proxy_url.as_deref(),
                     |name| resolution.proxy_environment.get(name).cloned(),

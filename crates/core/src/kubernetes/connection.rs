@@ -20,7 +20,7 @@
 
 use std::fmt;
 
-use crate::cluster_id::ClusterEndpoint;
+use crate::kubernetes::cluster_id::ClusterEndpoint;
 use crate::config::{KubeConfig, KubeConfigOptions, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ConfigIssue};
 
@@ -163,7 +163,7 @@ pub fn source<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster_id::cluster_id;
+    use crate::kubernetes::cluster_id::cluster_id;
     use serde_json::json;
 
     fn config(kube_config: serde_json::Value) -> ResolvedConfig {
