@@ -6,8 +6,8 @@
 
 use std::hint::black_box;
 
-use clickhouse_schema_core::fingerprint::fingerprint;
-use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::config::fingerprint::fingerprint;
+use clickhouse_schema_core::config::validate::validate;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 

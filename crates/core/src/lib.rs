@@ -16,7 +16,6 @@
 pub mod command;
 pub mod config;
 pub(crate) mod error;
-pub mod fingerprint;
 pub mod lease;
 pub mod ledger;
 pub mod kubernetes;
@@ -28,12 +27,11 @@ pub(crate) mod reconcile;
 pub mod sql;
 pub mod state;
 pub mod transport;
-pub mod validate;
 
 pub use kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 pub use config::ResolvedConfig;
 pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
-pub use fingerprint::fingerprint;
+pub use config::fingerprint::fingerprint;
 pub use lifecycle::{
     ApplyOutcome, Cluster, VerifyOutcome, apply, destroy, destroy_reaches_cluster, plan, verify,
 };
@@ -42,4 +40,4 @@ pub use transport::{
     Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec,
     NeverCancelled, NoEvents, PodInfo, PodLister, TransportError, TransportErrorKind,
 };
-pub use validate::validate;
+pub use config::validate::validate;

@@ -7,7 +7,7 @@
 
 use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
-use crate::fingerprint::fingerprint;
+use crate::config::fingerprint::fingerprint;
 use crate::live_schema::{PodReport, VerifyPlan};
 use crate::ownership::ledger_covered;
 use crate::reconcile::{Failure, FanoutStart, LedgerWrite, Run, Verification, bounded};

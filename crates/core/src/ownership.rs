@@ -10,7 +10,7 @@
 use crate::config::{LedgerConfig, ResolvedConfig};
 use crate::sql::declared::ObjectKind;
 use crate::error::{ClickHouseSchemaError, ConfigIssue};
-use crate::fingerprint::fingerprint;
+use crate::config::fingerprint::fingerprint;
 use crate::ledger::{LedgerRow, latest_of};
 use crate::lifecycle::{Cluster, record};
 use crate::live_schema::{ObjectStatus, VerifyPlan};

@@ -158,7 +158,7 @@ impl SchemaState {
             },
             "statements": ["SELECT 1"],
         });
-        if let Err(err) = crate::validate::validate(resource_id, &as_props) {
+        if let Err(err) = crate::config::validate::validate(resource_id, &as_props) {
             return err
                 .issues
                 .into_iter()

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use clickhouse_schema_core::config::*;
-use clickhouse_schema_core::validate::{PROPS_SCHEMA, validate};
+use clickhouse_schema_core::config::validate::{PROPS_SCHEMA, validate};
 use serde_json::{Value, json};
 
 fn quick_start() -> Value {

@@ -39,8 +39,8 @@
 //! print("5 unicode", fp(["CREATE TABLE IF NOT EXISTS t (s String DEFAULT 'é→✓')", "  SELECT\n1  "], {}, user="ü", database="db"))
 //! ```
 
-use clickhouse_schema_core::fingerprint::fingerprint;
-use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::config::fingerprint::fingerprint;
+use clickhouse_schema_core::config::validate::validate;
 use serde_json::{Value, json};
 
 fn fp(props: Value) -> String {

@@ -2,8 +2,8 @@
 //! module docs of `fingerprint.rs` for the reasons).
 
 use clickhouse_schema_core::config::Execution;
-use clickhouse_schema_core::fingerprint::fingerprint;
-use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::config::fingerprint::fingerprint;
+use clickhouse_schema_core::config::validate::validate;
 use serde_json::{Value, json};
 
 fn base() -> Value {

@@ -1,7 +1,7 @@
 //! No input makes validation panic: arbitrary JSON, and valid props with one
 //! field replaced by arbitrary JSON (which reaches much deeper into the rules).
 
-use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::config::validate::validate;
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value, json};
 
@@ -112,7 +112,7 @@ proptest! {
         match validate("fuzz", &props) {
             Ok(config) => {
                 // Whatever was accepted fingerprints and serializes.
-                let _ = clickhouse_schema_core::fingerprint::fingerprint(&config);
+                let _ = clickhouse_schema_core::config::fingerprint::fingerprint(&config);
                 prop_assert!(serde_json::to_string(&config).is_ok());
             }
             Err(e) => {

@@ -1,7 +1,7 @@
 //! Every malformed prop is reported at its path with a reason that says what
 //! is wrong, and all problems are reported together.
 
-use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::{ClickHouseSchemaError, ConfigIssue};
 use serde_json::{Value, json};
 

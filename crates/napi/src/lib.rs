@@ -23,9 +23,9 @@ mod lifecycle;
 mod timers;
 
 use clickhouse_schema_core::{
-    ClickHouseSchemaError, ConfigIssue, fingerprint as fp,
+    ClickHouseSchemaError, ConfigIssue,
+    config::{fingerprint as fp, validate},
     sql::{credential_literals, redact},
-    validate,
 };
 use napi::bindgen_prelude::*;
 use napi_derive::napi;

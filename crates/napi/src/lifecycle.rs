@@ -14,7 +14,7 @@ use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{
     Executor, LeaseApi, LeaseRecord, LeaseSpec, PodLister, TransportError,
 };
-use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::config::validate::validate;
 #[cfg(not(target_family = "wasm"))]
 use clickhouse_schema_kube::{KubeTransport, connect, connect_resolved, kubeconfig::resolve_endpoint};
 use napi::bindgen_prelude::*;

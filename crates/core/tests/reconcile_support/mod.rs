@@ -18,7 +18,7 @@ use clickhouse_schema_core::transport::{
     Clock, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec, PodInfo, PodLister,
     TransportError, TransportErrorKind,
 };
-use clickhouse_schema_core::validate::validate;
+use clickhouse_schema_core::config::validate::validate;
 
 /// Drives a future whose I/O is all fake and therefore never pending.
 pub(crate) fn block_on<F: Future>(future: F) -> F::Output {

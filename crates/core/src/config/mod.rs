@@ -1,11 +1,21 @@
+//! The configuration: the props checked (`validate`), the model they resolve
+//! to with every default filled in (this file), and the fingerprint of what is
+//! applied (`fingerprint`).
+//!
+//! Pure: nothing here reaches `transport` or `kubernetes`; the checks read
+//! statements through `sql` and a rebuild's plan through `rebuild`.
+//!
 //! The resolved configuration: the props after validation, with every default
 //! filled in, so nothing downstream ever has to know a default or re-check a
 //! type.
 //!
 //! The only way to obtain a [`ResolvedConfig`] from user input is
-//! [`crate::validate::validate`]; defaults are applied in exactly one place,
+//! [`crate::config::validate::validate`]; defaults are applied in exactly one place,
 //! [`resolve`], and the JSON Schema's `default` annotations are tested against
 //! the constants below so the two cannot drift.
+
+pub mod fingerprint;
+pub mod validate;
 
 use std::collections::BTreeMap;
 use std::fmt;

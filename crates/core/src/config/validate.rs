@@ -31,7 +31,7 @@ use crate::rebuild::RebuildPlan;
 use serde::Deserialize;
 
 /// The props schema, verbatim as shipped in the npm package.
-pub const PROPS_SCHEMA: &str = include_str!("../../../schema/props.schema.json");
+pub const PROPS_SCHEMA: &str = include_str!("../../../../schema/props.schema.json");
 
 struct Compiled {
     schema: Value,
