@@ -15,13 +15,11 @@
 
 pub mod command;
 pub mod config;
+pub mod coordination;
 pub(crate) mod error;
-pub mod lease;
-pub mod ledger;
 pub mod kubernetes;
 pub mod lifecycle;
 pub mod live_schema;
-pub mod ownership;
 pub mod rebuild;
 pub(crate) mod reconcile;
 pub mod sql;

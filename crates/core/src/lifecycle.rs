@@ -9,7 +9,7 @@ use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::config::fingerprint::fingerprint;
 use crate::live_schema::{PodReport, VerifyPlan};
-use crate::ownership::ledger_covered;
+use crate::coordination::ownership::ledger_covered;
 use crate::reconcile::{Failure, FanoutStart, LedgerWrite, Run, Verification, bounded};
 use crate::state::{PodRef, RecordedTarget, STATE_VERSION, SchemaState};
 use crate::transport::{Cancel, Clock, Events, Executor, LeaseApi, PodInfo, PodLister};

@@ -8,7 +8,7 @@ mod reconcile_support;
 use std::sync::Mutex;
 
 use clickhouse_schema_core::ErrorKind;
-use clickhouse_schema_core::lease::lease_name;
+use clickhouse_schema_core::coordination::lease::lease_name;
 use clickhouse_schema_core::lifecycle::{Cluster, apply, destroy};
 use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{

@@ -14,7 +14,7 @@ use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{ExecOutput, PodInfo, TransportError, TransportErrorKind};
 
 impl<T, C> Run<'_, T, C> {
-    pub(super) fn prefix(&self) -> String {
+    pub(crate) fn prefix(&self) -> String {
         format!("ClickHouseSchema '{}'", self.resource_id)
     }
 
@@ -27,11 +27,11 @@ impl<T, C> Run<'_, T, C> {
         )
     }
 
-    pub(super) fn error(&self, kind: ErrorKind, message: String) -> ClickHouseSchemaError {
+    pub(crate) fn error(&self, kind: ErrorKind, message: String) -> ClickHouseSchemaError {
         ClickHouseSchemaError::new(kind, message).with_resource_id(self.resource_id)
     }
 
-    pub(super) fn cancelled(&self, when: &str) -> ClickHouseSchemaError {
+    pub(crate) fn cancelled(&self, when: &str) -> ClickHouseSchemaError {
         self.error(
             ErrorKind::Cancelled,
             format!(

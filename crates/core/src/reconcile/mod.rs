@@ -16,12 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-mod lease;
-mod ledger;
 mod messages;
 mod rebuild;
 
-pub(crate) use ledger::LedgerWrite;
+pub(crate) use crate::coordination::ledger::run::LedgerWrite;
 
 use crate::command;
 use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
@@ -633,7 +631,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
     /// `work`'s output, or `None` when the run is cancelled first (then
     /// `work` is dropped: an exec in flight is closed).
-    async fn unless_cancelled<F: Future>(&self, work: F) -> Option<F::Output> {
+    pub(crate) async fn unless_cancelled<F: Future>(&self, work: F) -> Option<F::Output> {
         let mut work = pin!(work);
         let mut cancelled = self.cancel.cancelled();
         // Work that finished wins over a cancellation that came with it.
@@ -650,7 +648,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// backoff; a refusal (RBAC, unknown pod) is returned at once since
     /// repeating it cannot help. On failure returns the last error and the
     /// attempts made.
-    async fn with_retry<F, Fut, V>(&self, call: Call<'_>, mut op: F) -> Result<V, (TransportError, u32)>
+    pub(crate) async fn with_retry<F, Fut, V>(&self, call: Call<'_>, mut op: F) -> Result<V, (TransportError, u32)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<V, TransportError>>,

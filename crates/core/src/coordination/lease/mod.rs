@@ -1,12 +1,15 @@
 //! The pure parts of the Lease that serializes applies and destroys of one
 //! resource (`lease` prop): its name, the holder identity, and time as the
-//! Lease API writes it.
+//! Lease API writes it. Its driver over the transport (take, renew,
+//! release) is `run`.
 //!
 //! The Lease lives in the target namespace and is named from the resource id,
 //! so every deploy of the same resource (a laptop, CI, five jobs at once)
 //! contends for the same object, and two resources never do. Its holder is
 //! the process (host and pid, from the transport) plus a per-call suffix: two
 //! calls in one process are two holders, so they serialize too.
+
+mod run;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

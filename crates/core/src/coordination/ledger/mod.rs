@@ -20,6 +20,8 @@
 //! The values are quoted here (`quote`), never interpolated raw: a resource
 //! id may hold any character.
 
+pub(crate) mod run;
+
 use crate::sql::clickhouse_text::{literal, unescape};
 use crate::config::LedgerConfig;
 

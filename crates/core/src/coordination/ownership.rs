@@ -11,7 +11,7 @@ use crate::config::{LedgerConfig, ResolvedConfig};
 use crate::sql::declared::ObjectKind;
 use crate::error::{ClickHouseSchemaError, ConfigIssue};
 use crate::config::fingerprint::fingerprint;
-use crate::ledger::{LedgerRow, latest_of};
+use crate::coordination::ledger::{LedgerRow, latest_of};
 use crate::lifecycle::{Cluster, record};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::reconcile::{Failure, Run, bounded};

@@ -1,4 +1,4 @@
-//! Taking, renewing and releasing the resource's Lease (see `crate::lease`).
+//! Taking, renewing and releasing the resource's Lease (see `crate::coordination::lease`).
 //!
 //! Kubernetes' optimistic concurrency is the lock: every write carries the
 //! resourceVersion it read, so of two deploys writing at once one gets 409
@@ -15,10 +15,10 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::{Call, Run};
+use crate::reconcile::{Call, Run};
 use crate::config::LeaseConfig;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
-use crate::lease::{holder_identity, lease_name, micro_time, unix_micros};
+use crate::coordination::lease::{holder_identity, lease_name, micro_time, unix_micros};
 use crate::transport::{
     Clock, Event, Executor, LeaseApi, LeaseRecord, LeaseSpec, PodLister, TransportError, TransportErrorKind,
 };

@@ -1,13 +1,13 @@
-//! The ledger on a pod (see `crate::ledger`): written after a pod's
+//! The ledger on a pod (see `crate::coordination::ledger`): written after a pod's
 //! statements (and their check) succeeded, read where a run has to know what
 //! an earlier deploy did. One exec each; transport failures are retried like
 //! a statement's.
 
-use super::{Call, Failure, Run, bounded};
+use crate::reconcile::{Call, Failure, Run, bounded};
 use crate::command;
 use crate::config::LedgerConfig;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
-use crate::ledger::{self, LedgerRow};
+use crate::coordination::ledger::{self, LedgerRow};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{Clock, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
 
