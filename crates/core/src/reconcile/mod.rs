@@ -17,7 +17,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 mod messages;
-mod rebuild;
 
 pub(crate) use crate::coordination::ledger::run::LedgerWrite;
 

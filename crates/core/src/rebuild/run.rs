@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{Call, Run};
+use crate::reconcile::{Call, Run};
 use crate::command;
 use crate::sql::declared::{StatementClass, classify};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
@@ -849,10 +849,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         .with_object(at.plan.key(), Vec::new())
     }
 
-    fn failure_error(&self, failure: super::Failure, pod: &str) -> ClickHouseSchemaError {
+    fn failure_error(&self, failure: crate::reconcile::Failure, pod: &str) -> ClickHouseSchemaError {
         match failure {
-            super::Failure::Error(err) => err,
-            super::Failure::Vanished | super::Failure::Stopped => self
+            crate::reconcile::Failure::Error(err) => err,
+            crate::reconcile::Failure::Vanished | crate::reconcile::Failure::Stopped => self
                 .error(
                     ErrorKind::RebuildFailed,
                     format!(

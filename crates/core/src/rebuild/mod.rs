@@ -24,13 +24,16 @@
 //!    staging table is dropped, and so is `t__old` unless `keepOld`.
 //!
 //! A failure at any step leaves `t` serving reads and writes as before; the next apply continues
-//! from the receipts. This module renders the scripts and reads their output; the reconcile
-//! (`crate::reconcile`) runs them. Nothing here does I/O.
+//! from the receipts. This module renders the scripts and reads their output; its driver (`run`)
+//! runs them over the transport, as steps of a reconcile run. Nothing here does I/O, and nothing
+//! here imports from `transport`.
 //!
 //! Two limits of the servers, 18.16 included, that the design accepts and the README states: a row
 //! before the cut-over that arrives after its partition was copied is not in the new table (the
 //! verification then fails, and the next apply starts the rebuild over); and between the view's drop
 //! and the RENAME (one script, milliseconds) an insert lands in the old table only.
+
+mod run;
 
 use std::collections::{BTreeMap, BTreeSet};
 
