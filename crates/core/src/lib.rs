@@ -31,11 +31,11 @@ pub use config::ResolvedConfig;
 pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 pub use config::fingerprint::fingerprint;
 pub use lifecycle::{
-    ApplyOutcome, Cluster, VerifyOutcome, apply, destroy, destroy_reaches_cluster, plan, verify,
+    ApplyOutcome, VerifyOutcome, apply, destroy, destroy_reaches_cluster, plan, verify,
 };
 pub use state::{PodRef, SchemaState};
 pub use transport::{
-    Cancel, Clock, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec,
+    Cancel, Clock, Cluster, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec,
     NeverCancelled, NoEvents, PodInfo, PodLister, TransportError, TransportErrorKind,
 };
 pub use config::validate::validate;

@@ -11,8 +11,8 @@ use crate::config::fingerprint::fingerprint;
 use crate::live_schema::{PodReport, VerifyPlan};
 use crate::coordination::ownership::ledger_covered;
 use crate::reconcile::{Failure, FanoutStart, LedgerWrite, Run, Verification, bounded};
-use crate::state::{PodRef, RecordedTarget, STATE_VERSION, SchemaState};
-use crate::transport::{Cancel, Clock, Events, Executor, LeaseApi, PodInfo, PodLister};
+use crate::state::{PodRef, SchemaState, record, statement_count};
+use crate::transport::{Clock, Cluster, Executor, LeaseApi, PodInfo, PodLister};
 
 /// What `apply` did, for logs and tests; the state is what gets recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,23 +24,6 @@ pub enum ApplyOutcome {
         /// Names of those pods.
         pods: Vec<String>,
     },
-}
-
-/// The cluster-facing side of an apply: where pods are listed and statements
-/// run, the clock, and the identity of the cluster they belong to.
-pub struct Cluster<'a, T, C> {
-    /// Lists the pods and runs the statements.
-    pub transport: &'a T,
-    /// Times the readiness budget, the backoff and `appliedAt`.
-    pub clock: &'a C,
-    /// Credential-free identity of the cluster (see `cluster_id`); `None`
-    /// when it cannot be known (no current cluster, injected executor).
-    pub cluster_id: Option<String>,
-    /// Lets the caller stop the call: checked before every statement, list
-    /// and pause, and raced against each of them.
-    pub cancel: &'a dyn Cancel,
-    /// Where the run reports what happens (the binding's `options.onEvent`).
-    pub events: &'a dyn Events,
 }
 
 /// Why an apply has to run, or that it does not.
@@ -644,30 +627,6 @@ pub async fn destroy<T: PodLister + Executor + LeaseApi, C: Clock>(
     match config.lease {
         Some(lease) => run.with_lease(lease, work).await,
         None => work(false).await,
-    }
-}
-
-fn statement_count(config: &ResolvedConfig) -> u32 {
-    u32::try_from(config.statements.len()).unwrap_or(u32::MAX)
-}
-
-pub(crate) fn record<T, C: Clock>(
-    config: &ResolvedConfig,
-    fingerprint: String,
-    mut pods: Vec<PodRef>,
-    cluster: &Cluster<'_, T, C>,
-) -> SchemaState {
-    pods.sort();
-    SchemaState {
-        state_version: STATE_VERSION,
-        fingerprint,
-        applied_at: cluster.clock.now_iso8601(),
-        statement_count: statement_count(config),
-        database: config.client.database.clone(),
-        target: RecordedTarget::from_target(&config.target),
-        pod_names: pods.iter().map(|p| p.name.clone()).collect(),
-        pods,
-        cluster_id: cluster.cluster_id.clone(),
     }
 }
 

@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Target;
+use crate::config::{ResolvedConfig, Target};
 use crate::error::ConfigIssue;
-use crate::transport::PodInfo;
+use crate::transport::{Clock, Cluster, PodInfo};
 
 /// The shape of [`SchemaState`] this release writes and reads.
 pub(crate) const STATE_VERSION: u32 = 1;
@@ -216,6 +216,30 @@ impl SchemaState {
     /// nothing about the pod object alive now.
     pub fn covered_pods(&self) -> Vec<PodRef> {
         self.pods.iter().filter(|p| p.uid.is_some()).cloned().collect()
+    }
+}
+
+pub(crate) fn statement_count(config: &ResolvedConfig) -> u32 {
+    u32::try_from(config.statements.len()).unwrap_or(u32::MAX)
+}
+
+pub(crate) fn record<T, C: Clock>(
+    config: &ResolvedConfig,
+    fingerprint: String,
+    mut pods: Vec<PodRef>,
+    cluster: &Cluster<'_, T, C>,
+) -> SchemaState {
+    pods.sort();
+    SchemaState {
+        state_version: STATE_VERSION,
+        fingerprint,
+        applied_at: cluster.clock.now_iso8601(),
+        statement_count: statement_count(config),
+        database: config.client.database.clone(),
+        target: RecordedTarget::from_target(&config.target),
+        pod_names: pods.iter().map(|p| p.name.clone()).collect(),
+        pods,
+        cluster_id: cluster.cluster_id.clone(),
     }
 }
 

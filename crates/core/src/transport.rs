@@ -594,6 +594,23 @@ pub trait Clock: Send + Sync {
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send;
 }
 
+/// The cluster-facing side of an apply: where pods are listed and statements
+/// run, the clock, and the identity of the cluster they belong to.
+pub struct Cluster<'a, T, C> {
+    /// Lists the pods and runs the statements.
+    pub transport: &'a T,
+    /// Times the readiness budget, the backoff and `appliedAt`.
+    pub clock: &'a C,
+    /// Credential-free identity of the cluster (see `cluster_id`); `None`
+    /// when it cannot be known (no current cluster, injected executor).
+    pub cluster_id: Option<String>,
+    /// Lets the caller stop the call: checked before every statement, list
+    /// and pause, and raced against each of them.
+    pub cancel: &'a dyn Cancel,
+    /// Where the run reports what happens (the binding's `options.onEvent`).
+    pub events: &'a dyn Events,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

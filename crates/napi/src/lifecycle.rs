@@ -8,7 +8,8 @@ use clickhouse_schema_core::ClickHouseSchemaError;
 use clickhouse_schema_core::kubernetes::cluster_id;
 use clickhouse_schema_core::config::ResolvedConfig;
 use clickhouse_schema_core::kubernetes::connection::{self, ClusterSource};
-use clickhouse_schema_core::lifecycle::{self, ApplyOutcome, Cluster};
+use clickhouse_schema_core::lifecycle::{self, ApplyOutcome};
+use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::coordination::ownership;
 use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{

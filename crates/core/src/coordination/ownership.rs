@@ -12,11 +12,10 @@ use crate::sql::declared::ObjectKind;
 use crate::error::{ClickHouseSchemaError, ConfigIssue};
 use crate::config::fingerprint::fingerprint;
 use crate::coordination::ledger::{LedgerRow, latest_of};
-use crate::lifecycle::{Cluster, record};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::reconcile::{Failure, Run, bounded};
-use crate::state::{PodRef, SchemaState};
-use crate::transport::{Clock, Executor, PodInfo, PodLister};
+use crate::state::{PodRef, SchemaState, record};
+use crate::transport::{Clock, Cluster, Executor, PodInfo, PodLister};
 
 /// The pods of `live` whose ledger holds `fingerprint` for this resource.
 pub(crate) async fn ledger_covered<T: PodLister + Executor, C: Clock>(
