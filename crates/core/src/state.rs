@@ -186,8 +186,8 @@ impl SchemaState {
                 reason: format!(
                     "is {}, but the props' target.podSelector is {}: the state was not written for this \
                      resource's target",
-                    crate::reconcile::selector_text(&recorded.pod_selector),
-                    crate::reconcile::selector_text(&target.pod_selector)
+                    crate::kubernetes::selector::selector_text(&recorded.pod_selector),
+                    crate::kubernetes::selector::selector_text(&target.pod_selector)
                 ),
             });
         }

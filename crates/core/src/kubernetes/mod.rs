@@ -1,6 +1,7 @@
 //! The Kubernetes knowledge: a connection the caller resolves per call, the
 //! credential-free identity of a cluster, which proxy reaches the API server,
-//! and the scrubbing of credentials from Kubernetes-side text.
+//! the scrubbing of credentials from Kubernetes-side text, and a pod selector as
+//! text.
 //!
 //! Pure rules over plain values: nothing here reaches `transport`, ClickHouse
 //! (`sql`) or the features that use it.
@@ -9,3 +10,4 @@ pub mod cluster_id;
 pub mod connection;
 pub mod proxy;
 pub mod redact;
+pub(crate) mod selector;

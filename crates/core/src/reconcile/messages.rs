@@ -3,7 +3,8 @@
 //! not, unknown), and what to do; the message is the whole user interface of
 //! a failed converge, so it is kept apart from the control flow that raises it.
 
-use super::{Run, readiness_text, selector_text};
+use super::{Run, readiness_text};
+use crate::kubernetes::selector::selector_text;
 use crate::command;
 use crate::sql::declared::DeclarationForm;
 use crate::error::{ClickHouseSchemaError, ErrorKind};

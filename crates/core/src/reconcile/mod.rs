@@ -810,15 +810,6 @@ fn matching_pods(mut pods: Vec<PodInfo>) -> Vec<PodInfo> {
     pods
 }
 
-/// `k1=v1,k2=v2`, the selector as kubectl users write it.
-pub(crate) fn selector_text(selector: &BTreeMap<String, String>) -> String {
-    selector
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn readiness_text(pod: &PodInfo) -> String {
     match pod.phase.as_deref() {
         Some("Running") => "Running, not Ready".to_owned(),
