@@ -10,7 +10,8 @@ use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::config::fingerprint::fingerprint;
 use crate::live_schema::{PodReport, VerifyPlan};
 use crate::coordination::ownership::ledger_covered;
-use crate::reconcile::{Failure, FanoutStart, LedgerWrite, Run, Verification, bounded};
+use crate::coordination::ledger::LedgerWrite;
+use crate::reconcile::{Failure, FanoutStart, Run, Verification, bounded};
 use crate::state::{PodRef, SchemaState, record, statement_count};
 use crate::transport::{Clock, Cluster, Executor, LeaseApi, PodInfo, PodLister};
 

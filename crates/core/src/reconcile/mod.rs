@@ -18,7 +18,7 @@ use std::time::Duration;
 
 mod messages;
 
-pub(crate) use crate::coordination::ledger::run::LedgerWrite;
+use crate::coordination::ledger::LedgerWrite;
 
 use crate::command;
 use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};

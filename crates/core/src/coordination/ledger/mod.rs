@@ -20,10 +20,19 @@
 //! The values are quoted here (`quote`), never interpolated raw: a resource
 //! id may hold any character.
 
-pub(crate) mod run;
+mod run;
 
 use crate::sql::clickhouse_text::{literal, unescape};
 use crate::config::LedgerConfig;
+
+/// What an apply writes into the ledger after each pod.
+#[derive(Clone, Copy)]
+pub(crate) struct LedgerWrite<'a> {
+    pub config: &'a LedgerConfig,
+    /// The fingerprint applied (empty for a destroy that ran its delete statements).
+    pub fingerprint: &'a str,
+    pub statement_count: u32,
+}
 
 /// One ledger row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -7,22 +7,13 @@ use crate::reconcile::{Call, Failure, Run, bounded};
 use crate::command;
 use crate::config::LedgerConfig;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
-use crate::coordination::ledger::{self, LedgerRow};
+use crate::coordination::ledger::{self, LedgerRow, LedgerWrite};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{Clock, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
 
 /// ClickHouse's codes for a table or database that does not exist: a ledger never written.
 const UNKNOWN_TABLE: u32 = 60;
 const UNKNOWN_DATABASE: u32 = 81;
-
-/// What an apply writes into the ledger after each pod.
-#[derive(Clone, Copy)]
-pub(crate) struct LedgerWrite<'a> {
-    pub config: &'a LedgerConfig,
-    /// The fingerprint applied (empty for a destroy that ran its delete statements).
-    pub fingerprint: &'a str,
-    pub statement_count: u32,
-}
 
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Writes this run's row on `pod`. A failure fails the pod: the
