@@ -219,24 +219,33 @@ let circles = 0;
 for (const src of process.argv.slice(2)) {
   const { modules, edges } = graph(src);
   const comp = components(edges);
-  // Floors: the longest chain of components, counted in components.
-  const floor = new Map();
+  // Floors: the longest chain of components, counted in components; `below`
+  // keeps the next component of that chain, to print it.
+  const floor = new Map(), below = new Map();
   const floorOf = c => {
     if (floor.has(c)) return floor.get(c);
     floor.set(c, 1);
     let f = 1;
     for (const [v, e] of edges) {
       if (comp.get(v) !== c) continue;
-      for (const w of e.keys()) if (comp.get(w) !== c) f = Math.max(f, 1 + floorOf(comp.get(w)));
+      for (const w of e.keys()) {
+        const d = comp.get(w);
+        if (d !== c && 1 + floorOf(d) > f) { f = 1 + floorOf(d); below.set(c, d); }
+      }
     }
     floor.set(c, f);
     return f;
   };
-  const floors = Math.max(0, ...[...new Set(comp.values())].map(floorOf));
+  const tops = [...new Set(comp.values())];
+  const floors = Math.max(0, ...tops.map(floorOf));
   const groups = new Map();
   for (const [v, c] of comp) groups.set(c, [...(groups.get(c) ?? []), v]);
   const cycles = [...groups.values()].filter(g => g.length > 1);
   console.log(`${src}: ${modules.size} modules, ${floors} floors, ${cycles.length} circles`);
+  const chain = [tops.find(c => floor.get(c) === floors)];
+  while (below.has(chain.at(-1))) chain.push(below.get(chain.at(-1)));
+  const names = c => groups.get(c).map(v => modules.get(v).file).sort().join(' + ');
+  if (floors > 1) console.log(`  longest chain: ${chain.map(names).join(' -> ')}`);
   for (const group of cycles) {
     circles++;
     const file = v => modules.get(v).file;
