@@ -35,6 +35,11 @@
 //! and spacing, but not what only the server can normalize (a type alias, `DEFAULT 1.0` against
 //! `toFloat64(1)`). A scratch copy the server refuses (a Distributed table over a missing local
 //! table on a newer server) falls back to text, and the report says so.
+//!
+//! This module writes the check's script and reads its output; its driver (`run`) runs it on a pod
+//! over the transport. Nothing here imports from `transport`.
+
+mod run;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

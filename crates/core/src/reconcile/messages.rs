@@ -310,7 +310,7 @@ impl<T, C> Run<'_, T, C> {
 impl<T, C> Run<'_, T, C> {
     /// The apply's failure under `verify: 'fail'`: every object of `report` that is not as
     /// declared, one line each; the error's `object` and `differences` are the first one's.
-    pub(super) fn schema_mismatch(&self, plan: &VerifyPlan, report: &PodReport) -> ClickHouseSchemaError {
+    pub(crate) fn schema_mismatch(&self, plan: &VerifyPlan, report: &PodReport) -> ClickHouseSchemaError {
         let lines = self.mismatch_lines(plan, report);
         let mut message = format!(
             "{}: the statements ran on pod {}, but the pod does not hold what they declare:",
@@ -338,7 +338,7 @@ impl<T, C> Run<'_, T, C> {
     }
 
     /// One line per object of `report` that is not as declared: what differs, why, what to do.
-    pub(super) fn mismatch_lines(&self, plan: &VerifyPlan, report: &PodReport) -> Vec<String> {
+    pub(crate) fn mismatch_lines(&self, plan: &VerifyPlan, report: &PodReport) -> Vec<String> {
         report
             .objects
             .iter()
@@ -401,7 +401,7 @@ impl<T, C> Run<'_, T, C> {
             .collect()
     }
 
-    pub(super) fn verification_failed(&self, pod: &str, why: &str) -> ClickHouseSchemaError {
+    pub(crate) fn verification_failed(&self, pod: &str, why: &str) -> ClickHouseSchemaError {
         self.error(
             ErrorKind::VerificationFailed,
             format!(
@@ -413,7 +413,7 @@ impl<T, C> Run<'_, T, C> {
         .with_pod(pod)
     }
 
-    pub(super) fn unreadable_text(&self, why: Unreadable, exit_code: i32, stderr: &str) -> String {
+    pub(crate) fn unreadable_text(&self, why: Unreadable, exit_code: i32, stderr: &str) -> String {
         let said = if stderr.trim().is_empty() {
             String::new()
         } else {

@@ -1,0 +1,114 @@
+//! Checking the live schema on a pod (see the pure part, `live_schema`): after
+//! an apply's statements ran there, and for `verify()`. One exec each;
+//! transport failures are retried like a statement's.
+
+use super::{ObjectStatus, PodReport, VerifyPlan, scratch_database};
+use crate::command;
+use crate::config::VerifyMode;
+use crate::error::ErrorKind;
+use crate::reconcile::{Call, Failure, Run, Verification};
+use crate::sql::redact::redact_clickhouse_output;
+use crate::transport::{Clock, Event, ExecRequest, Executor, PodLister, TransportErrorKind};
+
+impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
+    /// The live-schema check after the statements ran on `pod`: a mismatch fails the pod (and
+    /// so the apply) under `verify: 'fail'`, and is reported as an event under `'warn'`.
+    pub(crate) async fn verify_after_apply(&self, verification: Verification<'_>, pod: &str) -> Result<(), Failure> {
+        let outcome = match self.verify_pod(verification.plan, pod).await {
+            Ok(report) if report.is_ok() => {
+                self.events.emit(Event::Verified {
+                    pod: pod.to_owned(),
+                    object_count: report.objects.len(),
+                    ok: true,
+                    message: format!(
+                        "live schema on {pod}: {} object(s) as declared",
+                        report.objects.len()
+                    ),
+                });
+                return Ok(());
+            }
+            Ok(report) => Err(report),
+            Err(Failure::Error(err)) if err.kind == ErrorKind::VerificationFailed => Ok(err),
+            Err(other) => return Err(other),
+        };
+        match (verification.mode, outcome) {
+            (VerifyMode::Fail, Err(report)) => {
+                Err(Failure::Error(self.schema_mismatch(verification.plan, &report)))
+            }
+            (VerifyMode::Fail, Ok(err)) => Err(Failure::Error(err)),
+            (_, Err(report)) => {
+                let message = self.mismatch_lines(verification.plan, &report).join("\n");
+                self.events.emit(Event::SchemaMismatch {
+                    pod: pod.to_owned(),
+                    objects: report
+                        .objects
+                        .into_iter()
+                        .filter(|o| o.status != ObjectStatus::Ok)
+                        .collect(),
+                    message,
+                });
+                Ok(())
+            }
+            (_, Ok(err)) => {
+                self.events.emit(Event::VerificationFailed {
+                    pod: pod.to_owned(),
+                    message: err.message,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Looks up every object of `plan` on `pod` in one exec (see [`crate::live_schema`]).
+    pub(crate) async fn verify_pod(&self, plan: &VerifyPlan, pod: &str) -> Result<PodReport, Failure> {
+        let scratch = scratch_database(&format!(
+            "{}/{}/{}/{}",
+            self.resource_id,
+            pod,
+            self.clock.now_iso8601(),
+            self.clock.now().as_nanos()
+        ));
+        let script = plan.script(&scratch);
+        let request = ExecRequest {
+            namespace: self.target.namespace.clone(),
+            pod: pod.to_owned(),
+            container: self.target.container.clone(),
+            command: command::render_script(self.client, self.settings, script.len(), self.statement_timeout),
+            stdin: script,
+            timeout: command::exec_timeout(self.statement_timeout),
+        };
+        if self.cancel.is_cancelled() {
+            return Err(Failure::Error(
+                self.cancelled(&format!("before the live-schema check on pod {pod}"))
+                    .with_pod(pod),
+            ));
+        }
+        let attempt = self.with_retry(Call::Check { pod }, || self.transport.exec(request.clone()));
+        let output = match self.unless_cancelled(attempt).await {
+            None => {
+                return Err(Failure::Error(
+                    self.cancelled(&format!("during the live-schema check on pod {pod}"))
+                        .with_pod(pod),
+                ));
+            }
+            Some(Err((err, _)))
+                if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) =>
+            {
+                return Err(Failure::Vanished);
+            }
+            Some(Err((err, attempts))) => {
+                return Err(Failure::Error(self.verification_failed(
+                    pod,
+                    &format!("its exec failed after {attempts} attempt(s): {}", err.message),
+                )));
+            }
+            Some(Ok(output)) => output,
+        };
+        plan.read(pod, &scratch, &output.stdout).map_err(|why| {
+            let stderr = redact_clickhouse_output(&output.stderr, &request.stdin).text;
+            Failure::Error(
+                self.verification_failed(pod, &self.unreadable_text(why, output.exit_code, &stderr)),
+            )
+        })
+    }
+}
