@@ -3,8 +3,8 @@
 //! the scrubbing of credentials from Kubernetes-side text, and a pod selector as
 //! text.
 //!
-//! Pure rules over plain values: nothing here reaches `transport`, ClickHouse
-//! (`sql`) or the features that use it.
+//! Pure rules over plain values (and the config's kubeconfig options): nothing
+//! here reaches `transport`, ClickHouse (`sql`) or the features that use it.
 
 pub mod cluster_id;
 pub mod connection;

@@ -5,7 +5,8 @@
 //! what the server prints.
 //!
 //! Pure knowledge of the language: nothing here reaches `transport`,
-//! `kubernetes`, the reconcile runs or the features that use it.
+//! `kubernetes`, the reconcile runs or the features that use it; only the
+//! credential warnings read the resolved config (`config`, `error`).
 
 pub(crate) mod clickhouse_text;
 pub(crate) mod client_options;
