@@ -26,16 +26,14 @@ pub mod sql;
 pub mod state;
 pub mod transport;
 
-pub use kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 pub use config::ResolvedConfig;
-pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 pub use config::fingerprint::fingerprint;
-pub use lifecycle::{
-    ApplyOutcome, VerifyOutcome, apply, destroy, destroy_reaches_cluster, plan, verify,
-};
+pub use config::validate::validate;
+pub use error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
+pub use kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
+pub use lifecycle::{ApplyOutcome, VerifyOutcome, apply, destroy, destroy_reaches_cluster, plan, verify};
 pub use state::{PodRef, SchemaState};
 pub use transport::{
-    Cancel, Clock, Cluster, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec,
-    NeverCancelled, NoEvents, PodInfo, PodLister, TransportError, TransportErrorKind,
+    Cancel, Clock, Cluster, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord,
+    LeaseSpec, NeverCancelled, NoEvents, PodInfo, PodLister, TransportError, TransportErrorKind,
 };
-pub use config::validate::validate;

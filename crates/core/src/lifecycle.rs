@@ -5,12 +5,12 @@
 //! error and no state, so a failed or partial apply is never recorded and the
 //! next converge starts over with the whole list.
 
-use crate::config::{Execution, OnDelete, ResolvedConfig};
-use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::config::fingerprint::fingerprint;
-use crate::live_schema::{PodReport, VerifyPlan};
-use crate::coordination::ownership::ledger_covered;
+use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::coordination::ledger::LedgerWrite;
+use crate::coordination::ownership::ledger_covered;
+use crate::error::{ClickHouseSchemaError, ErrorKind};
+use crate::live_schema::{PodReport, VerifyPlan};
 use crate::reconcile::{Failure, FanoutStart, Run, Verification, bounded};
 use crate::state::{PodRef, SchemaState, record, statement_count};
 use crate::transport::{Clock, Cluster, Executor, LeaseApi, PodInfo, PodLister};

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use clickhouse_schema_core::config::*;
 use clickhouse_schema_core::config::validate::{PROPS_SCHEMA, validate};
+use clickhouse_schema_core::config::*;
 use serde_json::{Value, json};
 
 fn quick_start() -> Value {

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
 
-use clickhouse_schema_core::lifecycle::{apply};
+use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::transport::{
     ExecOutput, ExecRequest, Executor, NeverCancelled, NoEvents, PodInfo, PodLister, TransportError,

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::coordination::lease::lease_name;
 use clickhouse_schema_core::lifecycle::{apply, destroy};
-use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::state::SchemaState;
+use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::transport::{
     Event, Events, LeaseRecord, NeverCancelled, NoEvents, TransportError, TransportErrorKind,
 };

@@ -5,7 +5,7 @@ mod reconcile_support;
 
 use std::sync::Mutex;
 
-use clickhouse_schema_core::lifecycle::{apply};
+use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::transport::{Event, Events, NeverCancelled, TransportError, TransportErrorKind};
 use reconcile_support::{FakeClock, FakeCluster, block_on, config, pending, pod};

@@ -8,7 +8,7 @@ mod reconcile_support;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use clickhouse_schema_core::lifecycle::{apply};
+use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::transport::{NeverCancelled, NoEvents, PodInfo};
 use proptest::prelude::*;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::lifecycle::{ApplyOutcome, apply, destroy, plan};
-use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::state::{PodRef, SchemaState};
+use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::transport::{
     ExecOutput, NeverCancelled, NoEvents, TransportError, TransportErrorKind,
 };

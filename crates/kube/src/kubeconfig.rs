@@ -64,8 +64,8 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use clickhouse_schema_core::kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::{KubeClusterOptions, KubeConfigOptions, KubeUserOptions};
+use clickhouse_schema_core::kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::kubernetes::connection::{RESOLVED_ORIGIN, ResolvedConnection};
 use clickhouse_schema_core::kubernetes::redact::redact;
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
@@ -163,7 +163,9 @@ async fn build(resolved: Resolved) -> Result<Connection, ConnectError> {
     let config = match resolved.source {
         Source::Kubeconfig { kubeconfig, origin } => {
             let Some(context) = resolved.context else {
-                return Err(error(clickhouse_schema_core::kubernetes::cluster_id::no_context(&origin)));
+                return Err(error(clickhouse_schema_core::kubernetes::cluster_id::no_context(
+                    &origin,
+                )));
             };
             let opts = KubeRsOptions {
                 context: Some(context),

@@ -9,8 +9,8 @@ mod common;
 
 use std::path::Path;
 
-use clickhouse_schema_core::kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::config::KubeConfigOptions;
+use clickhouse_schema_core::kubernetes::cluster_id::{ClusterEndpoint, cluster_id};
 use clickhouse_schema_core::transport::PodLister;
 use clickhouse_schema_kube::{KubeTransport, connect, resolve_endpoint};
 use clickhouse_schema_sandbox::{Sandbox, SandboxOptions};

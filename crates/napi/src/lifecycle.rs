@@ -5,17 +5,17 @@
 //! outcome. Every decision is the core's.
 
 use clickhouse_schema_core::ClickHouseSchemaError;
-use clickhouse_schema_core::kubernetes::cluster_id;
 use clickhouse_schema_core::config::ResolvedConfig;
+use clickhouse_schema_core::config::validate::validate;
+use clickhouse_schema_core::coordination::ownership;
+use clickhouse_schema_core::kubernetes::cluster_id;
 use clickhouse_schema_core::kubernetes::connection::{self, ClusterSource};
 use clickhouse_schema_core::lifecycle::{self, ApplyOutcome};
-use clickhouse_schema_core::transport::Cluster;
-use clickhouse_schema_core::coordination::ownership;
 use clickhouse_schema_core::state::SchemaState;
+use clickhouse_schema_core::transport::Cluster;
 use clickhouse_schema_core::transport::{
     Executor, LeaseApi, LeaseRecord, LeaseSpec, PodLister, TransportError,
 };
-use clickhouse_schema_core::config::validate::validate;
 #[cfg(not(target_family = "wasm"))]
 use clickhouse_schema_kube::{KubeTransport, connect, connect_resolved, kubeconfig::resolve_endpoint};
 use napi::bindgen_prelude::*;

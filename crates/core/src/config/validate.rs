@@ -22,12 +22,12 @@ use jsonschema::paths::LocationSegment;
 use jsonschema::{JsonType, ValidationError, Validator};
 use serde_json::{Map, Value};
 
-use crate::sql::client_options;
 use crate::config::{DEFAULT_MAX_STATEMENT_BYTES, KubeConfigOptions, ResolvedConfig, resolve};
 use crate::config::{RebuildTable, RebuildVerify};
 use crate::error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
-use crate::sql::on_cluster;
 use crate::rebuild::RebuildPlan;
+use crate::sql::client_options;
+use crate::sql::on_cluster;
 use serde::Deserialize;
 
 /// The props schema, verbatim as shipped in the npm package.

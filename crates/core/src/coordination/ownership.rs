@@ -7,13 +7,13 @@
 //! resource id holds the current fingerprint. Only Ready pods with the
 //! container are read (one exec each); the others are reported as not read.
 
-use crate::config::{LedgerConfig, ResolvedConfig};
-use crate::sql::declared::ObjectKind;
-use crate::error::{ClickHouseSchemaError, ConfigIssue};
 use crate::config::fingerprint::fingerprint;
+use crate::config::{LedgerConfig, ResolvedConfig};
 use crate::coordination::ledger::{LedgerRow, latest_of};
+use crate::error::{ClickHouseSchemaError, ConfigIssue};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::reconcile::{Failure, Run, bounded};
+use crate::sql::declared::ObjectKind;
 use crate::state::{PodRef, SchemaState, record};
 use crate::transport::{Clock, Cluster, Executor, PodInfo, PodLister};
 

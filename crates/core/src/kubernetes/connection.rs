@@ -20,9 +20,9 @@
 
 use std::fmt;
 
-use crate::kubernetes::cluster_id::ClusterEndpoint;
 use crate::config::{KubeConfig, KubeConfigOptions, ResolvedConfig};
 use crate::error::{ClickHouseSchemaError, ConfigIssue};
+use crate::kubernetes::cluster_id::ClusterEndpoint;
 
 /// What a cluster adapter yields for one call: where the API server is and
 /// how to authenticate. `Debug` never prints the credential.

@@ -13,7 +13,11 @@ use crate::transport::{Clock, Event, ExecRequest, Executor, PodLister, Transport
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// The live-schema check after the statements ran on `pod`: a mismatch fails the pod (and
     /// so the apply) under `verify: 'fail'`, and is reported as an event under `'warn'`.
-    pub(crate) async fn verify_after_apply(&self, verification: Verification<'_>, pod: &str) -> Result<(), Failure> {
+    pub(crate) async fn verify_after_apply(
+        &self,
+        verification: Verification<'_>,
+        pod: &str,
+    ) -> Result<(), Failure> {
         let outcome = match self.verify_pod(verification.plan, pod).await {
             Ok(report) if report.is_ok() => {
                 self.events.emit(Event::Verified {

@@ -39,14 +39,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
 
-use crate::sql::clickhouse_text::{ident, literal, unescape};
 use crate::config::{RebuildTable, RebuildVerify};
-use crate::sql::declared::{DeclarationForm, ObjectKind, StatementClass, classify};
-use crate::sql::definition;
-use crate::sql::lexer::{Token, TokenKind, significant};
 use crate::live_schema::{
     DifferenceReport, ObjectReport, ObjectStatus, changes_later, plain_table_body, statement_body,
 };
+use crate::sql::clickhouse_text::{ident, literal, unescape};
+use crate::sql::declared::{DeclarationForm, ObjectKind, StatementClass, classify};
+use crate::sql::definition;
+use crate::sql::lexer::{Token, TokenKind, significant};
 
 /// Suffix of the table a rebuild builds.
 pub const NEW_SUFFIX: &str = "__new";

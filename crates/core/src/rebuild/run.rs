@@ -16,15 +16,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::reconcile::{Call, Run};
 use crate::command;
-use crate::sql::declared::{StatementClass, classify};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
     self, BATCH_PARTITIONS, BATCH_ROWS, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
     RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
 };
+use crate::reconcile::{Call, Run};
+use crate::sql::declared::{StatementClass, classify};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{
     Clock, Event, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind,

@@ -4,13 +4,13 @@
 //! a failed converge, so it is kept apart from the control flow that raises it.
 
 use super::{Run, readiness_text};
-use crate::kubernetes::selector::selector_text;
 use crate::command;
-use crate::sql::declared::DeclarationForm;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
+use crate::kubernetes::selector::selector_text;
 use crate::live_schema::{
     DifferenceReport, ObjectStatus, PodReport, SCRATCH_DATABASE_PREFIX, Unreadable, VerifyPlan,
 };
+use crate::sql::declared::DeclarationForm;
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{ExecOutput, PodInfo, TransportError, TransportErrorKind};
 

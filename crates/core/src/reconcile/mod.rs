@@ -19,8 +19,8 @@ use std::time::Duration;
 mod messages;
 
 use crate::command;
-use crate::coordination::ledger::LedgerWrite;
 use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
+use crate::coordination::ledger::LedgerWrite;
 use crate::error::ClickHouseSchemaError;
 use crate::live_schema::VerifyPlan;
 use crate::state::PodRef;
@@ -544,7 +544,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// backoff; a refusal (RBAC, unknown pod) is returned at once since
     /// repeating it cannot help. On failure returns the last error and the
     /// attempts made.
-    pub(crate) async fn with_retry<F, Fut, V>(&self, call: Call<'_>, mut op: F) -> Result<V, (TransportError, u32)>
+    pub(crate) async fn with_retry<F, Fut, V>(
+        &self,
+        call: Call<'_>,
+        mut op: F,
+    ) -> Result<V, (TransportError, u32)>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<V, TransportError>>,

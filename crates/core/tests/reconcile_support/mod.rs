@@ -14,11 +14,11 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use clickhouse_schema_core::config::ResolvedConfig;
+use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::transport::{
     Clock, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec, PodInfo, PodLister,
     TransportError, TransportErrorKind,
 };
-use clickhouse_schema_core::config::validate::validate;
 
 /// Drives a future whose I/O is all fake and therefore never pending.
 pub(crate) fn block_on<F: Future>(future: F) -> F::Output {

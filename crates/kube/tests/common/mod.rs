@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use clickhouse_schema_core::kubernetes::cluster_id::ClusterEndpoint;
 use clickhouse_schema_core::config::{ClientConfig, KubeConfigOptions};
+use clickhouse_schema_core::kubernetes::cluster_id::ClusterEndpoint;
 use clickhouse_schema_core::transport::ExecRequest;
 use serde_json::Value;
 

@@ -15,10 +15,10 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::reconcile::{Call, Run};
 use crate::config::LeaseConfig;
-use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::coordination::lease::{holder_identity, lease_name, micro_time, unix_micros};
+use crate::error::{ClickHouseSchemaError, ErrorKind};
+use crate::reconcile::{Call, Run};
 use crate::transport::{
     Clock, Event, Executor, LeaseApi, LeaseRecord, LeaseSpec, PodLister, TransportError, TransportErrorKind,
 };

@@ -22,8 +22,8 @@
 
 mod run;
 
-use crate::sql::clickhouse_text::{literal, unescape};
 use crate::config::LedgerConfig;
+use crate::sql::clickhouse_text::{literal, unescape};
 
 /// What an apply writes into the ledger after each pod.
 #[derive(Clone, Copy)]

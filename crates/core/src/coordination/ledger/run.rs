@@ -3,11 +3,11 @@
 //! an earlier deploy did. One exec each; transport failures are retried like
 //! a statement's.
 
-use crate::reconcile::{Call, Failure, Run, bounded};
 use crate::command;
 use crate::config::LedgerConfig;
-use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::coordination::ledger::{self, LedgerRow, LedgerWrite};
+use crate::error::{ClickHouseSchemaError, ErrorKind};
+use crate::reconcile::{Call, Failure, Run, bounded};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{Clock, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
 
