@@ -8,6 +8,12 @@
 //!
 //! onCluster runs the list once, on the first Ready pod by name that has the
 //! container, and lets ClickHouse's distributed DDL queue reach the rest.
+//!
+//! A [`Run`] is the steps over the transport every feature shares (list,
+//! exec with retries, cancellation, messages); the features' drivers (the
+//! `run.rs` of `coordination`'s lease and ledger, of `rebuild` and of
+//! `live_schema`) add their steps to it. Nothing here imports a driver,
+//! `lifecycle` or `ownership`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::poll_fn;
