@@ -1,15 +1,9 @@
 //! A record of every Kubernetes API request the sandbox served (not the
 //! control API), so tests can assert what a converge cost: "an unchanged
 //! converge lists pods once and execs nothing" is a claim about requests.
+//! The router logs them (`api::record`) into the state.
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State as AxState};
-use axum::middleware::Next;
-use axum::response::Response;
 use serde::Serialize;
-
-use crate::state::State;
 
 /// One Kubernetes API request, logged before authorization, so refused ones count too (paths the
 /// API does not serve, which get a 404, are not logged).
@@ -33,13 +27,4 @@ impl ApiRequest {
     pub fn is_exec(&self) -> bool {
         self.path.ends_with("/exec")
     }
-}
-
-pub(crate) async fn record(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
-    state.log_api(ApiRequest {
-        method: request.method().to_string(),
-        path: request.uri().path().to_owned(),
-        query: request.uri().query().map(str::to_owned),
-    });
-    next.run(request).await
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::exec::ExecProtocol;
+use crate::exec_protocol::ExecProtocol;
 use crate::sandbox::{RuntimeKind, Sandbox, SandboxInfo, SandboxOptions};
 use crate::topology::Layout;
 

@@ -25,56 +25,12 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use crate::auth::Attributes;
 use crate::exec_log::ExecRecord;
+use crate::exec_protocol::ExecProtocol;
 use crate::faults::{DropPoint, ExecFault};
 use crate::pods::{Backing, Phase};
 use crate::runtime::local_command;
 use crate::state::State;
 use crate::status;
-
-pub(crate) const V5: &str = "v5.channel.k8s.io";
-pub(crate) const V4: &str = "v4.channel.k8s.io";
-
-/// An exec subprotocol the server may accept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ExecProtocol {
-    /// `v5.channel.k8s.io` (Kubernetes 1.30+): adds the stdin close frame.
-    #[serde(rename = "v5.channel.k8s.io")]
-    V5,
-    /// `v4.channel.k8s.io`: no way to signal stdin EOF short of closing the connection.
-    #[serde(rename = "v4.channel.k8s.io")]
-    V4,
-}
-
-impl ExecProtocol {
-    /// What a current API server accepts, in its order of preference.
-    pub const ALL: [ExecProtocol; 2] = [ExecProtocol::V5, ExecProtocol::V4];
-
-    /// The subprotocol name as it appears in `Sec-WebSocket-Protocol`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExecProtocol::V5 => V5,
-            ExecProtocol::V4 => V4,
-        }
-    }
-}
-
-impl std::fmt::Display for ExecProtocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for ExecProtocol {
-    type Err = String;
-    /// `v5`/`v4` for the command line, or the full subprotocol names.
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "v5" | V5 => Ok(ExecProtocol::V5),
-            "v4" | V4 => Ok(ExecProtocol::V4),
-            other => Err(format!("unknown exec protocol {other:?} (v5 or v4)")),
-        }
-    }
-}
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -577,6 +533,7 @@ fn close_normal() -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec_protocol::{V4, V5};
 
     #[test]
     fn prefers_v5_whatever_the_client_order() {

@@ -10,6 +10,7 @@ pub mod cli;
 mod control;
 mod exec;
 mod exec_log;
+mod exec_protocol;
 mod faults;
 mod kubeconfig;
 mod leases;
@@ -27,8 +28,8 @@ mod topology;
 
 pub use api_log::ApiRequest;
 pub use auth::Tokens;
-pub use exec::ExecProtocol;
 pub use exec_log::ExecRecord;
+pub use exec_protocol::ExecProtocol;
 pub use faults::{DropPoint, Fault};
 pub use pods::{Container, Phase, Pod};
 pub use runtime::{LocalProcess, PodRuntime};

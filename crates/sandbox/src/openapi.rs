@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use crate::api::authenticated;
+use crate::api::request::authenticated;
 use crate::auth::COORDINATION;
 use crate::state::State;
 use crate::status;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::auth::{Authorizer, Tokens, default_users};
-use crate::exec::ExecProtocol;
 use crate::exec_log::ExecRecord;
+use crate::exec_protocol::ExecProtocol;
 use crate::faults::Fault;
 use crate::kubeconfig::{self, KubeconfigInput};
 use crate::pods::{Container, Pod};
@@ -17,7 +17,7 @@ use crate::runtime::{HostsConfig, HostsRuntime, LocalProcess, PodRuntime, Runtim
 use crate::server::Server;
 use crate::state::{AddPod, ControlError, Passwords, PodState, State};
 use crate::topology::{self, Layout};
-use crate::{api, api_log, control, tls};
+use crate::{api, control, tls};
 use clickhouse_schema_sandbox_hosts::HostSpec;
 
 /// What backs the pods.
@@ -233,10 +233,7 @@ impl Sandbox {
         let tls = tls::generate()?;
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
         let app = api::routes()
-            .route_layer(axum::middleware::from_fn_with_state(
-                state.clone(),
-                api_log::record,
-            ))
+            .route_layer(axum::middleware::from_fn_with_state(state.clone(), api::record))
             .merge(control::routes())
             .fallback(api::not_found_route)
             .with_state(state.clone());
@@ -393,7 +390,7 @@ impl Sandbox {
         self.state.exec_log()
     }
     /// Every Kubernetes API request served so far (control calls excluded).
-    pub fn api_log(&self) -> Vec<crate::ApiRequest> {
+    pub fn api_log(&self) -> Vec<crate::api_log::ApiRequest> {
         self.state.api_log()
     }
     /// Empties the API request log, so a test can count what one step costs.

@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::api_log::ApiRequest;
 use crate::auth::Authorizer;
-use crate::exec::ExecProtocol;
 use crate::exec_log::ExecRecord;
+use crate::exec_protocol::ExecProtocol;
 use crate::faults::{Fault, Faults};
-use crate::leases::Leases;
+use crate::leases::store::Leases;
 use crate::pods::{Backing, Container, Phase, Pod};
 use crate::runtime::{PodRuntime, RuntimeError};
 use crate::topology;

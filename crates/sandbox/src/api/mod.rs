@@ -1,21 +1,27 @@
 //! The Kubernetes API subset: discovery (what kubectl reads before anything else) and pods; the
-//! `coordination.k8s.io` leases (`leases.rs`) and the OpenAPI kubectl validates with (`openapi.rs`)
-//! are merged in here.
+//! `coordination.k8s.io` leases (`leases/`) and the OpenAPI kubectl validates with (`openapi.rs`)
+//! are merged in here. The helpers their handlers share are `request`'s, so no handler imports
+//! this router.
+
+pub(crate) mod request;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State as AxState};
+use axum::extract::{Path, RawQuery, Request, State as AxState};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use crate::auth::{Attributes, Denied};
+use crate::api_log::ApiRequest;
+use crate::auth::Attributes;
 use crate::pods::{Pod, pod_list, pod_table};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::State;
 use crate::{exec, leases, openapi, status};
+use request::{authenticated, param, query_pairs, wants_table, watch_events};
 
 type S = AxState<Arc<State>>;
 
@@ -45,6 +51,16 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .merge(openapi::routes())
 }
 
+/// Logs every request of the routes it layers (see `api_log`), before their authorization.
+pub(crate) async fn record(AxState(state): AxState<Arc<State>>, request: Request, next: Next) -> Response {
+    state.log_api(ApiRequest {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+        query: request.uri().query().map(str::to_owned),
+    });
+    next.run(request).await
+}
+
 pub(crate) async fn not_found_route() -> Response {
     status::failure(
         404,
@@ -67,15 +83,6 @@ async fn version() -> Response {
             "compiler": "gc", "platform": "linux/amd64",
         }),
     )
-}
-
-/// Discovery needs a valid token (any role), as `system:discovery` grants it to authenticated users.
-pub(crate) fn authenticated(state: &State, headers: &HeaderMap) -> Result<(), Denied> {
-    state
-        .auth
-        .authenticate(headers)
-        .map(|_| ())
-        .ok_or(Denied::Unauthorized)
 }
 
 async fn api_versions(AxState(state): S, headers: HeaderMap) -> Response {
@@ -183,16 +190,6 @@ async fn get_namespace(AxState(state): S, Path(name): Path<String>, headers: Hea
     )
 }
 
-pub(crate) fn query_pairs(q: &Option<String>) -> Vec<(String, String)> {
-    form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes())
-        .into_owned()
-        .collect()
-}
-
-pub(crate) fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-}
-
 async fn list_all_pods(state: S, headers: HeaderMap, q: RawQuery) -> Response {
     list(state, headers, q, None).await
 }
@@ -271,26 +268,6 @@ async fn list(AxState(state): S, headers: HeaderMap, RawQuery(q): RawQuery, ns: 
         return status::json_response(StatusCode::OK, &pod_table(&items, rv, include));
     }
     status::json_response(StatusCode::OK, &pod_list(&items, rv))
-}
-
-/// Watches are not a product need; an answer with the current objects and an immediate end lets
-/// clients that open one (kubectl's `--wait`) see the state and move on.
-pub(crate) fn watch_events(objects: Vec<Value>) -> Response {
-    let body: String = objects
-        .into_iter()
-        .map(|o| json!({"type": "ADDED", "object": o}).to_string() + "\n")
-        .collect();
-    let mut r = (StatusCode::OK, body).into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
-
-pub(crate) fn wants_table(accept: &str) -> bool {
-    accept
-        .split(',')
-        .next()
-        .is_some_and(|first| first.contains("as=Table"))
 }
 
 async fn get_pod(
