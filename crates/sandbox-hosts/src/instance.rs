@@ -15,7 +15,7 @@ use std::path::Path;
 
 use crate::error::{HostsError, IoContext};
 use crate::netns::{self, Kind, Records};
-use crate::{STOP_GRACE, pids, zookeeper};
+use crate::{cleanup, pids, zookeeper};
 
 const LOCK_DIR: &str = "/run/chsbx-instances";
 /// Reservations are not instance locks: a reserved instance can still be claimed, by its reserver.
@@ -107,7 +107,7 @@ pub(crate) fn reclaim(lock: &InstanceLock, records: &Records) -> Result<Vec<Stri
     processes.dedup();
     if !processes.is_empty() {
         found.push(format!("processes {processes:?}"));
-        pids::stop_leftovers(&processes, STOP_GRACE);
+        pids::stop_leftovers(&processes, pids::STOP_GRACE);
     }
 
     let mut leftovers: Vec<(Kind, String)> = Vec::new();
@@ -128,7 +128,7 @@ pub(crate) fn reclaim(lock: &InstanceLock, records: &Records) -> Result<Vec<Stri
         records.add(*kind, name)?;
         found.push(format!("{} {name}", kind.word()));
     }
-    netns::delete_recorded(records)?;
+    cleanup::delete_recorded(records)?;
     Ok(found)
 }
 

@@ -13,6 +13,7 @@
 //! is never reused within one `Hosts`: a ClickHouse DDL queue entry names hosts by address, and a new host
 //! on a removed host's address would replay DDL that was meant for the old one.
 
+mod cleanup;
 mod clickhouse;
 mod error;
 mod identity;
@@ -34,7 +35,6 @@ use clickhouse::ServerPaths;
 use zookeeper::ZooKeeperPaths;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-const STOP_GRACE: Duration = Duration::from_secs(5);
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 const FIRST_HOST_OCTET: u16 = 10;
 const LAST_HOST_OCTET: u16 = 254;
@@ -412,17 +412,17 @@ impl Hosts {
         }
         // Servers first, while ZooKeeper still answers, so they close their sessions cleanly.
         let mut servers: Vec<&mut Child> = self.hosts.iter_mut().filter_map(|h| h.server.as_mut()).collect();
-        pids::stop_children(&mut servers, STOP_GRACE);
+        pids::stop_children(&mut servers, pids::STOP_GRACE);
         for host in &mut self.hosts {
             host.server = None;
             self.pid_dir.forget(&host.pid_name());
         }
         if let Some(mut zk) = self.zookeeper.take() {
-            pids::stop_children(&mut [&mut zk], STOP_GRACE);
+            pids::stop_children(&mut [&mut zk], pids::STOP_GRACE);
             self.pid_dir.forget(ZOOKEEPER_PID);
         }
         // Only what was recorded: a name that existed before (another instance's bridge) is never ours.
-        netns::delete_recorded(&self.records)
+        cleanup::delete_recorded(&self.records)
     }
 
     fn info(&self, host: &Host) -> HostInfo {
@@ -559,7 +559,7 @@ impl Hosts {
     fn stop_at(&mut self, i: usize) {
         let host = &mut self.hosts[i];
         if let Some(mut child) = host.server.take() {
-            pids::stop_children(&mut [&mut child], STOP_GRACE);
+            pids::stop_children(&mut [&mut child], pids::STOP_GRACE);
         }
         self.pid_dir.forget(&host.pid_name());
     }
@@ -779,7 +779,7 @@ pub fn cleanup_stale(run_dir: &Path) -> Result<(), HostsError> {
     let (zk, servers): (Vec<_>, Vec<_>) = recorded.into_iter().partition(|(what, _)| what == ZOOKEEPER_PID);
     for group in [servers, zk] {
         let pids_only: Vec<i32> = group.iter().map(|(_, pid)| *pid).collect();
-        pids::stop_foreign(&pids_only, &marker, STOP_GRACE);
+        pids::stop_foreign(&pids_only, &marker, pids::STOP_GRACE);
         for (what, _) in &group {
             pid_dir.forget(what);
         }
@@ -793,5 +793,5 @@ pub fn cleanup_stale(run_dir: &Path) -> Result<(), HostsError> {
             Err(e) => return Err(e),
         }
     }
-    netns::delete_recorded(&records)
+    cleanup::delete_recorded(&records)
 }

@@ -230,14 +230,14 @@ pub(crate) fn delete_host(records: &Records, netns: &str, veth: &str) -> Result<
     delete_veth(records, veth)
 }
 
-fn delete_netns(records: &Records, netns: &str) -> Result<(), HostsError> {
+pub(crate) fn delete_netns(records: &Records, netns: &str) -> Result<(), HostsError> {
     if netns_exists(netns) {
         ip(&["netns", "del", netns])?;
     }
     records.remove(Kind::Netns, netns)
 }
 
-fn delete_veth(records: &Records, veth: &str) -> Result<(), HostsError> {
+pub(crate) fn delete_veth(records: &Records, veth: &str) -> Result<(), HostsError> {
     // The kernel removes the root-side veth asynchronously after its namespace went away, so it can
     // vanish between the check and the delete.
     if link_exists(veth)
@@ -254,27 +254,4 @@ pub(crate) fn delete_bridge(records: &Records, bridge: &str) -> Result<(), Hosts
         ip(&["link", "del", bridge])?;
     }
     records.remove(Kind::Bridge, bridge)
-}
-
-/// Remove everything recorded: each host's identity, then the namespaces, then the bridge they hang off.
-pub(crate) fn delete_recorded(records: &Records) -> Result<(), HostsError> {
-    let mut first_error = None;
-    for kind in [Kind::Uts, Kind::Etc, Kind::Netns, Kind::Veth, Kind::Bridge] {
-        for (_, name) in records.read().into_iter().filter(|(k, _)| *k == kind) {
-            let res = match kind {
-                Kind::Uts => crate::identity::delete_uts(records, &name),
-                Kind::Etc => crate::identity::delete_etc(records, &name),
-                Kind::Netns => delete_netns(records, &name),
-                Kind::Veth => delete_veth(records, &name),
-                Kind::Bridge => delete_bridge(records, &name),
-            };
-            if let Err(e) = res {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
 }

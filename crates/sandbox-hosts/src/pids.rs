@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{HostsError, IoContext};
 
+/// How long a process is given to exit after SIGTERM before it is killed.
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
+
 pub(crate) struct PidDir {
     dir: PathBuf,
 }
