@@ -55,6 +55,10 @@ step "system packages (ClickHouse, ZooKeeper, iproute2) and npm packages, side b
 
 step "cargo fmt --check" cargo fmt --all --check
 
+# The layering of each crate's modules (see the checker's header): fails on an import circle.
+step "no import circles between modules (scripts/lib/module-graph.mjs)" \
+  node scripts/lib/module-graph.mjs crates/core/src crates/kube/src crates/napi/src crates/sandbox/src crates/sandbox-hosts/src
+
 step "build cache: restore the dependencies" build_cache_restore
 
 # Lints without a build of their own: every compile of a workspace crate below
