@@ -345,7 +345,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 
-/** sha256 of `name|server|caData|caFile|skipTLSVerify` (crates/core/src/cluster_id.rs). */
+/** sha256 of `name|server|caData|caFile|skipTLSVerify` (crates/core/src/kubernetes/cluster_id.rs). */
 const clusterIdOf = (name, server, caData, caFile, skip) =>
   createHash('sha256').update(`${name}|${server}|${caData ?? ''}|${caFile ?? ''}|${skip}`).digest('hex');
 

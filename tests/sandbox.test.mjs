@@ -81,7 +81,7 @@ describe('fanout against real ClickHouse', () => {
     assert.deepEqual(state.podNames, info.pods);
     assert.equal(state.pods.length, 3);
     assert.ok(state.pods.every((p) => /^[0-9a-f-]{36}$/.test(p.uid)), 'pod uids recorded');
-    // The documented encoding of the sandbox cluster's endpoint (crates/core/src/cluster_id.rs),
+    // The documented encoding of the sandbox cluster's endpoint (crates/core/src/kubernetes/cluster_id.rs),
     // which both builds must record, so switching builds never re-applies.
     const text = readFileSync(kubeconfig, 'utf8');
     const server = /server: (\S+)/.exec(text)[1];

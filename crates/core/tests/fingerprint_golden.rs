@@ -1,7 +1,7 @@
 //! Golden vectors for the fingerprint encoding (v1).
 //!
 //! The expected digests were computed once, independently of the Rust code,
-//! by building the byte encoding documented in `src/fingerprint.rs` by hand in
+//! by building the byte encoding documented in `src/config/fingerprint.rs` by hand in
 //! Python (hashlib + struct) with the script reproduced below. If one of these
 //! tests fails, the encoding changed: every deployed resource would re-run its
 //! DDL on the next converge. Either revert the change, or bump the version in

@@ -1,5 +1,5 @@
 //! What the fingerprint covers and what it deliberately ignores (see the
-//! module docs of `fingerprint.rs` for the reasons).
+//! module docs of `config/fingerprint.rs` for the reasons).
 
 use clickhouse_schema_core::config::Execution;
 use clickhouse_schema_core::config::fingerprint::fingerprint;
