@@ -12,6 +12,14 @@
 //! call reads back; every failure is a [`ClickHouseSchemaError`]. The modules
 //! stay public for the narrower pieces (command rendering, redaction, the
 //! lexer, cluster identity), which hosts and tests reach by module path.
+//!
+//! Layout: the ClickHouse language is `sql`, the Kubernetes knowledge
+//! `kubernetes`, the props and their model `config`. The features
+//! (`live_schema`, `rebuild`, and the lease and ledger of `coordination`) keep
+//! their pure part in `mod.rs`, which imports nothing from `transport`, and
+//! their driver, steps of a `reconcile` run over the transport, in `run.rs`.
+//! `lifecycle`, `state`, `transport`, `command` and `error` are the top. No
+//! module imports another in a circle (`scripts/lib/module-graph.mjs`).
 
 pub mod command;
 pub mod config;
