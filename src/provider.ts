@@ -94,7 +94,12 @@ export const clickHouseSchema = (id: string, props: ClickHouseSchemaInput) =>
     // that into a defect of the declaring program, which fails the deploy with
     // the error object intact; a typed failure is not an option here, since a
     // Stack program may only fail with Alchemy's ConfigError.
-    const warnings = configWarnings(id, forCheck);
+    let warnings: ReturnType<typeof configWarnings>;
+    try {
+      warnings = configWarnings(id, forCheck);
+    } catch (error) {
+      throw userFacing(error);
+    }
     return Effect.andThen(
       Effect.forEach(warnings, (w) => Effect.logWarning(`ClickHouseSchema '${id}': ${w.path} ${w.reason}`), {
         discard: true,
@@ -213,12 +218,26 @@ const outcome = (result: ApplyResult, where: string): string =>
       : `applied to ${where}`;
 
 /**
+ * Alchemy's marker for an error whose message is written for the user
+ * (`alchemy/UserFacingError`, a registered symbol): the CLI then prints
+ * `error: <message>` alone, not the cause with the addon's and Alchemy's
+ * stack frames after it. Every message of the addon's errors is such a one.
+ * Not enumerable, so the error's own properties stay as the addon made them.
+ */
+const userFacing = <E>(error: E): E => {
+  if (typeof error === 'object' && error !== null && Object.isExtensible(error)) {
+    Object.defineProperty(error, Symbol.for('alchemy/UserFacingError'), { value: true, configurable: true });
+  }
+  return error;
+};
+
+/**
  * Runs an addon promise, keeping its `ClickHouseSchemaError` (code,
  * statementIndex, pod, ...) as the typed failure; the addon rejects with
  * nothing else.
  */
 const call = <A>(f: () => Promise<A>): Effect.Effect<A, ClickHouseSchemaError> =>
-  Effect.tryPromise({ try: f, catch: (e) => e as ClickHouseSchemaError });
+  Effect.tryPromise({ try: f, catch: (e) => userFacing(e as ClickHouseSchemaError) });
 
 /**
  * The provider. Merge it into the Stack's providers:

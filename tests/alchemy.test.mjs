@@ -206,6 +206,9 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     assert.ok(pods.includes(err.pod), err.pod);
     assert.equal(err.clickHouseCode, 81);
     assert.equal(err.message.includes('nowhere.t'), false, 'the statement text is not on the error');
+    // Marked for Alchemy's CLI as written for the user: it prints the message alone, no stack frames.
+    assert.equal(err[Symbol.for('alchemy/UserFacingError')], true);
+    assert.equal(Object.keys(err).some((k) => /UserFacing/.test(k)), false, "the addon's own properties as they were");
     assert.equal(stateOf(NAME, ID).attr.fingerprint, before.attr.fingerprint);
   });
 
