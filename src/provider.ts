@@ -25,8 +25,10 @@ import {
   configWarnings,
   destroy,
   plan,
+  validateConfig,
   verify,
   type ClickHouseExecutor,
+  type ObjectReport,
   type ApplyResult,
   type ClickHouseSchemaEvent,
   type PlanResult,
@@ -209,6 +211,18 @@ const bearerToken = (kind: string, headers: Record<string, string>): string | un
   return token;
 };
 
+/**
+ * One drifted object on one pod, in words: `orders.totals missing on chi-...`,
+ * or what differs (the addon's redacted differences).
+ */
+const drifted = (id: string, pod: string, object: ObjectReport): string => {
+  const what =
+    object.status === 'missing'
+      ? 'missing'
+      : `differs (${object.differences.map((d) => `${d.clause} is \`${d.live}\`, declared \`${d.declared}\``).join('; ')})`;
+  return `ClickHouseSchema '${id}': drift: ${object.name} ${what} on ${pod} (statement ${object.statementIndex})`;
+};
+
 /** What an apply did, in words: `applied to <where>`, or why nothing ran. */
 const outcome = (result: ApplyResult, where: string): string =>
   !result.changed
@@ -281,8 +295,10 @@ export const clickHouseSchemaProvider = Provider.effect(
         return optionsFor(news).pipe(
           Effect.flatMap((options) => call(() => plan(id, news, output, options))),
           Effect.flatMap((result) =>
+            // At debug level: the CLI draws its plan view while diff runs, and an
+            // info line would be written across it; `alchemy plan` shows the update.
             result.changed
-              ? Effect.logInfo(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'}): ${planned(result)}`).pipe(
+              ? Effect.logDebug(`ClickHouseSchema '${id}': update needed (${result.reason ?? 'plan says apply would run'}): ${planned(result)}`).pipe(
                   Effect.as({ action: 'update' as const }),
                 )
               : Effect.succeed(undefined),
@@ -320,20 +336,31 @@ export const clickHouseSchemaProvider = Provider.effect(
         return optionsFor(news).pipe(
           Effect.flatMap((options) => call(() => apply(id, news, output, { ...options, onEvent }))),
           Effect.ensuring(shown),
-          Effect.tap((result) =>
-            Effect.andThen(
-              // The row's last progress line, which the plain CLI keeps on its settle line.
-              session.note(outcome(result, result.appliedTo.length + ' pod(s)'), { kind: 'status' }),
-              Effect.logInfo(`ClickHouseSchema '${id}': ${outcome(result, result.appliedTo.join(', '))}`),
-            ),
-          ),
+          // The row's last progress line, which the CLI keeps on its settle line
+          // (`updated — applied to 3 pod(s)`). Only there: a log line would say it
+          // again, and be drawn across the CLI's live view.
+          Effect.tap((result) => session.note(outcome(result, result.appliedTo.length + ' pod(s)'), { kind: 'status' })),
           // The outputs are the addon's SchemaState: no kubeConfig, no executor, no
           // readyBarrier, no statement text.
           Effect.map((result) => result.state),
         );
       },
-      delete: ({ id, olds, output }) =>
-        optionsFor(olds).pipe(Effect.flatMap((options) => call(() => destroy(id, olds, output, options)))),
+      // Alchemy settles the row as "deleted" whatever a provider did; the note
+      // (on the settle line) says what that meant here, since under 'retain'
+      // (the default) every table stays. Which policy applies is the addon's
+      // reading of the props, defaults included.
+      delete: ({ id, olds, output, session }) =>
+        optionsFor(olds).pipe(
+          Effect.flatMap((options) => call(() => destroy(id, olds, output, options))),
+          Effect.andThen(() =>
+            session.note(
+              validateConfig(id, olds).onDelete === 'run'
+                ? `ran deleteStatements on ${output.podNames.length} pod(s)`
+                : "retained (onDelete 'retain'): nothing ran, the tables are kept",
+              { kind: 'status' },
+            ),
+          ),
+        ),
       // Drift (`alchemy drift`): the addon's `verify` looks up the declared
       // objects on every recorded pod. When a pod lacks one, or holds another
       // definition, the observed attributes are the recorded state without that
@@ -363,6 +390,15 @@ export const clickHouseSchemaProvider = Provider.effect(
         }
         return optionsFor(olds).pipe(
           Effect.flatMap((options) => call(() => verify(id, olds, output, options))),
+          // What drifted, one line per pod and object: `alchemy drift` itself
+          // only says that the resource would be updated.
+          Effect.tap((result) =>
+            Effect.forEach(
+              result.pods.flatMap((p) => p.objects.filter((o) => o.status !== 'ok').map((o) => drifted(id, p.pod, o))),
+              (line) => Effect.logWarning(line),
+              { discard: true },
+            ),
+          ),
           Effect.map((result): SchemaState => {
             if (!result.drifted) return output;
             const stale = new Set(result.pods.filter((p) => p.objects.some((o) => o.status !== 'ok')).map((p) => p.pod));

@@ -224,9 +224,15 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
   });
 
   test("destroy with onDelete 'retain': no cluster call, the data stays, the state is gone", { timeout }, async () => {
-    const { api, execs } = await measured(() => destroyStack(stack(NAME, ID, { statements: [S0, S1, S2, FIXED] }), STAGE));
+    const { outcome, text } = await logged(() =>
+      measured(() => destroyStack(stack(NAME, ID, { statements: [S0, S1, S2, FIXED] }), STAGE)),
+    );
+    assert.ifError(outcome.error);
+    const { api, execs } = outcome.value;
     assert.equal(api.length, 0, JSON.stringify(api));
     assert.equal(execs.length, 0);
+    // Alchemy says "deleted"; the row's note says what that meant.
+    assert.match(text, /\[orders-schema\] deleted — retained \(onDelete 'retain'\): nothing ran, the tables are kept/);
     for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['customers', 'events', 'fixed']);
     assert.equal(stateOf(NAME, ID), undefined);
   });
@@ -239,8 +245,11 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     };
     await deployStack(stack('e2e-run', 'scratch-schema', props), STAGE);
     for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'scratch'), ['t']);
-    const { execs } = await measured(() => destroyStack(stack('e2e-run', 'scratch-schema', props), STAGE));
+    const { outcome, text } = await logged(() => measured(() => destroyStack(stack('e2e-run', 'scratch-schema', props), STAGE)));
+    assert.ifError(outcome.error);
+    const { execs } = outcome.value;
     assert.equal(execs.length, 2 * pods.length);
+    assert.match(text, new RegExp(`\\[scratch-schema\\] deleted — ran deleteStatements on ${pods.length} pod\\(s\\)`));
     for (const pod of pods) {
       assert.deepEqual(
         execs.filter((e) => e.pod === pod).map((e) => e.stdin.trim()),
@@ -285,7 +294,13 @@ describe('alchemy drift sees the live schema (fanout, sandbox)', () => {
     const recordedPods = stateOf(NAME, ID).attr.podNames;
     const [, victim] = recordedPods;
     sandbox.query(victim, 'DROP TABLE drifted.customers');
-    assert.equal(actionOf(await driftStack(NAME, STAGE, providers())), 'drifted');
+    const { outcome, text } = await logged(() => driftStack(NAME, STAGE, providers()));
+    assert.ifError(outcome.error);
+    assert.equal(actionOf(outcome.value), 'drifted');
+    // What drifted, named: one line for the one object on the one pod.
+    const lines = text.split('\n').filter((line) => line.includes(`ClickHouseSchema '${ID}': drift:`));
+    assert.equal(lines.length, 1, text);
+    assert.match(lines[0], new RegExp(`drift: drifted\\.customers missing on ${victim} \\(statement 2\\)$`));
 
     const { result, execs } = await measured(() => driftStack(NAME, STAGE, providers(), true));
     assert.equal(actionOf(result), 'repaired');
