@@ -5,13 +5,62 @@
  * platform, else (or with `NAPI_RS_FORCE_WASI`) the WebAssembly build, which
  * reaches Kubernetes through `./kubernetes.ts`.
  */
-import * as binding from '../index.js';
+import { createRequire } from 'node:module';
+
+import type * as binding from '../index.js';
+
+/**
+ * The addon, through napi-rs's generated loader (`index.js`), which takes the
+ * platform package npm installed next to this one, else the WebAssembly one.
+ * When neither loads, that loader's error says only "Cannot find native
+ * binding" and blames an npm bug, with the reasons four causes deep; this
+ * one names the package this machine needs and the command that installs it.
+ */
+const addon: typeof binding = await import('../index.js').catch((error: unknown) => {
+  throw missingAddon(error);
+});
+
+/** The error for an addon that did not load: which package, and how to get it. */
+function missingAddon(error: unknown): Error {
+  const require = createRequire(import.meta.url);
+  const manifest = require('../package.json') as { name: string; version: string; optionalDependencies?: object };
+  const { name, version } = manifest;
+  const { platform, arch } = process;
+  // napi-rs's package names (README's table): libc on Linux; the MinGW build on Windows.
+  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+  const flavour = platform === 'linux' ? (header?.glibcVersionRuntime ? '-gnu' : '-musl') : platform === 'win32' ? '-gnu' : '';
+  const wanted = `${name}-${platform}-${arch}${flavour}`;
+  const wasm = `npm install --cpu=wasm32 ${name}-wasm32-wasi@${version}`;
+  // The released manifest lists every platform package (napi pre-publish writes them).
+  const published = manifest.optionalDependencies === undefined || wanted in manifest.optionalDependencies;
+  let installed = false;
+  try {
+    require.resolve(`${wanted}/package.json`);
+    installed = true;
+  } catch {
+    // Not installed: said below.
+  }
+  const reasons: string[] = [];
+  for (let e: unknown = error; e instanceof Error && reasons.length < 4; e = e.cause) {
+    const line = e.message.split('\n')[0] ?? '';
+    if (!line.startsWith('Cannot find native binding') && !reasons.includes(line)) reasons.push(line);
+  }
+  const message = !published
+    ? `${name}: no native binary is published for ${platform} ${arch}; install the WebAssembly build: ${wasm}`
+    : installed
+      ? `${name}: ${wanted} is installed but its binary did not load (${reasons.join('; ')}); ` +
+        `reinstall it (npm install ${wanted}@${version}), or use the WebAssembly build: ${wasm}`
+      : `${name}: the package with this machine's binary, ${wanted}, is not installed. npm installs it with ` +
+        `${name} unless optional dependencies are skipped (--omit=optional, or a package-lock.json written on ` +
+        `another platform). Install it: npm install ${wanted}@${version} (or the WebAssembly build: ${wasm})`;
+  return new Error(message);
+}
 
 /**
  * Which build of the addon was loaded: `'native'`, or the WebAssembly flavor
  * (`'wasm32-wasi'`, built for wasm32-wasip1-threads).
  */
-export const addonTarget: string = binding.__napiBindingTarget;
+export const addonTarget: string = addon.__napiBindingTarget;
 /**
  * The WebAssembly build has no Kubernetes client of its own; the package
  * supplies one. Loaded only then: `@kubernetes/client-node` alone takes about
@@ -29,7 +78,7 @@ export type { RedactedOutput } from '../index.js';
  * whose `issues` list every problem.
  */
 export function validateConfig(id: string, props: unknown): Record<string, unknown> {
-  return binding.validateConfig(id, props) as Record<string, unknown>;
+  return addon.validateConfig(id, props) as Record<string, unknown>;
 }
 
 /**
@@ -38,12 +87,12 @@ export function validateConfig(id: string, props: unknown): Record<string, unkno
  * Alchemy would store verbatim with the props, with what to use instead.
  */
 export function configWarnings(id: string, props: unknown): binding.ConfigWarning[] {
-  return binding.configWarnings(id, props);
+  return addon.configWarnings(id, props);
 }
 
 /** sha256 hex over what is applied; validates first and throws like `validateConfig`. */
 export function fingerprint(props: unknown, id?: string): string {
-  return binding.fingerprint(props, id);
+  return addon.fingerprint(props, id);
 }
 
 /**
@@ -51,7 +100,7 @@ export function fingerprint(props: unknown, id?: string): string {
  * its literals never survive, the ClickHouse code and exception class do.
  */
 export function redactClickHouseOutput(output: string, statement: string): binding.RedactedOutput {
-  return binding.redactClickHouseOutput(output, statement);
+  return addon.redactClickHouseOutput(output, statement);
 }
 
 export type {
@@ -90,7 +139,7 @@ export function apply(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.ApplyResult> {
-  return withAddonOptions(options, (o) => binding.apply(id, props, previousState ?? null, o));
+  return withAddonOptions(options, (o) => addon.apply(id, props, previousState ?? null, o));
 }
 
 /**
@@ -103,7 +152,7 @@ export function plan(
   previousState?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.PlanResult> {
-  return withAddonOptions(options, (o) => binding.plan(id, props, previousState ?? null, o));
+  return withAddonOptions(options, (o) => addon.plan(id, props, previousState ?? null, o));
 }
 
 /**
@@ -119,7 +168,7 @@ export function verify(
   state?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<binding.VerifyResult> {
-  return withAddonOptions(options, (o) => binding.verify(id, props, state ?? null, o));
+  return withAddonOptions(options, (o) => addon.verify(id, props, state ?? null, o));
 }
 
 /**
@@ -128,7 +177,7 @@ export function verify(
  * props' current one. Runs no statement.
  */
 export function status(id: string, props: unknown, options?: binding.LifecycleOptions): Promise<binding.StatusResult> {
-  return withAddonOptions(options, (o) => binding.status(id, props, o));
+  return withAddonOptions(options, (o) => addon.status(id, props, o));
 }
 
 /**
@@ -138,7 +187,7 @@ export function status(id: string, props: unknown, options?: binding.LifecycleOp
  * with the state to adopt. Without the `ledger` prop: `absent`, no call.
  */
 export function adopt(id: string, props: unknown, options?: binding.LifecycleOptions): Promise<binding.AdoptResult> {
-  return withAddonOptions(options, (o) => binding.adopt(id, props, o));
+  return withAddonOptions(options, (o) => addon.adopt(id, props, o));
 }
 
 /** Deletes resource `id` per its `onDelete` (`retain` never reaches the cluster). */
@@ -148,7 +197,7 @@ export function destroy(
   state?: binding.SchemaState,
   options?: binding.LifecycleOptions,
 ): Promise<void> {
-  return withAddonOptions(options, (o) => binding.destroy(id, props, state ?? null, o));
+  return withAddonOptions(options, (o) => addon.destroy(id, props, state ?? null, o));
 }
 
 /**
