@@ -178,6 +178,32 @@ fn the_line_filter_keeps_the_code_and_cuts_after_the_keyword() {
 }
 
 #[test]
+fn the_line_filter_keeps_the_servers_list_of_expected_tokens() {
+    // What 18.16 printed (captured from the sandbox) for a column definition
+    // with a stray word: its list of what may follow ends with the keyword
+    // `token`, which is no credential.
+    let statement = "CREATE TABLE IF NOT EXISTS orders.broken (id UInt64 NOT)";
+    let out = "Code: 62. DB::Exception: Syntax error: failed at position 53: NOT)\n. Expected one of: COMMENT, \
+               DEFAULT, MATERIALIZED, ALIAS, ClosingRoundBracket, Comma, token\n";
+    let r = redact_clickhouse_output(out, statement);
+    assert_eq!(r.clickhouse_code, Some(62));
+    assert!(
+        r.text.ends_with(
+            ". Expected one of: COMMENT, DEFAULT, MATERIALIZED, ALIAS, ClosingRoundBracket, Comma, token\n"
+        ),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("[redacted]"), "{}", r.text);
+    // The same word holding a value on a line is still cut.
+    let r = redact_clickhouse_output(
+        "Code: 36. DB::Exception: bad header: token = tok_live_0123456789",
+        "SELECT 1",
+    );
+    assert_eq!(r.text, "Code: 36. DB::Exception: bad header: token [redacted]");
+}
+
+#[test]
 fn long_output_is_capped_with_a_marker() {
     let out = format!("Code: 62. DB::Exception: {}", "é".repeat(5000));
     let r = redact_clickhouse_output(&out, "SELECT 1");

@@ -11,8 +11,10 @@
 //!    token after a credential keyword (`PASSWORD`, `IDENTIFIED … BY`,
 //!    `access_key_id`, `token`, ...) even when it is a bare word — becomes
 //!    `<redacted>` wherever the server echoed it, in any spelling.
-//! 4. The rest of any line after a credential-sounding keyword becomes
-//!    `[redacted]`, for secrets the statement did not account for.
+//! 4. The rest of any line after a credential-sounding keyword followed by a
+//!    value becomes `[redacted]`, for secrets the statement did not account
+//!    for; a keyword standing bare in a list or at a line's end (ClickHouse's
+//!    `Expected one of: ..., token, ...`) is the server's own word and stays.
 //! 5. The text is capped at [`MAX_TEXT_BYTES`] with a visible marker.
 //!
 //! # Spellings and fragments (step 3)
@@ -607,9 +609,27 @@ fn line_keywords() -> Option<&'static AhoCorasick> {
         .as_ref()
 }
 
-/// Keeps each line up to and including its first credential keyword and
-/// replaces the rest of that line. The part before the keyword stays because
-/// that is where ClickHouse puts the code and the kind of failure.
+/// Whether what follows a keyword shows it as a bare word rather than a key
+/// with a value: nothing, or a list separator or a sentence's end. ClickHouse
+/// names the keyword `token` in its own lists (`Expected one of: COMMENT,
+/// DEFAULT, ..., token, ...`) and ends `Unrecognized token` with it; cutting
+/// there took the server's words and hid nothing. Anything else after the
+/// keyword (`= v`, `: v`, a quoted value, further words) still counts as a
+/// value, so the filter stays on the safe side of the ambiguous cases.
+fn bare_word(rest: &str) -> bool {
+    let rest = rest.trim_start_matches([' ', '\t']);
+    let mut chars = rest.chars();
+    match chars.next() {
+        None | Some(',' | ')' | ']' | ';') => true,
+        Some('.') => chars.next().is_none_or(|c| !c.is_alphanumeric() && c != '_'),
+        Some(_) => false,
+    }
+}
+
+/// Keeps each line up to and including its first credential keyword that is
+/// followed by a value (see [`bare_word`]) and replaces the rest of that line.
+/// The part before the keyword stays because that is where ClickHouse puts the
+/// code and the kind of failure.
 fn filter_lines(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
@@ -617,9 +637,12 @@ fn filter_lines(text: &str) -> String {
             Some(body) => (body, "\n"),
             None => (line, ""),
         };
-        let hit = line_keywords()
-            .and_then(|matcher| matcher.find(body))
-            .map(|m| m.end());
+        let hit = line_keywords().and_then(|matcher| {
+            matcher
+                .find_iter(body)
+                .map(|m| m.end())
+                .find(|&end| !bare_word(&body[end..]))
+        });
         match hit {
             Some(keep) if !body[keep..].trim().is_empty() => {
                 out.push_str(&body[..keep]);
@@ -705,5 +728,34 @@ mod tests {
         );
         assert_eq!(filter_lines("Unrecognized token"), "Unrecognized token");
         assert_eq!(filter_lines("x SECRET=abc"), "x SECRET [redacted]");
+    }
+
+    #[test]
+    fn filter_lines_keeps_a_bare_keyword_and_cuts_one_with_a_value() {
+        // ClickHouse's own list of expected tokens names the word `token`.
+        let expected = "Syntax error: failed at position 40 (end of query): . Expected one of: COMMENT, \
+                        DEFAULT, MATERIALIZED, ALIAS, CODEC, token, NOT, NULL";
+        assert_eq!(filter_lines(expected), expected);
+        assert_eq!(
+            filter_lines("Expected one of: NULL, token"),
+            "Expected one of: NULL, token"
+        );
+        assert_eq!(filter_lines("Expected one of: token."), "Expected one of: token.");
+        // A bare word first does not hide a key with a value later on the line.
+        assert_eq!(
+            filter_lines("Expected token, got token = abc"),
+            "Expected token, got token [redacted]"
+        );
+        for (line, kept) in [
+            ("token = tok_live_1", "token"),
+            ("token: tok_live_1", "token"),
+            ("token=tok_live_1", "token"),
+            ("auth token 'tok_live_1'", "auth token"),
+            (r#"{"token":"tok_live_1"}"#, r#"{"token"#),
+            ("password.tok_live_1", "password"),
+            ("tokens abc", "token"),
+        ] {
+            assert_eq!(filter_lines(line), format!("{kept} [redacted]"), "{line}");
+        }
     }
 }
