@@ -307,6 +307,8 @@ export declare const enum ClickHouseSchemaErrorCode {
  *   `remainingMs` of `waitForPod`;
  * - `statementStarted`: `pod`, `index`, `count`, `podsDone`, `podsTotal`;
  * - `statementFinished`: `pod`, `index`, `count`, `exitCode`, `durationMs`;
+ * - `podDone`: `pod` ran the whole list (and its check and ledger write):
+ *   `podsDone` (this one included), `podsTotal`;
  * - `retry`: a transport failure retried: `pod` (absent for a pod list),
  *   `index` (for a statement), `attempt`, `delayMs`;
  * - `relist`: the pods are listed again after `passes` passes;
@@ -326,7 +328,7 @@ export declare const enum ClickHouseSchemaErrorCode {
  * `schemaMismatch`.
  */
 export interface ClickHouseSchemaEvent {
-  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'
+  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'podDone' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'
   message: string
   pod?: string
   pods?: Array<string>

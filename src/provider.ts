@@ -318,7 +318,7 @@ export const clickHouseSchemaProvider = Provider.effect(
       },
       reconcile: ({ id, news, output, session }) => {
         // The addon's events arrive on the JS thread while apply runs: each is
-        // shown at once as the row's progress (`statement 7/20 on chi-... (3 of
+        // shown at once as the row's progress (`statement 7 (20 in all) on chi-... (3 of
         // 8 pods done)`); a live-schema warning (verify: 'warn') is also
         // logged as a warning once apply settles.
         const warnings: ClickHouseSchemaEvent[] = [];

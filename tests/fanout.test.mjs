@@ -58,7 +58,13 @@ test('pods are applied in parallel, each in order, and every step is reported as
   assert.equal(kinds.filter((k) => k === 'verified').length, pods.length);
   assert.ok(kinds.includes('relist'));
   const started = events.find((e) => e.kind === 'statementStarted' && e.pod === pods[1] && e.index === 2);
-  assert.match(started.message, /^statement 3\/6 on chi-sandbox-sandbox-0-1-0 \([0-2] of 3 pods done\)$/);
+  // Numbered from 0, as the error's statementIndex and message number it.
+  assert.match(started.message, /^statement 2 \(6 in all\) on chi-sandbox-sandbox-0-1-0 \([0-2] of 3 pods done\)$/);
+  // Each pod says when it is done, so the count a progress line shows reaches 3 of 3.
+  const done = events.filter((e) => e.kind === 'podDone');
+  assert.deepEqual(done.map((e) => e.pod).sort(), pods);
+  assert.deepEqual(done.map((e) => e.podsDone), [1, 2, 3]);
+  assert.equal(done[2].message, `${done[2].pod} done (3 of 3 pods done)`);
   assert.ok(events.filter((e) => e.kind === 'statementFinished').every((e) => e.exitCode === 0 && e.durationMs >= 0));
   const json = JSON.stringify(events);
   assert.doesNotMatch(json, /CREATE|hunter2|fan\.t/, 'no statement text in any event');

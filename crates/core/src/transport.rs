@@ -236,6 +236,19 @@ pub enum Event {
         /// One line.
         message: String,
     },
+    /// `pod` ran the whole list (and its check and ledger write, when on): one more pod of the
+    /// pass is done. The one event after a pod's last statement, so a progress display's pod
+    /// count moves as pods finish rather than only when another pod starts a statement.
+    PodDone {
+        /// The pod.
+        pod: String,
+        /// Pods of this pass done so far, this one included.
+        pods_done: usize,
+        /// The pods of this pass.
+        pods_total: usize,
+        /// One line.
+        message: String,
+    },
     /// A transport call failed and is tried again after `delayMs`.
     Retry {
         /// The pod, for an exec; absent for a pod list.

@@ -70,18 +70,22 @@ fn a_fanout_reports_its_pass_each_statement_and_the_relist() {
         shown[0],
         "pass 1: 2 statement(s) on 2 of 2 matching pod(s), up to 1 at once"
     );
-    assert_eq!(shown[1], "statement 1/2 on chi-a (0 of 2 pods done)");
+    // Statements are numbered from 0, as errors number them (`statementIndex`).
+    assert_eq!(shown[1], "statement 0 (2 in all) on chi-a (0 of 2 pods done)");
     assert!(
-        shown[2].starts_with("statement 1/2 on chi-a done in "),
+        shown[2].starts_with("statement 0 on chi-a done in "),
         "{}",
         shown[2]
     );
-    assert_eq!(shown[5], "statement 1/2 on chi-b (1 of 2 pods done)");
+    // Each pod reports itself done, so the count moves as pods finish.
+    assert_eq!(shown[5], "chi-a done (1 of 2 pods done)");
+    assert_eq!(shown[6], "statement 0 (2 in all) on chi-b (1 of 2 pods done)");
+    assert_eq!(shown[10], "chi-b done (2 of 2 pods done)");
     assert_eq!(
-        shown[9],
+        shown[11],
         "pass 1 done: listing the pods again to see whether the set moved"
     );
-    assert_eq!(shown.len(), 10, "{shown:#?}");
+    assert_eq!(shown.len(), 12, "{shown:#?}");
     let json = serde_json::to_string(&events).unwrap();
     assert!(
         !json.contains("CREATE") && !json.contains("hunter2"),

@@ -69,6 +69,8 @@ pub(crate) struct LifecycleOptions {
 ///   `remainingMs` of `waitForPod`;
 /// - `statementStarted`: `pod`, `index`, `count`, `podsDone`, `podsTotal`;
 /// - `statementFinished`: `pod`, `index`, `count`, `exitCode`, `durationMs`;
+/// - `podDone`: `pod` ran the whole list (and its check and ledger write):
+///   `podsDone` (this one included), `podsTotal`;
 /// - `retry`: a transport failure retried: `pod` (absent for a pod list),
 ///   `index` (for a statement), `attempt`, `delayMs`;
 /// - `relist`: the pods are listed again after `passes` passes;
@@ -90,7 +92,7 @@ pub(crate) struct LifecycleOptions {
 #[napi(object, object_to_js = false, object_from_js = false)]
 pub(crate) struct ClickHouseSchemaEvent {
     #[napi(
-        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'"
+        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'podDone' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'"
     )]
     pub kind: String,
     pub message: String,

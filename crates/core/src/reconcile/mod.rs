@@ -402,10 +402,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 count,
                 pods_done: done,
                 pods_total: total,
-                message: format!(
-                    "statement {}/{count} on {pod} ({done} of {total} pods done)",
-                    index + 1
-                ),
+                // Numbered as errors number statements (`statementIndex`, from 0), so the
+                // statement a progress line shows failing is the one the error names.
+                message: format!("statement {index} ({count} in all) on {pod} ({done} of {total} pods done)"),
             });
             let started = self.clock.now();
             let (output, unknown) = self.exec(index, statement, pod).await?;
@@ -418,14 +417,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 exit_code: output.exit_code,
                 duration_ms,
                 message: if output.exit_code == 0 {
-                    format!(
-                        "statement {}/{count} on {pod} done in {duration_ms} ms",
-                        index + 1
-                    )
+                    format!("statement {index} on {pod} done in {duration_ms} ms")
                 } else {
                     format!(
-                        "statement {}/{count} on {pod} failed (exit code {}) after {duration_ms} ms",
-                        index + 1,
+                        "statement {index} on {pod} failed (exit code {}) after {duration_ms} ms",
                         output.exit_code
                     )
                 },
@@ -449,7 +444,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             self.write_ledger(ledger, pod_info).await?;
         }
         if let Some(pass) = pass {
-            pass.done.fetch_add(1, Ordering::SeqCst);
+            let done = pass.done.fetch_add(1, Ordering::SeqCst) + 1;
+            let total = pass.total;
+            self.events.emit(Event::PodDone {
+                pod: pod.to_owned(),
+                pods_done: done,
+                pods_total: total,
+                message: format!("{pod} done ({done} of {total} pods done)"),
+            });
         }
         Ok(())
     }
