@@ -33,19 +33,31 @@ function missingAddon(error: unknown): Error {
   const wasm = `npm install --cpu=wasm32 ${name}-wasm32-wasi@${version}`;
   // The released manifest lists every platform package (napi pre-publish writes them).
   const published = manifest.optionalDependencies === undefined || wanted in manifest.optionalDependencies;
-  let installed = false;
-  try {
-    require.resolve(`${wanted}/package.json`);
-    installed = true;
-  } catch {
-    // Not installed: said below.
-  }
-  const reasons: string[] = [];
-  for (let e: unknown = error; e instanceof Error && reasons.length < 4; e = e.cause) {
+  const isInstalled = (pkg: string) => {
+    try {
+      require.resolve(`${pkg}/package.json`);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const installed = isInstalled(wanted);
+  // Installed with --cpu=wasm32 (or the native package failed and this is the fallback).
+  const wasmInstalled = isInstalled(`${name}-wasm32-wasi`);
+  // The loader's reasons, less its probes of files and packages that are not
+  // there (it tries every flavour): what failed in what is there.
+  const all: string[] = [];
+  for (let e: unknown = error; e instanceof Error && all.length < 8; e = e.cause) {
     const line = e.message.split('\n')[0] ?? '';
-    if (!line.startsWith('Cannot find native binding') && !reasons.includes(line)) reasons.push(line);
+    if (!line.startsWith('Cannot find native binding') && !all.includes(line)) all.push(line);
   }
-  const message = !published
+  const failed = all.filter((line) => !line.startsWith('Cannot find module'));
+  const reasons = failed.length > 0 ? failed : all;
+  const message = wasmInstalled && !installed
+    ? `${name}: the WebAssembly build (${name}-wasm32-wasi) is installed but did not load (${reasons.join('; ')}); ` +
+      `reinstall it (${wasm})` +
+      (published ? `, or install this machine's native package: npm install ${wanted}@${version}` : '')
+    : !published
     ? `${name}: no native binary is published for ${platform} ${arch}; install the WebAssembly build: ${wasm}`
     : installed
       ? `${name}: ${wanted} is installed but its binary did not load (${reasons.join('; ')}); ` +
