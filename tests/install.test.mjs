@@ -10,12 +10,17 @@
 //   - `npm install --cpu=wasm32`, what a platform without a native package
 //     does, gets only the WebAssembly package, and the loader falls back to it
 //     with no switch set.
+// Then what a user does next: a second `npm install` in each project, an
+// import with the platform package gone, and the real `alchemy` CLI on a
+// Node 22 from npm (`npx -p node@22`, README's way) in the native project:
+// README's `alchemy.run.ts` deployed, a failing statement, drift after a
+// table dropped by hand, its repair, and destroy, each command timed.
 // Nothing of this repository is on the projects' module path.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { delimiter, dirname, join } from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
@@ -178,6 +183,23 @@ async function install(flavour, project) {
   writeFileSync(join(project, 'stack.mjs'), stackSource);
 }
 
+/**
+ * README's `alchemy.run.ts` (the first `ts` block of "The Alchemy provider"),
+ * pointed at the sandbox: its namespace and pod selector. The cluster comes
+ * from KUBECONFIG, as README says.
+ */
+function readmeStack() {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const from = readme.indexOf('\n## The Alchemy provider\n');
+  const block = /```ts\n([\s\S]*?)```/.exec(readme.slice(from))[1];
+  assert.match(block, /^export default Alchemy\.Stack\(/m, "README's example is a CLI entry point");
+  const pointed = block
+    .replace("namespace: 'example-observability'", "namespace: 'sandbox'")
+    .replace("{ 'clickhouse.altinity.com/chi': 'orders' }", "{ 'clickhouse.altinity.com/chi': 'sandbox' }");
+  assert.equal((pointed.match(/'sandbox'/g) ?? []).length, 2, 'namespace and selector replaced');
+  return pointed;
+}
+
 after(async () => {
   await registry?.close();
   stopSandbox(dir);
@@ -217,6 +239,20 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
     assert.ok(registry.requested.has(`${name}-wasm32-wasi`));
   });
 
+  test('every file the source maps name is in the package (stack frames point at shipped sources)', () => {
+    const installed = join(projects.native, 'node_modules', name);
+    const maps = readdirSync(join(installed, 'dist'), { recursive: true })
+      .map(String)
+      .filter((f) => f.endsWith('.js.map'));
+    assert.ok(maps.length >= 4, `source maps: ${maps}`);
+    for (const map of maps) {
+      const dir = dirname(join(installed, 'dist', map));
+      for (const source of JSON.parse(readFileSync(join(installed, 'dist', map), 'utf8')).sources) {
+        assert.ok(existsSync(join(dir, source)), `${map} names ${source}`);
+      }
+    }
+  });
+
   test('no Rust toolchain is reachable from the projects', () => {
     const r = spawnSync('sh', ['-c', 'command -v cargo || command -v rustc'], { env: userEnv, encoding: 'utf8' });
     assert.notEqual(r.status, 0, `found ${r.stdout}`);
@@ -245,4 +281,195 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
       }
     });
   }
+
+  test('a second npm install in each project succeeds (README pins exactly, so no override conflicts)', async () => {
+    for (const [flavour, project] of Object.entries(projects)) {
+      // The WebAssembly project stands for a machine without a native package: it stays one.
+      const cpu = flavour === 'wasm' ? ['--cpu=wasm32'] : [];
+      const out = await runAsync('npm', ['install', ...cpu, `--registry=${registry.url}`, '--no-audit', '--no-fund', '--prefer-offline'], {
+        cwd: project,
+        env: userEnv,
+      });
+      assert.doesNotMatch(out, /EOVERRIDE/);
+      const { dependencies, overrides } = JSON.parse(readFileSync(join(project, 'package.json'), 'utf8'));
+      assert.equal(dependencies.effect, overrides.effect, 'effect saved as exactly the override');
+      assert.equal(dependencies['@effect/platform-node'], overrides['@effect/platform-node']);
+    }
+    assert.deepEqual(platformPackages(projects.native), [`${name}-linux-x64-gnu`]);
+    assert.deepEqual(platformPackages(projects.wasm), [`${name}-wasm32-wasi`]);
+  });
+
+  test('without its platform package (or with a broken one), the import names the package and the command that installs it', async () => {
+    const pkg = join(projects.native, 'node_modules', `${name}-linux-x64-gnu`);
+    const aside = `${pkg}.aside`;
+    renameSync(pkg, aside);
+    try {
+      const r = spawnSync('node', ['--input-type=module', '-e', `await import('${name}')`], {
+        cwd: projects.native,
+        env: userEnv,
+        encoding: 'utf8',
+      });
+      assert.notEqual(r.status, 0);
+      assert.match(r.stderr, new RegExp(`the package with this machine's binary, ${name}-linux-x64-gnu, is not installed`));
+      assert.match(r.stderr, new RegExp(`Install it: npm install ${name}-linux-x64-gnu@${version.replace(/\./g, '\\.')}`));
+      assert.doesNotMatch(r.stderr, /npm has a bug|Cannot find native binding/);
+    } finally {
+      renameSync(aside, pkg);
+    }
+    // A platform package whose binary does not load: the loader's reason, and how to reinstall.
+    const binary = join(pkg, 'clickhouse-schema.linux-x64-gnu.node');
+    renameSync(binary, `${binary}.aside`);
+    writeFileSync(binary, 'not a shared object');
+    try {
+      const r = spawnSync('node', ['--input-type=module', '-e', `await import('${name}')`], {
+        cwd: projects.native,
+        env: userEnv,
+        encoding: 'utf8',
+      });
+      assert.notEqual(r.status, 0);
+      assert.match(r.stderr, new RegExp(`${name}-linux-x64-gnu is installed but its binary did not load \\([^)]*clickhouse-schema\\.linux-x64-gnu\\.node: `));
+      assert.match(r.stderr, new RegExp(`reinstall it \\(npm install ${name}-linux-x64-gnu@`));
+    } finally {
+      renameSync(`${binary}.aside`, binary);
+    }
+    // The WebAssembly project with its binary gone: that package is named, and how to reinstall it.
+    const wasm = join(projects.wasm, 'node_modules', `${name}-wasm32-wasi`, 'clickhouse-schema.wasm32-wasi.wasm');
+    renameSync(wasm, `${wasm}.aside`);
+    try {
+      const r = spawnSync('node', ['--input-type=module', '-e', `await import('${name}')`], {
+        cwd: projects.wasm,
+        env: userEnv,
+        encoding: 'utf8',
+      });
+      assert.notEqual(r.status, 0);
+      assert.match(r.stderr, new RegExp(`the WebAssembly build \\(${name}-wasm32-wasi\\) is installed but did not load`));
+      assert.match(r.stderr, new RegExp(`reinstall it \\(npm install --cpu=wasm32 ${name}-wasm32-wasi@`));
+      assert.doesNotMatch(r.stderr, /npm has a bug/);
+    } finally {
+      renameSync(`${wasm}.aside`, wasm);
+    }
+  });
+});
+
+/**
+ * The real `alchemy` CLI in the native project, as README says to run it on
+ * a Node 20 machine: `npx -p node@22 alchemy ...` (Node 22 comes from the
+ * registry's `node` package). Deploys run in a terminal (through `script`), so
+ * the CLI draws its live view as for a user at a prompt, and the text is read
+ * with the terminal's escape sequences removed; the other commands run as in
+ * CI, without one (a terminal would make `drift` ask before it repairs).
+ * `DO_NOT_TRACK=1` (README) spares each command Alchemy's telemetry.
+ */
+describe('the alchemy CLI on Node 22 in the native project', { timeout }, () => {
+  const file = () => join(projects.native, 'alchemy.run.ts');
+  const table = (pod) => sandbox.tablesOn(pod, 'orders');
+  const timings = [];
+  let cliEnv;
+  let readme;
+
+  before(() => {
+    // README's stack, one pod at a time: each pod count stays on screen for
+    // at least a statement's run, so the live view is sure to draw it.
+    readme = readmeStack().replace('statements: [', 'parallelism: 1,\n      statements: [');
+    writeFileSync(file(), readme);
+    cliEnv = {
+      ...userEnv,
+      KUBECONFIG: sandbox.kubeconfig,
+      DO_NOT_TRACK: '1',
+      // npx fetches node@22 through the same registry as the installs.
+      npm_config_registry: registry.url,
+      TERM: 'xterm-256color',
+      COLUMNS: '160',
+      LINES: '50',
+    };
+  });
+
+  after(() => {
+    console.log(`alchemy CLI command times:\n${timings.map(([c, ms]) => `  ${c}: ${(ms / 1000).toFixed(1)} s`).join('\n')}`);
+  });
+
+  /**
+   * Runs `alchemy <args>` (in a terminal when `terminal`); resolves to
+   * whether it succeeded and what it printed, escape sequences removed.
+   */
+  async function alchemy(args, { terminal = false } = {}) {
+    const command = ['npx', '-y', '-p', 'node@22', '--', 'alchemy', ...args.split(' ')];
+    const [cmd, ...argv] = terminal ? ['script', '-qefc', command.join(' '), '/dev/null'] : command;
+    const started = Date.now();
+    let ok = true;
+    let raw;
+    try {
+      raw = await runAsync(cmd, argv, { cwd: projects.native, env: cliEnv });
+    } catch (err) {
+      ok = false;
+      raw = err.message;
+    }
+    timings.push([`alchemy ${args}${terminal ? ' (terminal)' : ''}`, Date.now() - started]);
+    const text = raw
+      // OSC (titles, progress) and CSI sequences, then carriage returns.
+      .replace(/\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)/g, '')
+      .replace(/\x1b\[[0-9;?]*[ -/]*[@-~]/g, '')
+      .replace(/\r/g, '\n');
+    return { ok, text };
+  }
+
+  test("deploy --yes: README's stack on every pod, the live view's pod count moving as pods finish", async () => {
+    const { ok, text } = await alchemy('deploy --yes', { terminal: true });
+    assert.ok(ok, text);
+    for (const pod of pods) assert.deepEqual(table(pod), ['totals'], pod);
+    assert.match(text, /statement [01] \(2 in all\) on chi-sandbox-sandbox-0-[01]-0 \(0 of 2 pods done\)/);
+    assert.match(text, /statement [01] \(2 in all\) on chi-sandbox-sandbox-0-[01]-0 \(1 of 2 pods done\)/);
+    assert.match(text, /✓ orders-schema \(ClickHouse\.Schema\) · applied to 2 pod\(s\) created/);
+    assert.doesNotMatch(text, /INFO|ClickHouseSchema 'orders-schema': applied/, 'no log line drawn across the live view');
+  });
+
+  test("a failing statement: one numbering in progress and error, the server's words kept, no stack frames", async () => {
+    // A stray word in a column list: ClickHouse answers with the tokens it expected.
+    writeFileSync(file(), readme.replace("ORDER BY day',", "ORDER BY day',\n        'CREATE TABLE IF NOT EXISTS orders.broken (id UInt64 NOT)',"));
+    const { ok, text } = await alchemy('deploy --yes', { terminal: true });
+    assert.ok(!ok, text);
+    assert.match(text, /statement 2 \(3 in all\) on chi-sandbox-sandbox-0-0-0/);
+    assert.match(text, /error: ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-sandbox-sandbox-0-0-0 with ClickHouse code 62/);
+    assert.doesNotMatch(text, /statement 3/, 'no statement numbered from 1');
+    // ClickHouse's list of expected tokens survives redaction whole.
+    assert.match(text, /Expected one of: COMMENT, DEFAULT, MATERIALIZED, ALIAS, ClosingRoundBracket, Comma, token\n/);
+    // The message alone: none of the addon's or Alchemy's stack frames.
+    assert.doesNotMatch(text, /src\/index\.ts|node_modules\/|\n\s+at /);
+    assert.deepEqual(table(pods[0]), ['totals'], 'the failed statement created nothing');
+  });
+
+  test("after a failed deploy, drift is blind until a deploy succeeds (README says so); then it names the object and pod, and --repair restores it", async () => {
+    sandbox.query(pods[1], 'DROP TABLE orders.totals');
+    // Alchemy keeps the resource "updating" and its drift check skips it.
+    const blind = await alchemy('drift');
+    assert.ok(blind.ok, blind.text);
+    assert.match(blind.text, /Plan: no changes/);
+    assert.doesNotMatch(blind.text, /drift: orders\.totals/);
+
+    // README's way out: deploy, here with the statement fixed (removed). It says once that nothing ran.
+    writeFileSync(file(), readme);
+    const revert = await alchemy('deploy --yes');
+    assert.ok(revert.ok, revert.text);
+    assert.match(revert.text, /\[orders-schema\] updated — unchanged, no statement ran/);
+    assert.doesNotMatch(revert.text, /ClickHouseSchema 'orders-schema': unchanged/);
+
+    const drift = await alchemy('drift');
+    assert.ok(drift.ok, drift.text);
+    assert.match(drift.text, new RegExp(`WARN .*ClickHouseSchema 'orders-schema': drift: orders\\.totals missing on ${pods[1]} \\(statement 1\\)`));
+    assert.doesNotMatch(drift.text, new RegExp(`missing on ${pods[0]}`));
+    assert.match(drift.text, /Plan: 1 to update/);
+    assert.deepEqual(table(pods[1]), [], 'a drift check changes nothing');
+
+    const repaired = await alchemy('drift --repair');
+    assert.ok(repaired.ok, repaired.text);
+    assert.match(repaired.text, /\[orders-schema\] updated — applied to 1 pod\(s\)/);
+    assert.deepEqual(table(pods[1]), ['totals']);
+  });
+
+  test("destroy --yes under onDelete 'retain' (README's default) says so and keeps the tables", async () => {
+    const { ok, text } = await alchemy('destroy --yes');
+    assert.ok(ok, text);
+    assert.match(text, /\[orders-schema\] deleted — retained \(onDelete 'retain'\): nothing ran, the tables are kept/);
+    for (const pod of pods) assert.deepEqual(table(pod), ['totals'], pod);
+  });
 });
