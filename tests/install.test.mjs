@@ -389,6 +389,16 @@ describe('the alchemy CLI on Node 22 in the native project', { timeout }, () => 
   });
 
   /**
+   * A user's environment at a prompt: CI machines (this test's own among them)
+   * set `CI`, and the CLI then prints plain log lines instead of its live view.
+   */
+  const atPrompt = (env) => {
+    const prompt = { ...env };
+    delete prompt.CI;
+    return prompt;
+  };
+
+  /**
    * Runs `alchemy <args>` (in a terminal when `terminal`); resolves to
    * whether it succeeded and what it printed, escape sequences removed.
    */
@@ -399,7 +409,7 @@ describe('the alchemy CLI on Node 22 in the native project', { timeout }, () => 
     let ok = true;
     let raw;
     try {
-      raw = await runAsync(cmd, argv, { cwd: projects.native, env: cliEnv });
+      raw = await runAsync(cmd, argv, { cwd: projects.native, env: terminal ? atPrompt(cliEnv) : cliEnv });
     } catch (err) {
       ok = false;
       raw = err.message;
