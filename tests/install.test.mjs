@@ -299,20 +299,26 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
     assert.deepEqual(platformPackages(projects.wasm), [`${name}-wasm32-wasi`]);
   });
 
+  /** Imports the package in `project` as a user would; it must fail: what it printed. */
+  const failedImport = (project) => {
+    const r = spawnSync('node', ['--input-type=module', '-e', `await import('${name}')`], {
+      cwd: project,
+      env: userEnv,
+      encoding: 'utf8',
+    });
+    assert.notEqual(r.status, 0, 'the import failed');
+    return r.stderr;
+  };
+
   test('without its platform package (or with a broken one), the import names the package and the command that installs it', async () => {
     const pkg = join(projects.native, 'node_modules', `${name}-linux-x64-gnu`);
     const aside = `${pkg}.aside`;
     renameSync(pkg, aside);
     try {
-      const r = spawnSync('node', ['--input-type=module', '-e', `await import('${name}')`], {
-        cwd: projects.native,
-        env: userEnv,
-        encoding: 'utf8',
-      });
-      assert.notEqual(r.status, 0);
-      assert.match(r.stderr, new RegExp(`the package with this machine's binary, ${name}-linux-x64-gnu, is not installed`));
-      assert.match(r.stderr, new RegExp(`Install it: npm install ${name}-linux-x64-gnu@${version.replace(/\./g, '\\.')}`));
-      assert.doesNotMatch(r.stderr, /npm has a bug|Cannot find native binding/);
+      const stderr = failedImport(projects.native);
+      assert.match(stderr, new RegExp(`the package with this machine's binary, ${name}-linux-x64-gnu, is not installed`));
+      assert.match(stderr, new RegExp(`Install it: npm install ${name}-linux-x64-gnu@${version.replace(/\./g, '\\.')}`));
+      assert.doesNotMatch(stderr, /npm has a bug|Cannot find native binding/);
     } finally {
       renameSync(aside, pkg);
     }
@@ -321,14 +327,9 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
     renameSync(binary, `${binary}.aside`);
     writeFileSync(binary, 'not a shared object');
     try {
-      const r = spawnSync('node', ['--input-type=module', '-e', `await import('${name}')`], {
-        cwd: projects.native,
-        env: userEnv,
-        encoding: 'utf8',
-      });
-      assert.notEqual(r.status, 0);
-      assert.match(r.stderr, new RegExp(`${name}-linux-x64-gnu is installed but its binary did not load \\([^)]*clickhouse-schema\\.linux-x64-gnu\\.node: `));
-      assert.match(r.stderr, new RegExp(`reinstall it \\(npm install ${name}-linux-x64-gnu@`));
+      const stderr = failedImport(projects.native);
+      assert.match(stderr, new RegExp(`${name}-linux-x64-gnu is installed but its binary did not load \\([^)]*clickhouse-schema\\.linux-x64-gnu\\.node: `));
+      assert.match(stderr, new RegExp(`reinstall it \\(npm install ${name}-linux-x64-gnu@`));
     } finally {
       renameSync(`${binary}.aside`, binary);
     }
@@ -336,15 +337,10 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
     const wasm = join(projects.wasm, 'node_modules', `${name}-wasm32-wasi`, 'clickhouse-schema.wasm32-wasi.wasm');
     renameSync(wasm, `${wasm}.aside`);
     try {
-      const r = spawnSync('node', ['--input-type=module', '-e', `await import('${name}')`], {
-        cwd: projects.wasm,
-        env: userEnv,
-        encoding: 'utf8',
-      });
-      assert.notEqual(r.status, 0);
-      assert.match(r.stderr, new RegExp(`the WebAssembly build \\(${name}-wasm32-wasi\\) is installed but did not load`));
-      assert.match(r.stderr, new RegExp(`reinstall it \\(npm install --cpu=wasm32 ${name}-wasm32-wasi@`));
-      assert.doesNotMatch(r.stderr, /npm has a bug/);
+      const stderr = failedImport(projects.wasm);
+      assert.match(stderr, new RegExp(`the WebAssembly build \\(${name}-wasm32-wasi\\) is installed but did not load`));
+      assert.match(stderr, new RegExp(`reinstall it \\(npm install --cpu=wasm32 ${name}-wasm32-wasi@`));
+      assert.doesNotMatch(stderr, /npm has a bug/);
     } finally {
       renameSync(`${wasm}.aside`, wasm);
     }
