@@ -435,7 +435,15 @@ describe('the alchemy CLI on Node 22 in the native project', { timeout }, () => 
     const { ok, text } = await alchemy('deploy --yes', { terminal: true });
     assert.ok(!ok, text);
     assert.match(text, /statement 2 \(3 in all\) on chi-sandbox-sandbox-0-0-0/);
-    assert.match(text, /error: ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-sandbox-sandbox-0-0-0 with ClickHouse code 62/);
+    assert.match(text, /error: ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-sandbox-sandbox-0-0-0\n\s*with ClickHouse code 62/);
+    // The live view's failed row shows the error's first line: who failed
+    // where, whole, on one line of the terminal, without the server's words.
+    // (A first line of over ~125 characters was wrapped by the CLI into the
+    // status column, which cut the row in two.)
+    const row = text.split('\n').find((line) => line.includes('orders-schema (ClickHouse.Schema)') && line.includes('failed on pod'));
+    assert.ok(row, `no failed row in the live view:\n${text}`);
+    assert.match(row, /ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-sandbox-sandbox-0-0-0\s+fail\b/, row);
+    assert.ok(row.trimEnd().length <= Number(cliEnv.COLUMNS), `the row is wider than the terminal: ${row}`);
     assert.doesNotMatch(text, /statement 3/, 'no statement numbered from 1');
     // ClickHouse's list of expected tokens survives redaction whole.
     assert.match(text, /Expected one of: COMMENT, DEFAULT, MATERIALIZED, ALIAS, ClosingRoundBracket, Comma, token\n/);

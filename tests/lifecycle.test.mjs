@@ -109,7 +109,7 @@ test('an SQL failure rejects with every ClickHouseSchemaError property and no se
   assert.equal(err.clickHouseCode, 62);
   assert.equal(err.clickHouseException, 'DB::Exception');
   assert.equal(err.exitCode, 62);
-  assert.match(err.message, /^ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-1 with ClickHouse code 62 \(DB::Exception\) \(exit 62\)\./);
+  assert.match(err.message, /^ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-1\nwith ClickHouse code 62 \(DB::Exception\) \(exit 62\)\.(\n|$)/);
   assert.ok(!err.message.includes('Sup3r-Secret-Pw'), err.message);
   assert.ok(!err.stack.includes('Sup3r-Secret-Pw'));
   const failing = calls.execs.filter((r) => r.pod === 'chi-1' && r.stdin === secretStatement);

@@ -150,7 +150,7 @@ describe('fanout against real ClickHouse', () => {
     assert.equal(err.pod, info.pods[0]);
     assert.equal(err.clickHouseCode, 57, 'TABLE_ALREADY_EXISTS');
     assert.equal(err.exitCode, 57);
-    assert.match(err.message, /statement 2 failed on pod chi-sandbox-sandbox-0-0-0 with ClickHouse code 57/);
+    assert.match(err.message, /statement 2 failed on pod chi-sandbox-sandbox-0-0-0\nwith ClickHouse code 57/);
   });
 
   test('a secret in a failing literal never appears in the error', { timeout }, async () => {

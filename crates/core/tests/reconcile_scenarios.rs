@@ -583,7 +583,7 @@ fn an_sql_error_names_index_pod_code_and_is_never_retried() {
     assert_eq!(err.clickhouse_code, Some(62));
     assert_eq!(err.exit_code, Some(62));
     assert!(
-        err.message.starts_with("ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-orders-0-1-0 with ClickHouse code 62"),
+        err.message.starts_with("ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-orders-0-1-0\nwith ClickHouse code 62"),
         "{}",
         err.message
     );

@@ -186,9 +186,9 @@ impl<T, C> Run<'_, T, C> {
         };
         let redacted = redact_clickhouse_output(&raw, statement);
         let what = match (redacted.clickhouse_code, redacted.clickhouse_exception.as_deref()) {
-            (Some(code), Some(class)) => format!(" with ClickHouse code {code} ({class})"),
-            (Some(code), None) => format!(" with ClickHouse code {code}"),
-            _ => String::new(),
+            (Some(code), Some(class)) => format!("with ClickHouse code {code} ({class}) "),
+            (Some(code), None) => format!("with ClickHouse code {code} "),
+            _ => "with no ClickHouse code ".to_string(),
         };
         let stopped_in_pod =
             redacted.clickhouse_code.is_none() && command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code);
@@ -203,8 +203,12 @@ impl<T, C> Run<'_, T, C> {
                 output.exit_code
             )
         } else {
+            // Two lines, as the contract prints it: Alchemy's CLI shows an
+            // error's first line in the resource's row of its live view, and
+            // who failed where (id, statement, pod) fits a terminal's width
+            // there; the code and the server's words follow below.
             format!(
-                "{}: statement {index} failed on pod {pod}{what} (exit {}).",
+                "{}: statement {index} failed on pod {pod}\n{what}(exit {}).",
                 self.prefix(),
                 output.exit_code
             )
