@@ -427,6 +427,16 @@ pub(crate) fn engine_parts(sql: &str) -> Option<(String, Vec<Part>)> {
     Some((name, args))
 }
 
+/// How many leading arguments of a `Replicated*` engine are its ZooKeeper path and replica name:
+/// two when the first is a string literal, none when the engine takes the server's defaults
+/// (`ReplicatedReplacingMergeTree(ver)` keeps `ver` as its own argument).
+pub(crate) fn path_argument_count(args: &[Part]) -> usize {
+    match args.first() {
+        Some(first) if first.key.starts_with('\'') => 2.min(args.len()),
+        _ => 0,
+    }
+}
+
 /// An engine's comparison key: `Name(arg, arg)`, with `Name()` the same as `Name`, and
 /// `Replicated` engines reduced to their plain engine when `plain` (the path and replica name
 /// are then compared on their own).
@@ -436,7 +446,8 @@ pub(crate) fn engine_key(clause: &Part, plain: bool) -> String {
     };
     let (name, args) = match name.strip_prefix("Replicated") {
         Some(base) if plain && !base.is_empty() => {
-            (base.to_string(), args.get(2..).unwrap_or_default().to_vec())
+            let skip = path_argument_count(&args);
+            (base.to_string(), args[skip..].to_vec())
         }
         _ => (name, args),
     };
