@@ -7,7 +7,8 @@
 //! becomes `1.`, quotes and line breaks go); what is left is removed here by reading tokens:
 //! whitespace and comments go, keywords are compared upper case, a quoted identifier is compared by
 //! its name, numbers by their value, and the object's name, `ON CLUSTER` and `UUID` are not part of
-//! the definition. Each part keeps two texts: a key, which is what is compared, and the source text
+//! the definition. One level of parentheses around a whole clause, list element or query-clause
+//! expression is not either: ClickHouse 26.x prints it as written (`ORDER BY (id)`), 18.16 drops it. Each part keeps two texts: a key, which is what is compared, and the source text
 //! with its spacing collapsed, which is what a difference shows.
 //!
 //! What counts as a difference: a column (name, type, `DEFAULT`/`MATERIALIZED`/`ALIAS` expression,
@@ -341,14 +342,100 @@ fn column_name(sql: &str, entry: &[Token]) -> String {
 
 /// The key and the display text of `tokens` (significant tokens of `sql`, in order).
 fn part(sql: &str, tokens: &[Token]) -> Part {
-    let key = tokens
+    let keys: Vec<(bool, String)> = tokens
         .iter()
-        .map(|t| key_of(sql, t))
+        .map(|t| (t.kind == TokenKind::Punct, key_of(sql, t)))
+        .collect();
+    let key = without_redundant_parentheses(keys)
+        .into_iter()
+        .map(|(_, k)| k)
         .collect::<Vec<_>>()
         .join(" ");
     Part {
         key,
         text: display(sql, tokens),
+    }
+}
+
+/// Words after which a parenthesized expression is a whole operand: a clause's or a query
+/// clause's expression (`ORDER BY (id)`, `WHERE (x > 1)`).
+const OPERAND_AFTER: &[&str] = &["BY", "WHERE", "PREWHERE", "HAVING", "KEY"];
+
+/// Words that end an expression after a parenthesized operand (`ORDER BY (id) DESC`,
+/// `WHERE (x > 1) GROUP BY x`).
+const OPERAND_BEFORE: &[&str] = &[
+    "ASC",
+    "DESC",
+    "NULLS",
+    "COLLATE",
+    "GROUP",
+    "ORDER",
+    "HAVING",
+    "LIMIT",
+    "OFFSET",
+    "SETTINGS",
+    "UNION",
+    "EXCEPT",
+    "INTERSECT",
+    "WINDOW",
+    "QUALIFY",
+    "FORMAT",
+    "WITH",
+    "PREWHERE",
+    "WHERE",
+];
+
+/// The keys (`(is punctuation, key)`) with every redundant pair of parentheses removed: one around
+/// a single expression (no top-level comma, so not a tuple) that stands as a whole clause, a whole
+/// list element or a whole query-clause expression. ClickHouse 26.x prints one such level as
+/// written (`ORDER BY (id)`), 18.16 and an undecorated declaration do not (`ORDER BY id`): the same
+/// key either way. Parentheses that group an operand of an operator (`(a + b) * c`) or call a
+/// function stay, so a real change of an expression still differs.
+fn without_redundant_parentheses(mut keys: Vec<(bool, String)>) -> Vec<(bool, String)> {
+    let punct = |k: &(bool, String), p: &str| k.0 && k.1 == p;
+    let word = |k: &(bool, String), set: &[&str]| !k.0 && set.contains(&k.1.as_str());
+    loop {
+        let mut removed = false;
+        let mut i = 0;
+        while i < keys.len() {
+            if !punct(&keys[i], "(") {
+                i += 1;
+                continue;
+            }
+            // The matching `)`, and whether a top-level comma separates elements inside.
+            let (mut depth, mut close, mut comma) = (0usize, None, false);
+            for (j, k) in keys.iter().enumerate().skip(i) {
+                if punct(k, "(") || punct(k, "[") {
+                    depth += 1;
+                } else if punct(k, ")") || punct(k, "]") {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(j);
+                        break;
+                    }
+                } else if depth == 1 && punct(k, ",") {
+                    comma = true;
+                }
+            }
+            let Some(close) = close else { break };
+            let opens = i == 0 || {
+                let prev = &keys[i - 1];
+                punct(prev, ",") || punct(prev, "(") || word(prev, OPERAND_AFTER)
+            };
+            let ends = keys.get(close + 1).is_none_or(|next| {
+                punct(next, ",") || punct(next, ")") || punct(next, ";") || word(next, OPERAND_BEFORE)
+            });
+            if opens && ends && !comma && close > i + 1 {
+                keys.remove(close);
+                keys.remove(i);
+                removed = true;
+            } else {
+                i += 1;
+            }
+        }
+        if !removed {
+            return keys;
+        }
     }
 }
 
@@ -597,6 +684,67 @@ mod tests {
              default 1. ) engine=MergeTree order /* x */ by id",
         );
         assert_eq!(differences(&a, &b), []);
+    }
+
+    #[test]
+    fn one_level_of_redundant_parentheses_is_not_a_difference() {
+        let key = |sql: &str, clause: &str| parse(sql).clause(clause).unwrap().key.clone();
+        let t = "CREATE TABLE t (id UInt64, at DateTime) ENGINE = MergeTree";
+        for (a, b) in [
+            ("ORDER BY (id)", "ORDER BY id"),
+            ("ORDER BY ((id))", "ORDER BY id"),
+            ("PARTITION BY (toYYYYMM(at))", "PARTITION BY toYYYYMM(at)"),
+            ("ORDER BY ((id), at)", "ORDER BY (id, at)"),
+            ("ORDER BY (id) PRIMARY KEY (id)", "ORDER BY id PRIMARY KEY id"),
+        ] {
+            let clause = if a.starts_with("PARTITION") {
+                "PARTITION BY"
+            } else {
+                "ORDER BY"
+            };
+            assert_eq!(
+                key(&format!("{t} {a}"), clause),
+                key(&format!("{t} {b}"), clause),
+                "{a} / {b}"
+            );
+        }
+        let v = |q: &str| key(&format!("CREATE VIEW v AS {q}"), "AS");
+        assert_eq!(
+            v("SELECT id FROM t WHERE (x > 1) ORDER BY id"),
+            v("SELECT id FROM t WHERE x > 1 ORDER BY id")
+        );
+        assert_eq!(
+            v("SELECT id FROM t WHERE (x > 1)"),
+            v("SELECT id FROM t WHERE x > 1")
+        );
+    }
+
+    #[test]
+    fn parentheses_that_change_the_structure_still_do() {
+        let key = |sql: &str| parse(sql).clause("ORDER BY").unwrap().key.clone();
+        let t = "CREATE TABLE t (a UInt64, b UInt64, c UInt64) ENGINE = MergeTree ORDER BY";
+        // A tuple of two is not one expression.
+        assert_ne!(key(&format!("{t} (a, b)")), key(&format!("{t} a")));
+        assert_ne!(key(&format!("{t} (a, b)")), key(&format!("{t} (a)")));
+        // Grouping an operand changes the expression.
+        assert_ne!(key(&format!("{t} (a + b) * c")), key(&format!("{t} a + b * c")));
+        // A real change inside them is still a change.
+        assert_ne!(key(&format!("{t} (a)")), key(&format!("{t} b")));
+        let v = |q: &str| {
+            parse(&format!("CREATE VIEW v AS {q}"))
+                .clause("AS")
+                .unwrap()
+                .key
+                .clone()
+        };
+        assert_ne!(
+            v("SELECT a FROM t WHERE (a > 1 OR b > 1) AND c > 1"),
+            v("SELECT a FROM t WHERE a > 1 OR b > 1 AND c > 1")
+        );
+        assert_ne!(
+            v("SELECT a FROM t WHERE (a > 1)"),
+            v("SELECT a FROM t WHERE a > 2")
+        );
     }
 
     #[test]
