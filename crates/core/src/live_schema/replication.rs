@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 
+pub(crate) use crate::sql::definition::is_replicated;
 use crate::sql::definition::{self, Part, path_argument_count};
 
 /// The server's default path and replica name for an argument-less `Replicated` engine when the
@@ -44,12 +45,6 @@ pub(super) enum ReplicaArgs {
     Other(Vec<String>),
     /// `ReplicatedX` or `ReplicatedX(engine args)`: the server's defaults.
     Default,
-}
-
-/// Whether an engine name is a replicated one (`ReplicatedMergeTree`, not `Replicated` alone,
-/// which is a database engine).
-pub(crate) fn is_replicated(name: &str) -> bool {
-    name.strip_prefix("Replicated").is_some_and(|p| !p.is_empty())
 }
 
 /// The engine's path and replica arguments, or `None` when it is not replicated.

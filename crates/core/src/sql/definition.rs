@@ -514,6 +514,12 @@ pub(crate) fn engine_parts(sql: &str) -> Option<(String, Vec<Part>)> {
     Some((name, args))
 }
 
+/// Whether an engine name is a replicated table engine (`ReplicatedMergeTree`; not `Replicated`
+/// alone, which is a database engine).
+pub(crate) fn is_replicated(name: &str) -> bool {
+    name.strip_prefix("Replicated").is_some_and(|p| !p.is_empty())
+}
+
 /// How many leading arguments of a `Replicated*` engine are its ZooKeeper path and replica name:
 /// two when the first is a string literal, none when the engine takes the server's defaults
 /// (`ReplicatedReplacingMergeTree(ver)` keeps `ver` as its own argument).
