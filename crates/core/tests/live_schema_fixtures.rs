@@ -40,12 +40,16 @@ fn report(engine: &str, case: &str) -> PodReport {
         .unwrap_or_else(|e| panic!("{engine}/{case}: unreadable ({e:?})"))
 }
 
-/// Each object's status and the clauses that differ.
+/// Each object's status and the clauses that differ (sorted).
 fn outcome(engine: &str, case: &str) -> Vec<(ObjectStatus, Vec<String>)> {
     report(engine, case)
         .objects
         .into_iter()
-        .map(|o| (o.status, o.differences.into_iter().map(|d| d.clause).collect()))
+        .map(|o| {
+            let mut clauses: Vec<String> = o.differences.into_iter().map(|d| d.clause).collect();
+            clauses.sort();
+            (o.status, clauses)
+        })
         .collect()
 }
 
@@ -163,4 +167,99 @@ fn redundant_parentheses_are_no_difference_and_a_tuple_is() {
             "{engine}"
         );
     }
+}
+
+#[test]
+fn a_refreshable_materialized_view_as_the_server_prints_it_is_no_difference() {
+    // The server adds the target's database, the column list and `DEFINER = default SQL
+    // SECURITY DEFINER`; the declaration says `TO t` and neither.
+    for engine in MODERN {
+        assert_eq!(outcome(engine, "refreshable_mv"), ok(), "{engine}");
+    }
+}
+
+#[test]
+fn a_refreshable_materialized_views_schedule_target_and_security_are_differences() {
+    for engine in MODERN {
+        assert_eq!(
+            outcome(engine, "refreshable_mv_schedule_changed"),
+            differs(&["REFRESH"]),
+            "{engine}"
+        );
+        assert_eq!(
+            outcome(engine, "refreshable_mv_target_changed"),
+            differs(&["TO"]),
+            "{engine}"
+        );
+        assert_eq!(
+            outcome(engine, "refreshable_mv_security_changed"),
+            differs(&["SQL SECURITY"]),
+            "{engine}"
+        );
+    }
+}
+
+#[test]
+fn a_materialized_views_target_without_a_database_is_in_the_client_database() {
+    for engine in BOTH {
+        assert_eq!(outcome(engine, "mv_to_without_database"), ok(), "{engine}");
+        assert_eq!(
+            outcome(engine, "mv_to_other_database"),
+            differs(&["TO"]),
+            "{engine}"
+        );
+    }
+}
+
+#[test]
+fn the_settings_the_server_adds_to_an_inner_engine_are_no_difference() {
+    for engine in BOTH {
+        assert_eq!(outcome(engine, "mv_inner_engine"), ok(), "{engine}");
+        assert_eq!(
+            outcome(engine, "mv_inner_engine_settings_changed"),
+            differs(&["SETTINGS"]),
+            "{engine}"
+        );
+    }
+}
+
+#[test]
+fn a_views_definer_and_security_are_compared() {
+    for engine in MODERN {
+        assert_eq!(outcome(engine, "view_definer"), ok(), "{engine}");
+        assert_eq!(
+            outcome(engine, "view_security_changed"),
+            differs(&["DEFINER", "SQL SECURITY"]),
+            "{engine}"
+        );
+    }
+}
+
+#[test]
+fn a_hidden_credential_matches_the_declared_literal_and_other_changes_still_show() {
+    for engine in MODERN {
+        assert_eq!(outcome(engine, "dictionary_hidden_lifetime"), ok(), "{engine}");
+        assert_eq!(
+            outcome(engine, "dictionary_host_changed"),
+            differs(&["SOURCE"]),
+            "{engine}"
+        );
+        assert_eq!(
+            outcome(engine, "dictionary_lifetime_changed"),
+            differs(&["LIFETIME"]),
+            "{engine}"
+        );
+    }
+    for engine in BOTH {
+        assert_eq!(outcome(engine, "mysql_engine_hidden"), ok(), "{engine}");
+        assert_eq!(
+            outcome(engine, "mysql_engine_changed"),
+            differs(&["ENGINE"]),
+            "{engine}"
+        );
+    }
+    // Neither the password nor the table name reaches a message.
+    let report = report("chdb-26.9", "mysql_engine_changed");
+    let shown = format!("{:?}", report.objects[0].differences);
+    assert!(!shown.contains("pw123") && !shown.contains("'other'"), "{shown}");
 }
