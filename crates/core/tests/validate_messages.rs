@@ -1220,3 +1220,25 @@ fn a_fanout_replicated_table_needing_a_uuid_is_refused_with_what_to_write() {
     );
     assert!(validate("orders-schema", &replicated_db).is_ok());
 }
+
+#[test]
+fn on_cluster_in_a_replicated_database_is_refused_at_its_index() {
+    let props = with(
+        with(
+            base(),
+            "/statements",
+            json!([
+                "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER main ENGINE = Replicated('/db/orders', '{shard}', '{replica}')",
+                "CREATE TABLE IF NOT EXISTS orders.t ON CLUSTER main (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id",
+            ]),
+        ),
+        "/execution",
+        json!({ "mode": "onCluster", "cluster": "main" }),
+    );
+    let err = assert_issue(
+        props,
+        "statements[1]",
+        "creates orders.t ON CLUSTER in database orders",
+    );
+    assert!(err.to_string().contains("code 80"), "{err}");
+}

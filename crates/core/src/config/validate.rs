@@ -802,6 +802,9 @@ fn check_statement_rules(
         if let Err(reason) = statement_rules::single_statement(sql) {
             issues.push(issue(path.clone(), reason));
         }
+        if let Err(reason) = statement_rules::on_cluster_in_replicated_database(sql, &declared, database) {
+            issues.push(issue(path.clone(), reason));
+        }
         if fanout && let Err(reason) = statement_rules::replicated_path_without_uuid(sql, &declared, database)
         {
             issues.push(issue(path, reason));

@@ -13,6 +13,8 @@
 //!   database is refused by the server (code 36, BAD_ARGUMENTS) on every pod. Refused here when the
 //!   statements themselves say what the database's engine is (a `CREATE DATABASE` among them);
 //!   otherwise the server's own error stands.
+//! - `ON CLUSTER` on an object of a `Replicated` database is refused by the server (code 80): such
+//!   a database replicates its DDL by itself. Refused here when the statements create it so.
 //!
 //! Like the onCluster check, these read tokens, never raw text.
 
@@ -141,9 +143,68 @@ pub fn replicated_path_without_uuid(
     ))
 }
 
+/// `Err(reason)` when `sql` runs `ON CLUSTER` on an object of a database the statements create
+/// with the `Replicated` engine: such a database replicates its DDL by itself, and the server
+/// refuses `ON CLUSTER` there (code 80, INCORRECT_QUERY). Creating the database itself `ON CLUSTER`
+/// is allowed.
+pub fn on_cluster_in_replicated_database(
+    sql: &str,
+    statements: &[&str],
+    default_database: &str,
+) -> Result<(), String> {
+    let tokens: Vec<Token> = significant(sql).collect();
+    let on_cluster = tokens
+        .windows(2)
+        .any(|w| w[0].is_keyword(sql, "ON") && w[1].is_keyword(sql, "CLUSTER"));
+    if !on_cluster {
+        return Ok(());
+    }
+    let StatementClass::Declares(d) = classify(sql, default_database) else {
+        return Ok(());
+    };
+    if d.kind == ObjectKind::Database {
+        return Ok(());
+    }
+    match database_engine(statements, &d.database, default_database) {
+        Some(engine) if engine == "Replicated" => Err(format!(
+            "creates {} ON CLUSTER in database {}, which the statements create with ENGINE = Replicated: \
+             such a database replicates every DDL to its replicas by itself, and the server refuses ON \
+             CLUSTER there (code 80, INCORRECT_QUERY); remove ON CLUSTER from this statement",
+            d.qualified_name(),
+            d.database
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_cluster_in_a_replicated_database_is_refused_naming_the_object() {
+        let db = "CREATE DATABASE IF NOT EXISTS rdb ON CLUSTER main ENGINE = Replicated('/db/rdb', '{shard}', '{replica}')";
+        let t = "CREATE TABLE IF NOT EXISTS rdb.t ON CLUSTER main (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id";
+        let err = on_cluster_in_replicated_database(t, &[db, t], "default").unwrap_err();
+        assert!(err.contains("creates rdb.t ON CLUSTER in database rdb"), "{err}");
+        assert!(err.contains("code 80"), "{err}");
+        // The database itself, a table without ON CLUSTER, another database: fine.
+        assert_eq!(on_cluster_in_replicated_database(db, &[db, t], "default"), Ok(()));
+        let plain = "CREATE TABLE IF NOT EXISTS rdb.t (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id";
+        assert_eq!(
+            on_cluster_in_replicated_database(plain, &[db, plain], "default"),
+            Ok(())
+        );
+        let other = "CREATE TABLE IF NOT EXISTS app.t ON CLUSTER main (id UInt64) ENGINE = Memory";
+        assert_eq!(
+            on_cluster_in_replicated_database(
+                other,
+                &[db, "CREATE DATABASE app ON CLUSTER main", other],
+                "default"
+            ),
+            Ok(())
+        );
+    }
 
     #[test]
     fn one_statement_with_or_without_a_trailing_semicolon_is_one() {
