@@ -1237,3 +1237,75 @@ fn a_cancellation_ends_a_wait_for_pods_at_once() {
     assert_eq!(clock.elapsed(), Duration::ZERO, "no waiting after the abort");
     assert_eq!((cluster.lists(), cluster.exec_attempts()), (0, 0));
 }
+
+/// The per-host status table of an ON CLUSTER statement as a server under
+/// `distributed_ddl_output_mode` 'never_throw' prints it (TabSeparated, exit 0).
+fn status_table_exec(rows: &'static str) -> FakeCluster {
+    FakeCluster::new(three_pods()).on_exec(move |request, _| {
+        request.stdin.contains("orders.events").then(|| {
+            Ok(clickhouse_schema_core::transport::ExecOutput {
+                stdout: rows.to_owned(),
+                stderr: String::new(),
+                exit_code: 0,
+            })
+        })
+    })
+}
+
+#[test]
+fn a_host_failure_in_an_on_cluster_status_table_fails_the_apply_though_it_exited_0() {
+    let mut props = on_cluster_props();
+    props["statements"][1] = json!(
+        "CREATE TABLE IF NOT EXISTS orders.events ON CLUSTER 'orders' (s String DEFAULT 'hunter2-secret') ENGINE = Memory"
+    );
+    let cluster = status_table_exec(
+        "chi-orders-0-0\t9000\t0\t\t1\t2\n\
+         chi-orders-0-1\t9000\t62\tCode: 62. DB::Exception: Syntax error: failed at position 1 (\\'hunter2-secret\\'). (SYNTAX_ERROR)\t0\t2\n",
+    );
+    let err = run_apply(props, None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::StatementFailed);
+    assert_eq!(err.statement_index, Some(1));
+    assert_eq!(err.clickhouse_code, Some(62));
+    assert!(
+        err.message
+            .contains("statement 1, run from pod chi-orders-0-0-0, exited 0 but its distributed DDL status table says it failed on chi-orders-0-1:9000 (code 62: Code: 62."),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains("'throw_only_active' (recommended)"),
+        "{}",
+        err.message
+    );
+    assert!(!err.message.contains("hunter2"), "{}", err.message);
+}
+
+#[test]
+fn a_host_unfinished_at_the_timeout_fails_the_apply_as_unknown() {
+    let cluster =
+        status_table_exec("chi-orders-0-0\t9000\t0\t\\N\t1\t1\nchi-orders-0-1\t9000\t\\N\t\\N\t1\t1\n");
+    let err = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::StatementFailed);
+    assert!(
+        err.message.contains(
+            "chi-orders-0-1:9000 had not finished it when the wait ran out (distributed_ddl_task_timeout): their outcome is unknown"
+        ),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn an_all_zero_status_table_is_success() {
+    let cluster = status_table_exec("chi-orders-0-0\t9000\t0\t\t1\t2\nchi-orders-0-1\t9000\t0\t\t0\t2\n");
+    assert!(run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).is_ok());
+}
+
+#[test]
+fn under_throw_only_active_in_settings_a_host_that_is_down_is_no_failure() {
+    let mut props = on_cluster_props();
+    props["settings"] = json!({ "distributed_ddl_output_mode": "throw_only_active" });
+    let cluster =
+        status_table_exec("chi-orders-0-0\t9000\t0\t\\N\t1\t1\nchi-orders-0-1\t9000\t\\N\t\\N\t1\t1\n");
+    assert!(run_apply(props, None, &cluster, &FakeClock::default()).is_ok());
+}

@@ -1143,3 +1143,102 @@ fn a_broken_execution_block_is_not_compounded_by_statement_checks() {
     );
     assert_single_issue(props, "execution.cluster", "is required");
 }
+
+#[test]
+fn an_entry_holding_two_statements_is_refused_at_its_index() {
+    let props = with(
+        base(),
+        "/statements",
+        json!([
+            "CREATE DATABASE IF NOT EXISTS orders;",
+            "CREATE TABLE IF NOT EXISTS orders.t (s String DEFAULT 'a;b') ENGINE = Memory; -- one; statement",
+            "CREATE TABLE IF NOT EXISTS orders.u (id UInt64) ENGINE = Memory; DROP TABLE orders.t",
+        ]),
+    );
+    let err = assert_issue(props, "statements[2]", "holds more than one statement");
+    assert_eq!(err.issues.len(), 1, "only entry 2: {err}");
+    assert!(
+        err.to_string()
+            .contains("line 1, column 66 follows the ';' at byte 63"),
+        "{err}"
+    );
+    // deleteStatements too, when they run.
+    let props = with(
+        with(base(), "/onDelete", json!("run")),
+        "/deleteStatements",
+        json!(["DROP TABLE IF EXISTS orders.t; DROP DATABASE orders"]),
+    );
+    assert_issue(props, "deleteStatements[0]", "holds more than one statement");
+}
+
+#[test]
+fn a_fanout_replicated_table_needing_a_uuid_is_refused_with_what_to_write() {
+    let argless = "CREATE TABLE IF NOT EXISTS orders.t (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id";
+    let props = with(
+        base(),
+        "/statements",
+        json!(["CREATE DATABASE IF NOT EXISTS orders", argless]),
+    );
+    let err = assert_issue(
+        props,
+        "statements[1]",
+        "write the path out, e.g. ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')",
+    );
+    assert!(err.to_string().contains("code 36"), "{err}");
+    let uuid = "CREATE TABLE orders.u (id UInt64) ENGINE = ReplicatedMergeTree('/t/{uuid}', '{replica}') ORDER BY id";
+    assert_issue(
+        with(
+            base(),
+            "/statements",
+            json!(["CREATE DATABASE orders ENGINE = Atomic", uuid]),
+        ),
+        "statements[1]",
+        "holds {uuid}",
+    );
+    // Under onCluster the statement carries ON CLUSTER, whose initiator sends the UUID.
+    let on_cluster = with(
+        with(
+            base(),
+            "/statements",
+            json!([
+                "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER main",
+                "CREATE TABLE IF NOT EXISTS orders.t ON CLUSTER main (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id",
+            ]),
+        ),
+        "/execution",
+        json!({ "mode": "onCluster", "cluster": "main" }),
+    );
+    assert!(validate("orders-schema", &on_cluster).is_ok());
+    // In a Replicated database the server supplies it.
+    let replicated_db = with(
+        base(),
+        "/statements",
+        json!([
+            "CREATE DATABASE IF NOT EXISTS orders ENGINE = Replicated('/db/orders', '{shard}', '{replica}')",
+            argless
+        ]),
+    );
+    assert!(validate("orders-schema", &replicated_db).is_ok());
+}
+
+#[test]
+fn on_cluster_in_a_replicated_database_is_refused_at_its_index() {
+    let props = with(
+        with(
+            base(),
+            "/statements",
+            json!([
+                "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER main ENGINE = Replicated('/db/orders', '{shard}', '{replica}')",
+                "CREATE TABLE IF NOT EXISTS orders.t ON CLUSTER main (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id",
+            ]),
+        ),
+        "/execution",
+        json!({ "mode": "onCluster", "cluster": "main" }),
+    );
+    let err = assert_issue(
+        props,
+        "statements[1]",
+        "creates orders.t ON CLUSTER in database orders",
+    );
+    assert!(err.to_string().contains("code 80"), "{err}");
+}

@@ -26,8 +26,8 @@ use crate::config::{DEFAULT_MAX_STATEMENT_BYTES, KubeConfigOptions, ResolvedConf
 use crate::config::{RebuildTable, RebuildVerify};
 use crate::error::{ClickHouseSchemaError, ConfigIssue, ErrorKind};
 use crate::rebuild::RebuildPlan;
-use crate::sql::client_options;
 use crate::sql::on_cluster;
+use crate::sql::{client_options, statement_rules};
 use serde::Deserialize;
 
 /// The props schema, verbatim as shipped in the npm package.
@@ -664,6 +664,12 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
 
     check_rebuild(props, issues);
 
+    let fanout = on_cluster_name(props).is_none();
+    check_statement_rules(props, "statements", max_bytes, fanout, issues);
+    if teardown == Some(Teardown::Run) {
+        check_statement_rules(props, "deleteStatements", max_bytes, fanout, issues);
+    }
+
     if let Some(cluster) = on_cluster_name(props) {
         check_on_cluster(props, "statements", cluster, max_bytes, issues);
         if teardown == Some(Teardown::Run) {
@@ -757,6 +763,51 @@ fn check_sizes(props: &Map<String, Value>, field: &str, max_bytes: u64, issues: 
                     sql.len()
                 ),
             ));
+        }
+    }
+}
+
+/// One statement an entry, and (under fanout) no `Replicated` table whose path needs a UUID the
+/// statement cannot give (see [`statement_rules`]).
+fn check_statement_rules(
+    props: &Map<String, Value>,
+    field: &str,
+    max_bytes: u64,
+    fanout: bool,
+    issues: &mut Vec<ConfigIssue>,
+) {
+    let Some(Value::Array(entries)) = props.get(field) else {
+        return;
+    };
+    // Oversized and blank statements were reported already: lexing them gives no better message.
+    fn lexable(v: &Value, max_bytes: u64) -> Option<&str> {
+        v.as_str()
+            .filter(|s| !s.trim().is_empty() && s.len() as u64 <= max_bytes)
+    }
+    let database = props
+        .get("client")
+        .and_then(|c| c.get("database"))
+        .and_then(Value::as_str)
+        .unwrap_or(crate::config::DEFAULT_DATABASE);
+    // Databases are created by `statements` (deleteStatements tear them down).
+    let declared: Vec<&str> = match props.get("statements") {
+        Some(Value::Array(s)) => s.iter().filter_map(|v| lexable(v, max_bytes)).collect(),
+        _ => Vec::new(),
+    };
+    for (index, sql) in entries.iter().enumerate() {
+        let Some(sql) = lexable(sql, max_bytes) else {
+            continue;
+        };
+        let path = format!("{field}[{index}]");
+        if let Err(reason) = statement_rules::single_statement(sql) {
+            issues.push(issue(path.clone(), reason));
+        }
+        if let Err(reason) = statement_rules::on_cluster_in_replicated_database(sql, &declared, database) {
+            issues.push(issue(path.clone(), reason));
+        }
+        if fanout && let Err(reason) = statement_rules::replicated_path_without_uuid(sql, &declared, database)
+        {
+            issues.push(issue(path, reason));
         }
     }
 }

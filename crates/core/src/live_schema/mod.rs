@@ -39,6 +39,7 @@
 //! This module writes the check's script and reads its output; its driver (`run`) runs it on a pod
 //! over the transport. Nothing here imports from `transport`.
 
+mod replication;
 mod run;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,7 @@ use crate::sql::declared::{Declaration, DeclarationForm, ObjectKind, StatementCl
 use crate::sql::definition::{self, Definition, Difference, Scope, keywords_at};
 use crate::sql::lexer::{Token, TokenKind, significant};
 use crate::sql::redact::CREDENTIAL_KEYWORDS;
+use replication::{ReplicaArgs, ServerFacts, is_replicated, replica_args, same_replication};
 
 /// Prefix of every scratch database; the rest is a per-run hex id.
 pub const SCRATCH_DATABASE_PREFIX: &str = "_clickhouse_schema_verify_";
@@ -260,7 +262,7 @@ impl VerifyPlan {
             match classify(sql, default_database) {
                 StatementClass::Declares(declaration) => {
                     checks.retain(|c| c.declaration.qualified_name() != declaration.qualified_name());
-                    let how = how(sql, &declaration);
+                    let how = how(sql, &declaration, default_database);
                     checks.push(Check {
                         statement_index: index,
                         declaration,
@@ -339,6 +341,30 @@ impl VerifyPlan {
             "SELECT 'database', name, '', '' FROM system.databases WHERE name IN ({}) FORMAT TabSeparated;",
             databases.join(", ")
         );
+        // How the server expands a `Replicated` engine's path (see `replication`): its macros, and
+        // for an argument-less engine its defaults (a table 18.16 lacks; it lacks such engines too).
+        let engines = || {
+            self.checks.iter().filter_map(|c| match &c.how {
+                How::Compare {
+                    replication: true,
+                    declared,
+                    ..
+                } => declared.clause("ENGINE").and_then(replica_args),
+                _ => None,
+            })
+        };
+        if engines().next().is_some() {
+            let _ = writeln!(
+                out,
+                "SELECT 'macro', macro, substitution, '' FROM system.macros FORMAT TabSeparated;"
+            );
+        }
+        if engines().any(|a| a == ReplicaArgs::Default) {
+            let _ = writeln!(
+                out,
+                "SELECT 'setting', name, value, '' FROM system.server_settings WHERE name IN ('default_replica_path', 'default_replica_name') FORMAT TabSeparated;"
+            );
+        }
         let _ = writeln!(out, "DROP DATABASE {scratch};");
         let _ = writeln!(out, "SELECT 'end', '', '', '' FORMAT TabSeparated;");
         out
@@ -349,6 +375,7 @@ impl VerifyPlan {
     pub fn read(&self, pod: &str, scratch: &str, stdout: &str) -> Result<PodReport, Unreadable> {
         let mut live: BTreeMap<(String, String), String> = BTreeMap::new();
         let mut databases: Vec<String> = Vec::new();
+        let mut facts = ServerFacts::default();
         let mut ended = false;
         for line in stdout.lines() {
             let fields: Vec<String> = line.split('\t').map(unescape).collect();
@@ -357,6 +384,14 @@ impl VerifyPlan {
                     live.insert((fields[1].clone(), fields[2].clone()), fields[3].clone());
                 }
                 Some("database") if fields.len() >= 2 => databases.push(fields[1].clone()),
+                Some("macro") if fields.len() >= 3 => {
+                    facts.macros.insert(fields[1].clone(), fields[2].clone());
+                }
+                Some("setting") if fields.len() >= 3 => match fields[1].as_str() {
+                    "default_replica_path" => facts.default_path = Some(fields[2].clone()),
+                    "default_replica_name" => facts.default_replica = Some(fields[2].clone()),
+                    _ => {}
+                },
                 Some("end") => ended = true,
                 _ => {}
             }
@@ -378,7 +413,7 @@ impl VerifyPlan {
                     None => databases.iter().find(|n| **n == d.database),
                 };
                 let scratch_copy = live.get(&(scratch.to_string(), format!("o{i}")));
-                compare(check, exists, scratch_copy)
+                compare(check, exists, scratch_copy, &facts)
             })
             .collect();
         Ok(PodReport {
@@ -416,7 +451,12 @@ pub fn scratch_database(seed: &str) -> String {
     name
 }
 
-fn compare(check: &Check, live: Option<&String>, scratch_copy: Option<&String>) -> ObjectReport {
+fn compare(
+    check: &Check,
+    live: Option<&String>,
+    scratch_copy: Option<&String>,
+    facts: &ServerFacts,
+) -> ObjectReport {
     let d = &check.declaration;
     let report = |status, compared, differences| ObjectReport {
         name: d.qualified_name(),
@@ -478,13 +518,28 @@ fn compare(check: &Check, live: Option<&String>, scratch_copy: Option<&String>) 
     }
     if *replication
         && let (Some(d), Some(l)) = (declared.clause("ENGINE"), live_definition.clause("ENGINE"))
-        && replication_key(d) != replication_key(l)
+        && !same_replication(
+            d,
+            l,
+            &check.declaration.database,
+            check.declaration.name.as_deref().unwrap_or_default(),
+            facts,
+        )
         && !differences.iter().any(|x| x.clause == "ENGINE")
     {
         differences.push(Difference {
             clause: "ENGINE".into(),
             declared: d.text.clone(),
             live: l.text.clone(),
+        });
+    }
+    // A materialized view's definer and security are the server's when the declaration leaves
+    // them out: a refreshable one is printed `DEFINER = <the creating user> SQL SECURITY DEFINER`.
+    if d.kind == ObjectKind::MaterializedView {
+        differences.retain(|x| {
+            !(x.declared.is_empty()
+                && (x.clause == "DEFINER"
+                    || (x.clause == "SQL SECURITY" && x.live.eq_ignore_ascii_case("DEFINER"))))
         });
     }
     let differences: Vec<DifferenceReport> = differences
@@ -506,18 +561,19 @@ fn compare(check: &Check, live: Option<&String>, scratch_copy: Option<&String>) 
     report(status, compared, differences)
 }
 
-/// `ReplicatedX`'s path and replica arguments, as compared.
-fn replication_key(engine: &definition::Part) -> Option<(String, Vec<String>)> {
-    let (name, args) = definition::engine_parts(&engine.text)?;
-    name.starts_with("Replicated")
-        .then(|| (name, args.iter().take(2).map(|a| a.key.clone()).collect()))
-}
-
 /// How `sql`, which declares `declaration`, is compared.
-fn how(sql: &str, declaration: &Declaration) -> How {
+fn how(sql: &str, declaration: &Declaration, default_database: &str) -> How {
     let tokens: Vec<Token> = significant(sql).collect();
     let body_at = definition::after_name(sql, &tokens);
-    let declared = definition::parse(sql);
+    let mut declared = definition::parse(sql);
+    // `TO t` names a table of the database the statement runs in; the server prints it `TO db.t`.
+    if let Some(to) = declared.clauses.iter_mut().find(|c| c.name == "TO")
+        && !to.part.key.contains(" . ")
+        && !to.part.key.is_empty()
+    {
+        to.part.key = format!("{default_database} . {}", to.part.key);
+        to.part.text = format!("{}.{}", quoted_name(default_database), to.part.text);
+    }
     let query_connects = connects(sql, &tokens[body_at.min(tokens.len())..]);
     let text_all = |hide: &'static [&'static str]| How::Compare {
         scratch: None,
@@ -588,9 +644,7 @@ fn how(sql: &str, declaration: &Declaration) -> How {
                 return text_all(&["AS", "ENGINE", "SETTINGS"]);
             }
             if local {
-                let replicated = engine
-                    .as_ref()
-                    .is_some_and(|(n, _)| n.starts_with("Replicated") && n.len() > 10);
+                let replicated = engine.as_ref().is_some_and(|(n, _)| is_replicated(n));
                 How::Compare {
                     scratch: Some(("TABLE", table_body(sql, &tokens, body_at, replicated))),
                     declared,
@@ -650,7 +704,7 @@ pub(crate) fn plain_table_body(sql: &str, tokens: &[Token], at: usize) -> String
     let replicated = definition::parse(sql)
         .clause("ENGINE")
         .and_then(|e| definition::engine_parts(&e.text))
-        .is_some_and(|(n, _)| n.starts_with("Replicated") && n.len() > 10);
+        .is_some_and(|(n, _)| is_replicated(&n));
     table_body(sql, tokens, at, replicated)
 }
 
@@ -702,8 +756,13 @@ fn table_body(sql: &str, tokens: &[Token], at: usize, replicated: bool) -> Strin
         let mut replaced = String::new();
         replaced.push_str(&sql[offset..name.start]);
         replaced.push_str(plain);
-        // Arguments: drop the first two (path and replica).
-        if tokens.get(name_at + 1).is_some_and(|t| t.is_punct(sql, "(")) {
+        // Arguments: drop the first two (path and replica), when written (see
+        // `replication::path_argument_count`).
+        if tokens.get(name_at + 1).is_some_and(|t| t.is_punct(sql, "("))
+            && tokens
+                .get(name_at + 2)
+                .is_some_and(|t| t.kind == TokenKind::StringLiteral)
+        {
             let mut depth = 0usize;
             let mut commas = Vec::new();
             let mut close = None;
@@ -884,6 +943,18 @@ fn later_effect(sql: &str, default_database: &str, verb: &str) -> (Effect, Vec<S
         i += 1;
     }
     (effect, names, database_statement)
+}
+
+/// `name` as an identifier in a message: backquoted unless it is a plain word.
+fn quoted_name(name: &str) -> String {
+    if !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        name.to_string()
+    } else {
+        format!("`{}`", name.replace('\\', "\\\\").replace('`', "\\`"))
+    }
 }
 
 /// `text` for a message: every string literal replaced when `all_literals`, and always the

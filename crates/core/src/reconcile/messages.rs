@@ -10,6 +10,7 @@ use crate::kubernetes::selector::selector_text;
 use crate::live_schema::{
     DifferenceReport, ObjectStatus, PodReport, SCRATCH_DATABASE_PREFIX, Unreadable, VerifyPlan,
 };
+use crate::sql::ddl_status::{HostOutcome, HostStatus};
 use crate::sql::declared::DeclarationForm;
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{ExecOutput, PodInfo, TransportError, TransportErrorKind};
@@ -230,6 +231,58 @@ impl<T, C> Run<'_, T, C> {
             .with_pod(pod)
             .with_exit_code(output.exit_code)
             .with_clickhouse(redacted.clickhouse_code, redacted.clickhouse_exception)
+    }
+
+    /// A statement that exited 0 while its distributed DDL status table says some host did not
+    /// run it (see [`crate::sql::ddl_status`]).
+    pub(super) fn hosts_failed(
+        &self,
+        index: usize,
+        statement: &str,
+        pod: &str,
+        hosts: &[HostStatus],
+    ) -> ClickHouseSchemaError {
+        let mut failed = Vec::new();
+        let mut unfinished = Vec::new();
+        let mut first_code = None;
+        for h in hosts {
+            match &h.outcome {
+                HostOutcome::Failed { code, error } => {
+                    first_code.get_or_insert(*code);
+                    let error = redact_clickhouse_output(error, statement).text;
+                    failed.push(format!("{} (code {code}: {})", h.host, error.trim()));
+                }
+                HostOutcome::Unfinished => unfinished.push(h.host.clone()),
+            }
+        }
+        let mut message = format!(
+            "{}: statement {index}, run from pod {pod}, exited 0 but its distributed DDL status table says",
+            self.prefix()
+        );
+        if !failed.is_empty() {
+            message.push_str(&format!(" it failed on {}", failed.join(", ")));
+        }
+        if !unfinished.is_empty() {
+            message.push_str(&format!(
+                "{} {} had not finished it when the wait ran out (distributed_ddl_task_timeout): their \
+                 outcome is unknown, they may still run it in the background (a host that is down shows \
+                 the same: under distributed_ddl_output_mode 'throw_only_active', set it in settings so \
+                 such a host is not read as a failure)",
+                if failed.is_empty() { "" } else { ";" },
+                unfinished.join(", ")
+            ));
+        }
+        message.push_str(
+            ". A distributed_ddl_output_mode of 'never_throw' or 'null_status_on_timeout' reports such hosts \
+             only in that table; 'throw_only_active' (recommended) or 'throw' makes the statement fail. \
+             Nothing is recorded; the next converge re-runs the list.",
+        );
+        let code = first_code.and_then(|c| u32::try_from(c).ok());
+        self.error(ErrorKind::StatementFailed, message)
+            .with_statement_index(index)
+            .with_pod(pod)
+            .with_exit_code(0)
+            .with_clickhouse(code, None)
     }
 
     pub(super) fn exec_transport_failed(

@@ -373,6 +373,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
     }
 
+    /// What a NULL host status means under the `distributed_ddl_output_mode` the settings give
+    /// (a server profile's is not known here: it is read as the strictest).
+    fn null_status(&self) -> crate::sql::ddl_status::NullStatus {
+        match self.settings.get("distributed_ddl_output_mode") {
+            Some(SettingValue::String(mode)) if mode == "throw_only_active" => {
+                crate::sql::ddl_status::NullStatus::Inactive
+            }
+            _ => crate::sql::ddl_status::NullStatus::Unfinished,
+        }
+    }
+
     /// The whole ordered list on one pod, one exec per statement, stopping at
     /// the first failure.
     async fn apply_all(&self, statements: &[String], pod: &PodInfo) -> Result<(), Failure> {
@@ -429,6 +440,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(Failure::Error(
                     self.statement_failed(index, statement, pod, &output, unknown),
                 ));
+            }
+            // Distributed DDL under `distributed_ddl_output_mode` 'never_throw' or
+            // 'null_status_on_timeout' exits 0 with a host's failure only in its status table.
+            let hosts = crate::sql::ddl_status::problems(statement, &output.stdout, self.null_status());
+            if !hosts.is_empty() {
+                return Err(Failure::Error(self.hosts_failed(index, statement, pod, &hosts)));
             }
         }
         if let Some(verification) = self.verification {

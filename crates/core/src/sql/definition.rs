@@ -7,14 +7,18 @@
 //! becomes `1.`, quotes and line breaks go); what is left is removed here by reading tokens:
 //! whitespace and comments go, keywords are compared upper case, a quoted identifier is compared by
 //! its name, numbers by their value, and the object's name, `ON CLUSTER` and `UUID` are not part of
-//! the definition. Each part keeps two texts: a key, which is what is compared, and the source text
+//! the definition. One level of parentheses around a whole clause, list element or query-clause
+//! expression is not either: ClickHouse 26.x prints it as written (`ORDER BY (id)`), 18.16 drops it. Each part keeps two texts: a key, which is what is compared, and the source text
 //! with its spacing collapsed, which is what a difference shows.
 //!
 //! What counts as a difference: a column (name, type, `DEFAULT`/`MATERIALIZED`/`ALIAS` expression,
 //! `COMMENT`, `CODEC`, TTL: the whole entry), the order of the columns, and each clause: `ENGINE`
 //! with its arguments, `PARTITION BY`, `PRIMARY KEY`, `ORDER BY`, `SAMPLE BY`, `TTL`, `SETTINGS`,
 //! `COMMENT`, for views `TO` (a materialized view's target) and `AS` (the query), and for
-//! dictionaries `SOURCE`, `LAYOUT`, `LIFETIME` and `RANGE`. `POPULATE` is not part of a definition
+//! dictionaries `SOURCE`, `LAYOUT`, `LIFETIME` and `RANGE`, for views `DEFINER` and `SQL SECURITY`,
+//! and a refreshable materialized view's schedule, `REFRESH`. What a current server prints on
+//! its own is matched as such: `'[HIDDEN]'` in place of a credential literal, `LIFETIME(MIN 0 MAX
+//! n)` for `LIFETIME(n)`, and the `index_granularity = 8192` it writes into MergeTree settings. `POPULATE` is not part of a definition
 //! (the server does not keep it).
 
 use crate::sql::lexer::{Token, TokenKind, significant, tokenize};
@@ -38,6 +42,10 @@ const CLAUSES: &[&[&str]] = &[
     &["LAYOUT"],
     &["LIFETIME"],
     &["RANGE"],
+    // A view's security and a refreshable materialized view's schedule (22.x+, 24.x+).
+    &["REFRESH"],
+    &["DEFINER"],
+    &["SQL", "SECURITY"],
 ];
 
 /// Words whose case the server ignores, compared upper case. Identifiers keep their case.
@@ -221,8 +229,29 @@ pub fn parse(sql: &str) -> Definition {
         let starts = (depth == 0 && !in_query)
             .then(|| CLAUSES.iter().find(|words| keywords_at(sql, &tokens, i, words)))
             .flatten();
+        // `SQL SECURITY DEFINER` ends with the word, `DEFINER = x` is the clause.
+        let starts = starts
+            .filter(|words| words[0] != "DEFINER" || tokens.get(i + 1).is_some_and(|t| t.is_punct(sql, "=")));
         if let Some(words) = starts {
+            let after_schedule = current.as_ref().is_some_and(|(name, _)| name == "REFRESH");
             close(&mut definition, current.take(), i);
+            // A refreshable materialized view's `TO db.t (columns)` comes after its schedule: the
+            // target is the name, the column list is the definition's. (`TTL ... TO DISK 'd'`
+            // is a TTL's.)
+            if words[0] == "TO" && after_schedule && definition.clause("TO").is_none() {
+                let end = name_end(sql, &tokens, i + 1);
+                definition.clauses.push(Clause {
+                    name: "TO".into(),
+                    part: part(sql, &tokens[i + 1..end]),
+                });
+                i = end;
+                if tokens.get(i).is_some_and(|t| t.is_punct(sql, "(")) && definition.columns.is_empty() {
+                    let (columns, after) = column_list(sql, &tokens, i);
+                    definition.columns = columns;
+                    i = after;
+                }
+                continue;
+            }
             current = Some((words.join(" "), i + words.len()));
             i += words.len();
             continue;
@@ -341,14 +370,100 @@ fn column_name(sql: &str, entry: &[Token]) -> String {
 
 /// The key and the display text of `tokens` (significant tokens of `sql`, in order).
 fn part(sql: &str, tokens: &[Token]) -> Part {
-    let key = tokens
+    let keys: Vec<(bool, String)> = tokens
         .iter()
-        .map(|t| key_of(sql, t))
+        .map(|t| (t.kind == TokenKind::Punct, key_of(sql, t)))
+        .collect();
+    let key = without_redundant_parentheses(keys)
+        .into_iter()
+        .map(|(_, k)| k)
         .collect::<Vec<_>>()
         .join(" ");
     Part {
         key,
         text: display(sql, tokens),
+    }
+}
+
+/// Words after which a parenthesized expression is a whole operand: a clause's or a query
+/// clause's expression (`ORDER BY (id)`, `WHERE (x > 1)`).
+const OPERAND_AFTER: &[&str] = &["BY", "WHERE", "PREWHERE", "HAVING", "KEY"];
+
+/// Words that end an expression after a parenthesized operand (`ORDER BY (id) DESC`,
+/// `WHERE (x > 1) GROUP BY x`).
+const OPERAND_BEFORE: &[&str] = &[
+    "ASC",
+    "DESC",
+    "NULLS",
+    "COLLATE",
+    "GROUP",
+    "ORDER",
+    "HAVING",
+    "LIMIT",
+    "OFFSET",
+    "SETTINGS",
+    "UNION",
+    "EXCEPT",
+    "INTERSECT",
+    "WINDOW",
+    "QUALIFY",
+    "FORMAT",
+    "WITH",
+    "PREWHERE",
+    "WHERE",
+];
+
+/// The keys (`(is punctuation, key)`) with every redundant pair of parentheses removed: one around
+/// a single expression (no top-level comma, so not a tuple) that stands as a whole clause, a whole
+/// list element or a whole query-clause expression. ClickHouse 26.x prints one such level as
+/// written (`ORDER BY (id)`), 18.16 and an undecorated declaration do not (`ORDER BY id`): the same
+/// key either way. Parentheses that group an operand of an operator (`(a + b) * c`) or call a
+/// function stay, so a real change of an expression still differs.
+fn without_redundant_parentheses(mut keys: Vec<(bool, String)>) -> Vec<(bool, String)> {
+    let punct = |k: &(bool, String), p: &str| k.0 && k.1 == p;
+    let word = |k: &(bool, String), set: &[&str]| !k.0 && set.contains(&k.1.as_str());
+    loop {
+        let mut removed = false;
+        let mut i = 0;
+        while i < keys.len() {
+            if !punct(&keys[i], "(") {
+                i += 1;
+                continue;
+            }
+            // The matching `)`, and whether a top-level comma separates elements inside.
+            let (mut depth, mut close, mut comma) = (0usize, None, false);
+            for (j, k) in keys.iter().enumerate().skip(i) {
+                if punct(k, "(") || punct(k, "[") {
+                    depth += 1;
+                } else if punct(k, ")") || punct(k, "]") {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(j);
+                        break;
+                    }
+                } else if depth == 1 && punct(k, ",") {
+                    comma = true;
+                }
+            }
+            let Some(close) = close else { break };
+            let opens = i == 0 || {
+                let prev = &keys[i - 1];
+                punct(prev, ",") || punct(prev, "(") || word(prev, OPERAND_AFTER)
+            };
+            let ends = keys.get(close + 1).is_none_or(|next| {
+                punct(next, ",") || punct(next, ")") || punct(next, ";") || word(next, OPERAND_BEFORE)
+            });
+            if opens && ends && !comma && close > i + 1 {
+                keys.remove(close);
+                keys.remove(i);
+                removed = true;
+            } else {
+                i += 1;
+            }
+        }
+        if !removed {
+            return keys;
+        }
     }
 }
 
@@ -427,6 +542,22 @@ pub(crate) fn engine_parts(sql: &str) -> Option<(String, Vec<Part>)> {
     Some((name, args))
 }
 
+/// Whether an engine name is a replicated table engine (`ReplicatedMergeTree`; not `Replicated`
+/// alone, which is a database engine).
+pub(crate) fn is_replicated(name: &str) -> bool {
+    name.strip_prefix("Replicated").is_some_and(|p| !p.is_empty())
+}
+
+/// How many leading arguments of a `Replicated*` engine are its ZooKeeper path and replica name:
+/// two when the first is a string literal, none when the engine takes the server's defaults
+/// (`ReplicatedReplacingMergeTree(ver)` keeps `ver` as its own argument).
+pub(crate) fn path_argument_count(args: &[Part]) -> usize {
+    match args.first() {
+        Some(first) if first.key.starts_with('\'') => 2.min(args.len()),
+        _ => 0,
+    }
+}
+
 /// An engine's comparison key: `Name(arg, arg)`, with `Name()` the same as `Name`, and
 /// `Replicated` engines reduced to their plain engine when `plain` (the path and replica name
 /// are then compared on their own).
@@ -436,7 +567,8 @@ pub(crate) fn engine_key(clause: &Part, plain: bool) -> String {
     };
     let (name, args) = match name.strip_prefix("Replicated") {
         Some(base) if plain && !base.is_empty() => {
-            (base.to_string(), args.get(2..).unwrap_or_default().to_vec())
+            let skip = path_argument_count(&args);
+            (base.to_string(), args[skip..].to_vec())
         }
         _ => (name, args),
     };
@@ -496,10 +628,13 @@ pub(crate) fn differences_in(declared: &Definition, live: &Definition, scope: Sc
     for name in names {
         let (d, l) = (declared.clause(name), live.clause(name));
         let same = match (d, l) {
-            (Some(d), Some(l)) if name == "ENGINE" => {
-                engine_key(d, scope.plain_engine) == engine_key(l, scope.plain_engine)
-            }
-            (Some(d), Some(l)) => d.key == l.key,
+            (Some(d), Some(l)) if name == "ENGINE" => keys_match(
+                &engine_key(d, scope.plain_engine),
+                &engine_key(l, scope.plain_engine),
+            ),
+            (Some(d), Some(l)) if name == "LIFETIME" => lifetime_key(&d.key) == lifetime_key(&l.key),
+            (d, Some(l)) if name == "SETTINGS" => settings_match(d.map_or("", |d| &d.key), &l.key),
+            (Some(d), Some(l)) => keys_match(&d.key, &l.key),
             (None, None) => true,
             _ => false,
         };
@@ -512,6 +647,88 @@ pub(crate) fn differences_in(declared: &Definition, live: &Definition, scope: Sc
         }
     }
     out
+}
+
+/// Whether a declared key is the live one, where the live key may hold `'[HIDDEN]'` in place of
+/// a string literal: since 22.12 the server prints credentials of engines, table functions and
+/// dictionary sources that way, so any declared literal there matches (the server does not tell
+/// what it holds).
+fn keys_match(declared: &str, live: &str) -> bool {
+    if declared == live {
+        return true;
+    }
+    if !live.contains("'[HIDDEN]'") {
+        return false;
+    }
+    let d: Vec<Token> = significant(declared).collect();
+    let l: Vec<Token> = significant(live).collect();
+    d.len() == l.len()
+        && d.iter().zip(&l).all(|(d, l)| {
+            d.text(declared) == l.text(live)
+                || (l.kind == TokenKind::StringLiteral
+                    && l.text(live) == "'[HIDDEN]'"
+                    && d.kind == TokenKind::StringLiteral)
+        })
+}
+
+/// A dictionary's `LIFETIME` key with `n` spelled as the server prints it, `MIN 0 MAX n`, and
+/// `MIN`/`MAX` in upper case.
+fn lifetime_key(key: &str) -> String {
+    let words: Vec<String> = key
+        .split(' ')
+        .map(|w| match w.to_ascii_uppercase().as_str() {
+            "MIN" | "MAX" => w.to_ascii_uppercase(),
+            _ => w.to_string(),
+        })
+        .collect();
+    // The clause's own parentheses are gone already (see `without_redundant_parentheses`).
+    match words.as_slice() {
+        [n] => format!("MIN 0 MAX {n}"),
+        _ => words.join(" "),
+    }
+}
+
+/// Settings the server writes into a MergeTree table's (or a materialized view's inner table's)
+/// metadata when the declaration leaves them out: ClickHouse 18.16 and 26.x both add
+/// `index_granularity = 8192`.
+const SERVER_ADDED_SETTINGS: &[&str] = &["index_granularity = 8192"];
+
+/// Whether the declared `SETTINGS` (empty when none) are the live ones, as a set of
+/// `name = value`, once the live settings the server adds by itself are left out where the
+/// declaration does not name them.
+fn settings_match(declared: &str, live: &str) -> bool {
+    fn entries(key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut depth = 0usize;
+        let mut current = Vec::new();
+        for word in key.split(' ').filter(|w| !w.is_empty()) {
+            match word {
+                "(" | "[" => depth += 1,
+                ")" | "]" => depth = depth.saturating_sub(1),
+                "," if depth == 0 => {
+                    out.push(current.join(" "));
+                    current.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            current.push(word);
+        }
+        if !current.is_empty() {
+            out.push(current.join(" "));
+        }
+        out
+    }
+    let name = |entry: &str| entry.split(' ').next().unwrap_or_default().to_string();
+    let mut d = entries(declared);
+    let declared_names: Vec<String> = d.iter().map(|e| name(e)).collect();
+    let mut l: Vec<String> = entries(live)
+        .into_iter()
+        .filter(|e| !SERVER_ADDED_SETTINGS.contains(&e.as_str()) || declared_names.contains(&name(e)))
+        .collect();
+    d.sort();
+    l.sort();
+    d.len() == l.len() && d.iter().zip(&l).all(|(d, l)| keys_match(d, l))
 }
 
 fn column_differences(declared: &Definition, live: &Definition, out: &mut Vec<Difference>) {
@@ -586,6 +803,130 @@ mod tests {
              default 1. ) engine=MergeTree order /* x */ by id",
         );
         assert_eq!(differences(&a, &b), []);
+    }
+
+    #[test]
+    fn one_level_of_redundant_parentheses_is_not_a_difference() {
+        let key = |sql: &str, clause: &str| parse(sql).clause(clause).unwrap().key.clone();
+        let t = "CREATE TABLE t (id UInt64, at DateTime) ENGINE = MergeTree";
+        for (a, b) in [
+            ("ORDER BY (id)", "ORDER BY id"),
+            ("ORDER BY ((id))", "ORDER BY id"),
+            ("PARTITION BY (toYYYYMM(at))", "PARTITION BY toYYYYMM(at)"),
+            ("ORDER BY ((id), at)", "ORDER BY (id, at)"),
+            ("ORDER BY (id) PRIMARY KEY (id)", "ORDER BY id PRIMARY KEY id"),
+        ] {
+            let clause = if a.starts_with("PARTITION") {
+                "PARTITION BY"
+            } else {
+                "ORDER BY"
+            };
+            assert_eq!(
+                key(&format!("{t} {a}"), clause),
+                key(&format!("{t} {b}"), clause),
+                "{a} / {b}"
+            );
+        }
+        let v = |q: &str| key(&format!("CREATE VIEW v AS {q}"), "AS");
+        assert_eq!(
+            v("SELECT id FROM t WHERE (x > 1) ORDER BY id"),
+            v("SELECT id FROM t WHERE x > 1 ORDER BY id")
+        );
+        assert_eq!(
+            v("SELECT id FROM t WHERE (x > 1)"),
+            v("SELECT id FROM t WHERE x > 1")
+        );
+    }
+
+    #[test]
+    fn parentheses_that_change_the_structure_still_do() {
+        let key = |sql: &str| parse(sql).clause("ORDER BY").unwrap().key.clone();
+        let t = "CREATE TABLE t (a UInt64, b UInt64, c UInt64) ENGINE = MergeTree ORDER BY";
+        // A tuple of two is not one expression.
+        assert_ne!(key(&format!("{t} (a, b)")), key(&format!("{t} a")));
+        assert_ne!(key(&format!("{t} (a, b)")), key(&format!("{t} (a)")));
+        // Grouping an operand changes the expression.
+        assert_ne!(key(&format!("{t} (a + b) * c")), key(&format!("{t} a + b * c")));
+        // A real change inside them is still a change.
+        assert_ne!(key(&format!("{t} (a)")), key(&format!("{t} b")));
+        let v = |q: &str| {
+            parse(&format!("CREATE VIEW v AS {q}"))
+                .clause("AS")
+                .unwrap()
+                .key
+                .clone()
+        };
+        assert_ne!(
+            v("SELECT a FROM t WHERE (a > 1 OR b > 1) AND c > 1"),
+            v("SELECT a FROM t WHERE a > 1 OR b > 1 AND c > 1")
+        );
+        assert_ne!(
+            v("SELECT a FROM t WHERE (a > 1)"),
+            v("SELECT a FROM t WHERE a > 2")
+        );
+    }
+
+    #[test]
+    fn a_refreshable_views_schedule_target_and_security_are_clauses() {
+        let d = parse(
+            "CREATE MATERIALIZED VIEW app.mv REFRESH EVERY 1 HOUR TO app.t (`id` UInt64) DEFINER = default \
+             SQL SECURITY DEFINER AS SELECT id FROM app.events",
+        );
+        let clauses: Vec<(&str, &str)> = d
+            .clauses
+            .iter()
+            .map(|c| (c.name.as_str(), c.part.text.as_str()))
+            .collect();
+        assert_eq!(
+            clauses,
+            [
+                ("REFRESH", "EVERY 1 HOUR"),
+                ("TO", "app.t"),
+                ("DEFINER", "= default"),
+                ("SQL SECURITY", "DEFINER"),
+                ("AS", "SELECT id FROM app.events"),
+            ]
+        );
+        assert_eq!(d.columns.len(), 1);
+        // A TTL's `TO DISK 'cold'` is no view target: the literal stays in the comparison.
+        let t = parse("CREATE TABLE t (at DateTime) ENGINE = MergeTree ORDER BY at TTL at TO DISK 'cold'");
+        assert_eq!(t.clause("TO").map(|p| p.text.as_str()), Some("DISK 'cold'"));
+    }
+
+    #[test]
+    fn a_hidden_literal_lifetime_and_added_settings_match_what_was_declared() {
+        let d = parse(
+            "CREATE TABLE t (id UInt64) ENGINE = MySQL('h:3306', 'db', 't', 'u', 'secret') SETTINGS a = 1",
+        );
+        let l = parse(
+            "CREATE TABLE t (id UInt64) ENGINE = MySQL('h:3306', 'db', 't', 'u', '[HIDDEN]') SETTINGS a = 1, \
+             index_granularity = 8192",
+        );
+        assert_eq!(differences(&d, &l), []);
+        let other_host = parse(
+            "CREATE TABLE t (id UInt64) ENGINE = MySQL('h2:3306', 'db', 't', 'u', '[HIDDEN]') SETTINGS a = 1",
+        );
+        assert_eq!(differences(&d, &other_host).len(), 1);
+        // A declared literal only: a hidden value never matches a number or a name.
+        let n =
+            parse("CREATE TABLE t (id UInt64) ENGINE = MySQL('h:3306', 'db', 't', 'u', 5) SETTINGS a = 1");
+        assert_eq!(differences(&n, &l).len(), 1);
+        // A declared index_granularity is compared like any setting.
+        let g = parse("CREATE TABLE t (id UInt64) ENGINE = Memory SETTINGS index_granularity = 1024");
+        let g_live = parse("CREATE TABLE t (id UInt64) ENGINE = Memory SETTINGS index_granularity = 8192");
+        assert_eq!(differences(&g, &g_live).len(), 1);
+        let dict = |lifetime: &str| {
+            parse(&format!(
+                "CREATE DICTIONARY d (id UInt64) PRIMARY KEY id LIFETIME({lifetime})"
+            ))
+        };
+        assert_eq!(differences(&dict("300"), &dict("MIN 0 MAX 300")), []);
+        assert_eq!(differences(&dict("min 0 max 300"), &dict("MIN 0 MAX 300")), []);
+        assert_eq!(differences(&dict("600"), &dict("MIN 0 MAX 300")).len(), 1);
+        assert_eq!(
+            differences(&dict("MIN 1 MAX 300"), &dict("MIN 0 MAX 300")).len(),
+            1
+        );
     }
 
     #[test]
