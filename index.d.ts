@@ -591,8 +591,10 @@ export interface KubernetesResolution {
 }
 
 /**
- * The last argument of `apply`, `plan` and `destroy`. Everything here is
- * runtime-only: none of it is validated, fingerprinted or recorded.
+ * The last argument of every lifecycle call. Everything here is
+ * runtime-only: none of it is fingerprinted or recorded. A key not listed
+ * here, or a value of another type, fails the call with `E_INVALID_CONFIG`
+ * naming it (`options.<key>`) before anything is called.
  * Declared for `index.d.ts`; the values are read field by field.
  */
 export interface LifecycleOptions {
