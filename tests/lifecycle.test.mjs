@@ -641,3 +641,40 @@ current-context: ambient
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// The JavaScript Kubernetes transport (the WebAssembly build's) reads an API
+// answer whole; a huge or hostile one must not grow memory without bound.
+test('the JavaScript transport stops reading an API answer past its cap and says why', async () => {
+  const { kubernetesApi } = await import('../dist/kubernetes.js');
+  let sent = 0;
+  let closed;
+  const closedEarly = new Promise((resolve) => (closed = resolve));
+  const server = createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const chunk = Buffer.alloc(1024 * 1024, 'x');
+    // 200 MiB unless the client hangs up first.
+    const more = () => {
+      while (sent < 200 * 1024 * 1024) {
+        sent += chunk.length;
+        if (!res.write(chunk)) return res.once('drain', more);
+      }
+      res.end();
+    };
+    res.on('close', () => closed(sent));
+    more();
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { api, dispose } = kubernetesApi();
+  try {
+    await api.resolve({ cluster: { name: 'huge', server: `http://127.0.0.1:${server.address().port}` }, user: { name: 'u' } });
+    await api.connect(null);
+    const out = await api.listPods('ns', 'app=ch');
+    assert.equal(out.pods, undefined);
+    assert.match(out.failure.message, /answer to GET \/api\/v1\/namespaces\/ns\/pods is larger than 32 MiB, so it was not read/);
+    const at = await closedEarly;
+    assert.ok(at < 200 * 1024 * 1024, `the connection was closed after ${at} bytes, not read to the end`);
+  } finally {
+    dispose();
+    server.close();
+  }
+});
