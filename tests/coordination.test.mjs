@@ -354,3 +354,32 @@ test('a deploy interrupted through Alchemy stops, releases the lease and records
   assert.ok(slept.length === 1 && slept[0].outcome !== 'completed', JSON.stringify(slept));
   console.log(`settled ${settled} ms after the abort`);
 });
+
+// The demo's account of two deploys at once (scripts/demo.sh, step 5) used to
+// be a fixed sentence saying CI waited and read the ledger, whichever won.
+test("the demo's account of a race says who took the lease and ran the statements, from the events", { timeout }, async () => {
+  const { raceStory } = await import('../scripts/lib/race-story.mjs');
+  const id = 'coord-race-story';
+  const race = props({ statements: ['CREATE DATABASE IF NOT EXISTS coord_race', 'CREATE TABLE coord_race.t (id UInt64) ENGINE = MergeTree ORDER BY id'] });
+  const events = { laptop: [], CI: [] };
+  let ciHolds;
+  const ciTook = new Promise((resolve) => (ciHolds = resolve));
+  const said = (who) => (e) => {
+    if (e.kind !== 'leaseTaken' && e.kind !== 'leaseWaiting') return;
+    events[who].push({ ...e, at: performance.now() });
+    if (who === 'CI' && e.kind === 'leaseTaken') ciHolds();
+  };
+  // CI wins, as it did on a fresh machine: the laptop starts once CI holds the lease.
+  const ci = apply(id, race, undefined, { onEvent: said('CI') });
+  await ciTook;
+  const laptop = await apply(id, race, undefined, { onEvent: said('laptop') });
+  const ciResult = await ci;
+  await new Promise((resolve) => setImmediate(resolve));
+  const lines = raceStory([
+    { who: 'laptop', events: events.laptop, result: laptop },
+    { who: 'CI', events: events.CI, result: ciResult },
+  ]);
+  const pods = sandbox.info.pods.join(', ');
+  assert.equal(lines[0], `CI took the lease first, without waiting, then ran the statements on ${pods}`);
+  assert.match(lines[1], new RegExp(`^laptop took the lease next, after waiting \\d+ ms while \\S+ held it, then read the ledger, found the schema on ${pods}, and ran nothing$`));
+});
