@@ -73,9 +73,10 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// Runs `work` holding the resource's lease: taken first (waiting within
     /// the `waitForPod` budget while another deploy holds it), renewed every
     /// third of its duration while `work` runs, released afterwards whatever
-    /// `work` returned. When a renewal finds the lease gone, `work` is dropped
-    /// (no further statement starts; an exec in flight is closed) and the call
-    /// fails with `E_LEASE_LOST`. `work` receives whether this call waited
+    /// `work` returned. When a renewal finds the lease gone, or the renew
+    /// deadline passes without one, `work` is dropped (no further statement
+    /// starts; an exec in flight is closed) and the call fails with
+    /// `E_LEASE_LOST`. `work` receives whether this call waited
     /// for another holder (so it may look at what that one did).
     pub(crate) async fn with_lease<R, F, W>(
         &self,
