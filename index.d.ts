@@ -285,10 +285,13 @@ export declare const enum ClickHouseSchemaErrorCode {
   E_LEDGER_FAILED = 'E_LEDGER_FAILED',
   /**
    * Another deploy holds the resource's Lease, and it did not come free in time; the
-   * message names the holder and when the lease expires.
+   * message names the holder and when it last renewed the lease (by its own clock).
    */
   E_LEASE_HELD = 'E_LEASE_HELD',
-  /** Another deploy took the Lease over, or it could not be renewed, while this call held it. */
+  /**
+   * Another deploy took the Lease over, or no renewal succeeded within the renew deadline
+   * (two thirds of its duration), while this call held it.
+   */
   E_LEASE_LOST = 'E_LEASE_LOST',
   E_REBUILD_REFUSED = 'E_REBUILD_REFUSED',
   E_REBUILD_FAILED = 'E_REBUILD_FAILED',
@@ -591,8 +594,10 @@ export interface KubernetesResolution {
 }
 
 /**
- * The last argument of `apply`, `plan` and `destroy`. Everything here is
- * runtime-only: none of it is validated, fingerprinted or recorded.
+ * The last argument of every lifecycle call. Everything here is
+ * runtime-only: none of it is fingerprinted or recorded. A key not listed
+ * here, or a value of another type, fails the call with `E_INVALID_CONFIG`
+ * naming it (`options.<key>`) before anything is called.
  * Declared for `index.d.ts`; the values are read field by field.
  */
 export interface LifecycleOptions {

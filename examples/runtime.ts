@@ -26,19 +26,23 @@ type DeployableStack = Parameters<typeof deploy>[0]['stack'];
 /**
  * Runs an Alchemy program with the runtime layers. A failure rejects with the
  * provider's own error object (a ClickHouseSchemaError keeps every property).
+ * Aborting `signal` interrupts the program as Ctrl-C interrupts the CLI's; the
+ * promise settles once the interruption is done (the provider's calls have
+ * stopped and released their leases).
  */
-const run = <A>(program: Effect.Effect<A, unknown, unknown>): Promise<A> =>
+const run = <A>(program: Effect.Effect<A, unknown, unknown>, signal?: AbortSignal): Promise<A> =>
   Effect.runPromise(
     program.pipe(Effect.provide(runtime), Effect.scoped) as Effect.Effect<A, unknown, never>,
+    { signal },
   );
 
-/** Deploys `stack` to `stage`; resolves to the stack's outputs. */
-export const deployStack = (stack: unknown, stage = 'dev'): Promise<unknown> =>
-  run(deploy({ stack: stack as DeployableStack, stage }) as Effect.Effect<unknown, unknown, unknown>);
+/** Deploys `stack` to `stage`; resolves to the stack's outputs. `signal` interrupts it. */
+export const deployStack = (stack: unknown, stage = 'dev', options: { signal?: AbortSignal } = {}): Promise<unknown> =>
+  run(deploy({ stack: stack as DeployableStack, stage }) as Effect.Effect<unknown, unknown, unknown>, options.signal);
 
-/** Destroys every resource of `stack` in `stage`. */
-export const destroyStack = (stack: unknown, stage = 'dev'): Promise<unknown> =>
-  run(destroy({ stack: stack as DeployableStack, stage }) as Effect.Effect<unknown, unknown, unknown>);
+/** Destroys every resource of `stack` in `stage`. `signal` interrupts it. */
+export const destroyStack = (stack: unknown, stage = 'dev', options: { signal?: AbortSignal } = {}): Promise<unknown> =>
+  run(destroy({ stack: stack as DeployableStack, stage }) as Effect.Effect<unknown, unknown, unknown>, options.signal);
 
 /**
  * `alchemy drift` for `stack` in `stage` (locally recorded state): detects,

@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
+import { raceStory } from './lib/race-story.mjs';
 import { openSandbox } from './lib/sandbox-client.mjs';
 
 const { info, kubeconfig, control, query, tablesOn, clearLogs } = openSandbox(resolve(process.argv[2] ?? '.sandbox-demo'));
@@ -112,14 +113,25 @@ const audit = {
   lease: { ttlSeconds: 15 },
   ledger: { database: 'ops' },
 };
+// Which one wins is up to the race: the account below is told from what each reported.
+const events = { laptop: [], CI: [] };
 const said = (who) => (e) => {
-  if (e.kind === 'leaseTaken' || e.kind === 'leaseWaiting') detail(`${who}: ${e.message}`);
+  if (e.kind === 'leaseTaken' || e.kind === 'leaseWaiting') {
+    events[who].push({ ...e, at: performance.now() });
+    detail(`${who}: ${e.message}`);
+  }
 };
 const [laptop, ci] = await measured(() =>
   Promise.all([apply('audit-schema', audit, undefined, { onEvent: said('laptop') }), apply('audit-schema', audit, undefined, { onEvent: said('CI') })]),
 );
-detail(`laptop ran the statements on: ${laptop.appliedTo.join(', ') || 'no pod'}`);
-detail(`CI ran the statements on: ${ci.appliedTo.join(', ') || 'no pod'} (it waited for the lease, then read the ledger)`);
+// The events arrive on the JS thread after the calls settle at the latest.
+await new Promise((resolve) => setImmediate(resolve));
+for (const line of raceStory([
+  { who: 'laptop', events: events.laptop, result: laptop },
+  { who: 'CI', events: events.CI, result: ci },
+])) {
+  detail(line);
+}
 detail('(CREATE TABLE without IF NOT EXISTS: running it twice on a pod would have failed the deploy)');
 say('   The state of that deploy is lost. The next deploy, with no state, reads the ledger on each pod and runs nothing');
 const recovered = await measured(() => apply('audit-schema', audit));

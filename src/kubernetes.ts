@@ -25,6 +25,8 @@
  *   is written to stdin once and stdin is never closed (the command frames it
  *   with `head -c N`); output is capped per stream but read to the end; the
  *   status frame ends the exec and is handed to the addon as it came.
+ * - an API answer read whole (a pod list, a lease) is capped
+ *   (`MAX_ANSWER_BYTES`): past it the connection is closed and the call fails.
  * - credentials never reach a message: a credential plugin's failure is
  *   described, not printed (client-node puts its stderr in the error), and the
  *   addon redacts whatever text comes back from here.
@@ -640,6 +642,16 @@ async function lease(connection: Connection, request: KubernetesLeaseRequest): P
   }
 }
 
+/**
+ * The most an API answer may hold. A pod list is read whole (it is parsed as
+ * one JSON document), so a huge or hostile answer must not grow memory
+ * without bound; 32 MiB holds the list of thousands of pods, far more than a
+ * ClickHouse installation has.
+ */
+const MAX_ANSWER_BYTES = 32 * 1024 * 1024;
+/** What is kept of a refused exec upgrade's answer: its Status message is at the start. */
+const MAX_REFUSAL_BYTES = 64 * 1024;
+
 function get(
   url: URL,
   opts: https.RequestOptions,
@@ -651,7 +663,17 @@ function get(
   return new Promise((resolve, reject) => {
     const req = client.request(url, { ...opts, method, headers }, (res) => {
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        size += c.length;
+        if (size > MAX_ANSWER_BYTES) {
+          // Stops reading at once: the connection is closed, and what was read is dropped.
+          const limit = `${MAX_ANSWER_BYTES / (1024 * 1024)} MiB`;
+          req.destroy(new Error(`the API server's answer to ${method} ${url.pathname} is larger than ${limit}, so it was not read`));
+          return;
+        }
+        chunks.push(c);
+      });
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
       res.on('error', reject);
     });
@@ -715,7 +737,11 @@ async function exec(connection: Connection, request: KubernetesExecRequest, open
     ws.on('upgrade', () => undefined);
     ws.on('unexpected-response', (_req, res) => {
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        if (size < MAX_REFUSAL_BYTES) chunks.push(c.subarray(0, MAX_REFUSAL_BYTES - size));
+        size += c.length;
+      });
       res.on('end', () => {
         const status = res.statusCode;
         const message = statusMessage(status, Buffer.concat(chunks).toString('utf8'));

@@ -246,12 +246,30 @@ const userFacing = <E>(error: E): E => {
 };
 
 /**
- * Runs an addon promise, keeping its `ClickHouseSchemaError` (code,
+ * Runs an addon call, keeping its `ClickHouseSchemaError` (code,
  * statementIndex, pod, ...) as the typed failure; the addon rejects with
- * nothing else.
+ * nothing else. `f` gets the fiber's `AbortSignal` for the addon's
+ * `options.signal`: when Alchemy interrupts the deploy (Ctrl-C, a timeout, a
+ * failed sibling), the signal aborts and the addon takes its cancel path (no
+ * statement starts, an exec in flight is closed, the lease is released,
+ * nothing is recorded). The interruption then waits for the call to settle,
+ * so that a process exiting right after it does not cut the release short.
+ * (`Effect.tryPromise` aborts the signal too, but does not wait.)
  */
-const call = <A>(f: () => Promise<A>): Effect.Effect<A, ClickHouseSchemaError> =>
-  Effect.tryPromise({ try: f, catch: (e) => userFacing(e as ClickHouseSchemaError) });
+const call = <A>(f: (signal: AbortSignal) => Promise<A>): Effect.Effect<A, ClickHouseSchemaError> =>
+  Effect.callback<A, ClickHouseSchemaError>((resume, signal) => {
+    let settled: Promise<unknown>;
+    try {
+      settled = f(signal).then(
+        (value) => resume(Effect.succeed(value)),
+        (error: unknown) => resume(Effect.fail(userFacing(error as ClickHouseSchemaError))),
+      );
+    } catch (error) {
+      resume(Effect.fail(userFacing(error as ClickHouseSchemaError)));
+      return;
+    }
+    return Effect.promise(() => settled);
+  });
 
 /**
  * The provider. Merge it into the Stack's providers:
@@ -293,7 +311,7 @@ export const clickHouseSchemaProvider = Provider.effect(
         // changed and reconciles, and `apply` makes the full check then.
         if (!isResolved(news)) return Effect.void;
         return optionsFor(news).pipe(
-          Effect.flatMap((options) => call(() => plan(id, news, output, options))),
+          Effect.flatMap((options) => call((signal) => plan(id, news, output, { ...options, signal }))),
           Effect.flatMap((result) =>
             // At debug level: the CLI draws its plan view while diff runs, and an
             // info line would be written across it; `alchemy plan` shows the update.
@@ -334,7 +352,7 @@ export const clickHouseSchemaProvider = Provider.effect(
           ),
         );
         return optionsFor(news).pipe(
-          Effect.flatMap((options) => call(() => apply(id, news, output, { ...options, onEvent }))),
+          Effect.flatMap((options) => call((signal) => apply(id, news, output, { ...options, onEvent, signal }))),
           Effect.ensuring(shown),
           // The row's last progress line, which the CLI keeps on its settle line
           // (`updated — applied to 3 pod(s)`). Only there: a log line would say it
@@ -351,7 +369,7 @@ export const clickHouseSchemaProvider = Provider.effect(
       // reading of the props, defaults included.
       delete: ({ id, olds, output, session }) =>
         optionsFor(olds).pipe(
-          Effect.flatMap((options) => call(() => destroy(id, olds, output, options))),
+          Effect.flatMap((options) => call((signal) => destroy(id, olds, output, { ...options, signal }))),
           Effect.andThen(() =>
             session.note(
               validateConfig(id, olds).onDelete === 'run'
@@ -378,7 +396,7 @@ export const clickHouseSchemaProvider = Provider.effect(
         if (olds === undefined) return Effect.succeed(undefined);
         if (output === undefined) {
           return optionsFor(olds).pipe(
-            Effect.flatMap((options) => call(() => adopt(id, olds, options))),
+            Effect.flatMap((options) => call((signal) => adopt(id, olds, { ...options, signal }))),
             Effect.map((found): SchemaState | undefined =>
               found.state === undefined || found.ownership === 'absent'
                 ? undefined
@@ -389,7 +407,7 @@ export const clickHouseSchemaProvider = Provider.effect(
           );
         }
         return optionsFor(olds).pipe(
-          Effect.flatMap((options) => call(() => verify(id, olds, output, options))),
+          Effect.flatMap((options) => call((signal) => verify(id, olds, output, { ...options, signal }))),
           // What drifted, one line per pod and object: `alchemy drift` itself
           // only says that the resource would be updated.
           Effect.tap((result) =>

@@ -6,7 +6,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,7 +22,7 @@ const Alchemy = await import('alchemy');
 const Layer = await import('effect/Layer');
 const Effect = await import('effect/Effect');
 const { deployStack } = await import('../dist/examples/runtime.js');
-const { addonTarget, adopt, apply, clickHouseSchema, clickHouseSchemaProvider, status } = await import('../dist/index.js');
+const { addonTarget, adopt, apply, clickHouseSchema, clickHouseSchemaProvider, fingerprint, status } = await import('../dist/index.js');
 const { assertsTheAddonBuild } = await import('./binding.mjs');
 const { rejection } = await import('./lib/rejection.mjs');
 
@@ -293,4 +293,93 @@ test('read refuses a schema another resource id applied, and objects present wit
   assert.equal(none.ownership, 'absent');
   const noLedger = await adopt('coord-nothing', props({ ledger: undefined }));
   assert.equal(noLedger.ownership, 'absent');
+});
+
+test('a deploy interrupted through Alchemy stops, releases the lease and records nothing', { timeout }, async () => {
+  const id = 'coord-cancel';
+  const S0_CANCEL = 'CREATE DATABASE IF NOT EXISTS coord_cancel';
+  const last = 'CREATE TABLE coord_cancel.t (id UInt64) ENGINE = Memory';
+  const slow = props({
+    statements: [S0_CANCEL, 'SELECT sleep(3)', last],
+    lease: { ttlSeconds: 60 },
+    parallelism: 1,
+  });
+  const cancelStack = Alchemy.Stack(
+    'cancel',
+    { providers: Layer.mergeAll(clickHouseSchemaProvider), state: Alchemy.localState() },
+    Effect.gen(function* () {
+      const schema = yield* clickHouseSchema(id, slow);
+      return { podNames: schema.podNames };
+    }),
+  );
+  await sandbox.clearLogs();
+  const controller = new AbortController();
+  const deploying = deployStack(cancelStack, STAGE, { signal: controller.signal });
+  // Interrupted (as Ctrl-C interrupts the CLI) while the sleep runs on the first pod, the lease
+  // held: the first statement ran there, and the next exec is running.
+  const first = sandbox.info.pods[0];
+  const sleeping = (execs) => {
+    const at = execs.findIndex((e) => e.pod === first && e.stdin === S0_CANCEL);
+    return at >= 0 && execs.slice(at + 1).some((e) => e.pod === first && e.outcome === 'running');
+  };
+  for (let i = 0; i < 600 && !sleeping(await execLog()); i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  controller.abort();
+  const aborted = Date.now();
+  const outcome = await deploying.then(
+    () => 'resolved',
+    (error) => error,
+  );
+  const settled = Date.now() - aborted;
+  assert.notEqual(outcome, 'resolved', 'the interrupted deploy does not resolve');
+  // Released by the time the deploy settled, not left to lapse after 60 s.
+  const name = leaseNameOf(id);
+  assert.ok(name, 'the lease was taken');
+  assert.equal(kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']).spec.holderIdentity, undefined, 'released');
+  // Nothing recorded: no ledger row on any pod, no outputs in Alchemy's state, and the
+  // statement after the sleep never started.
+  for (const pod of sandbox.info.pods) {
+    // The ledger table exists only once a deploy wrote to it (another test, when run before this one).
+    const table = sandbox.query(pod, "SELECT count() FROM system.tables WHERE database = 'ops' AND name = 'clickhouse_schema_ledger'");
+    const rows = table === '0' ? '0' : sandbox.query(pod, `SELECT count() FROM ops.clickhouse_schema_ledger WHERE resource_id = '${id}'`);
+    assert.equal(rows, '0', pod);
+  }
+  const recorded = existsSync(stateFile('cancel', id)) ? readFileSync(stateFile('cancel', id), 'utf8') : '';
+  assert.ok(!recorded.includes(fingerprint(slow, id)), `no outputs recorded: ${recorded}`);
+  const execs = await execLog();
+  assert.equal(statementRuns(execs, last).length, 0, 'the last statement never ran');
+  // The statement in flight was closed, not waited for.
+  const slept = statementRuns(execs, 'SELECT sleep(3)');
+  assert.ok(slept.length === 1 && slept[0].outcome !== 'completed', JSON.stringify(slept));
+  console.log(`settled ${settled} ms after the abort`);
+});
+
+// The demo's account of two deploys at once (scripts/demo.sh, step 5) used to
+// be a fixed sentence saying CI waited and read the ledger, whichever won.
+test("the demo's account of a race says who took the lease and ran the statements, from the events", { timeout }, async () => {
+  const { raceStory } = await import('../scripts/lib/race-story.mjs');
+  const id = 'coord-race-story';
+  const race = props({ statements: ['CREATE DATABASE IF NOT EXISTS coord_race', 'CREATE TABLE coord_race.t (id UInt64) ENGINE = MergeTree ORDER BY id'] });
+  const events = { laptop: [], CI: [] };
+  let ciHolds;
+  const ciTook = new Promise((resolve) => (ciHolds = resolve));
+  const said = (who) => (e) => {
+    if (e.kind !== 'leaseTaken' && e.kind !== 'leaseWaiting') return;
+    events[who].push({ ...e, at: performance.now() });
+    if (who === 'CI' && e.kind === 'leaseTaken') ciHolds();
+  };
+  // CI wins, as it did on a fresh machine: the laptop starts once CI holds the lease.
+  const ci = apply(id, race, undefined, { onEvent: said('CI') });
+  await ciTook;
+  const laptop = await apply(id, race, undefined, { onEvent: said('laptop') });
+  const ciResult = await ci;
+  await new Promise((resolve) => setImmediate(resolve));
+  const lines = raceStory([
+    { who: 'laptop', events: events.laptop, result: laptop },
+    { who: 'CI', events: events.CI, result: ciResult },
+  ]);
+  const pods = sandbox.info.pods.join(', ');
+  assert.equal(lines[0], `CI took the lease first, without waiting, then ran the statements on ${pods}`);
+  assert.match(lines[1], new RegExp(`^laptop took the lease next, after waiting \\d+ ms while \\S+ held it, then read the ledger, found the schema on ${pods}, and ran nothing$`));
 });

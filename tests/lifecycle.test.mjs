@@ -571,3 +571,110 @@ test('verify needs a recorded apply', async () => {
   assert.equal(err.code, 'E_NOTHING_APPLIED');
   assert.equal(calls.lists.length + calls.execs.length, 0);
 });
+
+// Options are checked before anything else: a misspelt `executor` used to be
+// ignored, and the call went to the ambient kubeconfig's cluster instead.
+import { createServer } from 'node:http';
+import { adopt, status } from '../dist/index.js';
+
+test('an unknown option or one of the wrong type fails every call before any call, naming it', async () => {
+  // The ambient kubeconfig points at a server that counts what reaches it.
+  let reached = 0;
+  const server = createServer((req, res) => {
+    reached += 1;
+    res.writeHead(500).end();
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const dir = kubeconfigDir(`apiVersion: v1
+kind: Config
+clusters: [{name: ambient, cluster: {server: 'http://127.0.0.1:${server.address().port}'}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: ambient, context: {cluster: ambient, user: u}}]
+current-context: ambient
+`);
+  const saved = process.env.KUBECONFIG;
+  process.env.KUBECONFIG = join(dir, 'config');
+  try {
+    const { executor, calls } = fakeCluster(['chi-0']);
+    const { state } = await apply('orders-schema', props(), undefined, { executor });
+    const withLedger = props({ ledger: { database: 'ops' }, onDelete: 'run', deleteStatements: ['DROP DATABASE IF EXISTS orders'] });
+    const typo = { exectuor: executor };
+    const calling = {
+      apply: (o) => apply('orders-schema', withLedger, undefined, o),
+      plan: (o) => plan('orders-schema', withLedger, state, o),
+      verify: (o) => verify('orders-schema', withLedger, state, o),
+      destroy: (o) => destroy('orders-schema', withLedger, state, o),
+      status: (o) => status('orders-schema', withLedger, o),
+      adopt: (o) => adopt('orders-schema', withLedger, o),
+    };
+    const before = calls.lists.length + calls.execs.length;
+    for (const [name, call] of Object.entries(calling)) {
+      let err = await rejection(call(typo));
+      assert.equal(err.code, 'E_INVALID_CONFIG', name);
+      assert.deepEqual(err.issues.map((i) => i.path), ['options.exectuor'], name);
+      assert.match(err.message, /options\.exectuor: is not an option \(did you mean executor\?\)/, name);
+      err = await rejection(call({ executor: 'kubectl', onEvent: 5, signal: {}, timers: { sleep: 1 } }));
+      assert.equal(err.code, 'E_INVALID_CONFIG', name);
+      assert.deepEqual(
+        err.issues.map((i) => [i.path, i.reason]),
+        [
+          ['options.executor', 'must be an object with the functions listPods and exec, not a string'],
+          ['options.onEvent', 'must be a function taking an event, not a number'],
+          ['options.signal', 'must be an AbortSignal, not an object without them'],
+          ['options.timers', 'must be an object with the function sleep, not an object without them'],
+        ],
+        name,
+      );
+      // An executor missing one of its functions is not an executor.
+      err = await rejection(call({ executor: { listPods: executor.listPods } }));
+      assert.deepEqual(err.issues.map((i) => i.path), ['options.executor'], name);
+    }
+    assert.equal(reached, 0, 'the ambient cluster was never reached');
+    assert.equal(calls.lists.length + calls.execs.length, before, 'nor the executor');
+    // Given as undefined or null, an option is absent, as before.
+    const ok = await apply('orders-schema', props(), state, { executor, onEvent: undefined, signal: null });
+    assert.equal(ok.changed, false);
+  } finally {
+    if (saved === undefined) delete process.env.KUBECONFIG;
+    else process.env.KUBECONFIG = saved;
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// The JavaScript Kubernetes transport (the WebAssembly build's) reads an API
+// answer whole; a huge or hostile one must not grow memory without bound.
+test('the JavaScript transport stops reading an API answer past its cap and says why', async () => {
+  const { kubernetesApi } = await import('../dist/kubernetes.js');
+  let sent = 0;
+  let closed;
+  const closedEarly = new Promise((resolve) => (closed = resolve));
+  const server = createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const chunk = Buffer.alloc(1024 * 1024, 'x');
+    // 200 MiB unless the client hangs up first.
+    const more = () => {
+      while (sent < 200 * 1024 * 1024) {
+        sent += chunk.length;
+        if (!res.write(chunk)) return res.once('drain', more);
+      }
+      res.end();
+    };
+    res.on('close', () => closed(sent));
+    more();
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { api, dispose } = kubernetesApi();
+  try {
+    await api.resolve({ cluster: { name: 'huge', server: `http://127.0.0.1:${server.address().port}` }, user: { name: 'u' } });
+    await api.connect(null);
+    const out = await api.listPods('ns', 'app=ch');
+    assert.equal(out.pods, undefined);
+    assert.match(out.failure.message, /answer to GET \/api\/v1\/namespaces\/ns\/pods is larger than 32 MiB, so it was not read/);
+    const at = await closedEarly;
+    assert.ok(at < 200 * 1024 * 1024, `the connection was closed after ${at} bytes, not read to the end`);
+  } finally {
+    dispose();
+    server.close();
+  }
+});

@@ -121,7 +121,8 @@ fn a_lease_held_and_renewed_elsewhere_is_waited_for_then_refused_naming_the_hold
         err.message
     );
     assert!(
-        err.message.contains("expires at 2099-01-01T00:01:00Z"),
+        err.message
+            .contains("last renewed at 2099-01-01T00:00:00Z by its holder's clock"),
         "{}",
         err.message
     );
@@ -147,13 +148,19 @@ fn a_lease_held_and_renewed_elsewhere_is_waited_for_then_refused_naming_the_hold
 #[test]
 fn an_expired_lease_is_taken_over_and_counts_a_transition() {
     let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]);
-    cluster.world.lock().unwrap().lease.record = Some(held_by("crashed/1/x", "2020-01-01T00:00:00.000000Z"));
+    // Renewed years ago by its holder's clock: still watched for its duration first.
+    cluster.world.lock().unwrap().lease.record =
+        Some(held_for("crashed/1/x", "2020-01-01T00:00:00.000000Z", 10));
     let clock = FakeClock::default();
-    run(&cluster, &clock, json!(true), None, &NoEvents).expect("taken over");
+    let events = Recorded::default();
+    run(&cluster, &clock, json!(true), None, &events).expect("taken over");
+    assert_waited_one_duration(&events);
     assert_eq!(cluster.execs().len(), 1);
+    // A get a second while it watches, then the takeover.
     let calls = calls(&cluster);
-    assert_eq!(calls[0], "get");
-    assert!(calls[1].starts_with("replace:test-host/1/"), "{calls:?}");
+    let takeover = calls.iter().position(|c| c != "get").expect("a write");
+    assert!(takeover >= 10, "{calls:?}");
+    assert!(calls[takeover].starts_with("replace:test-host/1/"), "{calls:?}");
     assert_eq!(record(&cluster).unwrap().transitions, Some(3));
 }
 
@@ -164,10 +171,23 @@ fn a_holder_that_stops_renewing_is_taken_over_after_its_duration_whatever_its_cl
     cluster.world.lock().unwrap().lease.record =
         Some(held_for("frozen/9/y", "2099-01-01T00:00:00.000000Z", 10));
     let clock = FakeClock::default();
-    run(&cluster, &clock, json!(true), None, &NoEvents).expect("taken over");
+    let events = Recorded::default();
+    run(&cluster, &clock, json!(true), None, &events).expect("taken over");
     assert_eq!(cluster.execs().len(), 1);
-    let waited = clock.elapsed().as_secs();
-    assert!((10..=12).contains(&waited), "waited one duration, {waited} s");
+    assert_waited_one_duration(&events);
+}
+
+/// The lease was taken after watching it unchanged for its 10 s (and a poll at most).
+fn assert_waited_one_duration(events: &Recorded) {
+    let waited = events.0.lock().unwrap().iter().find_map(|e| match e {
+        Event::LeaseTaken { waited_ms, .. } => Some(*waited_ms),
+        _ => None,
+    });
+    let waited = waited.expect("a leaseTaken event");
+    assert!(
+        (10_000..=11_000).contains(&waited),
+        "waited one duration, {waited} ms"
+    );
 }
 
 #[test]

@@ -49,9 +49,10 @@ pub enum ClickHouseSchemaErrorCode {
     /// The ledger could not be written or read on a pod.
     E_LEDGER_FAILED,
     /// Another deploy holds the resource's Lease, and it did not come free in time; the
-    /// message names the holder and when the lease expires.
+    /// message names the holder and when it last renewed the lease (by its own clock).
     E_LEASE_HELD,
-    /// Another deploy took the Lease over, or it could not be renewed, while this call held it.
+    /// Another deploy took the Lease over, or no renewal succeeded within the renew deadline
+    /// (two thirds of its duration), while this call held it.
     E_LEASE_LOST,
     E_REBUILD_REFUSED,
     E_REBUILD_FAILED,

@@ -9,6 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use clickhouse_schema_core::transport::{Cancel, Event, Events};
+use clickhouse_schema_core::{ClickHouseSchemaError, ConfigIssue};
+use napi::ValueType;
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::ThreadsafeFunction;
 use napi_derive::napi;
@@ -19,8 +21,10 @@ use crate::js_executor::ClickHouseExecutor;
 use crate::js_kubernetes::KubernetesApi;
 use crate::timers::HostTimers;
 
-/// The last argument of `apply`, `plan` and `destroy`. Everything here is
-/// runtime-only: none of it is validated, fingerprinted or recorded.
+/// The last argument of every lifecycle call. Everything here is
+/// runtime-only: none of it is fingerprinted or recorded. A key not listed
+/// here, or a value of another type, fails the call with `E_INVALID_CONFIG`
+/// naming it (`options.<key>`) before anything is called.
 /// Declared for `index.d.ts`; the values are read field by field.
 #[allow(dead_code)]
 #[napi(object, object_to_js = false)]
@@ -138,9 +142,195 @@ pub(crate) struct Options {
     pub timers: Option<HostTimers>,
 }
 
-/// Reads `options` (`undefined` and `null` mean none). A malformed field
-/// rejects like napi's own argument errors, naming the field.
-pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
+/// Reads `options` (`undefined` and `null` mean none). An unknown key or a
+/// value of the wrong type is the call's `E_INVALID_CONFIG` (the inner
+/// `Err`), naming each, before anything is read or called: a misspelt
+/// `executor` must not quietly fall back to the ambient kubeconfig, which may
+/// be another cluster. A field napi then fails to read rejects like napi's
+/// own argument errors, naming the field.
+pub(crate) fn read(
+    env: &Env,
+    id: &str,
+    options: Option<Object<'_>>,
+) -> Result<std::result::Result<Options, ClickHouseSchemaError>> {
+    if let Some(options) = &options {
+        let issues = check(options);
+        if !issues.is_empty() {
+            return Ok(Err(ClickHouseSchemaError::invalid_config(id, issues)));
+        }
+    }
+    read_checked(env, options).map(Ok)
+}
+
+/// Whether a given option's value has the type it must have.
+type IsValid = fn(&Unknown<'_>) -> bool;
+
+/// What each option must be: its name, and a check of its value (never
+/// `undefined` or `null`, which mean "not given") with what it expects.
+const KNOWN: [(&str, IsValid, &str); 6] = [
+    (
+        "executor",
+        |v| has_methods(v, &["listPods", "exec"]),
+        "an object with the functions listPods and exec",
+    ),
+    (
+        "connection",
+        is_function,
+        "a function returning a promise of the cluster connection",
+    ),
+    ("onEvent", is_function, "a function taking an event"),
+    ("signal", is_abort_signal, "an AbortSignal"),
+    (
+        "kubernetes",
+        |v| v.get_type().is_ok_and(|t| t == ValueType::Object),
+        "the package's Kubernetes API object",
+    ),
+    (
+        "timers",
+        |v| has_methods(v, &["sleep"]),
+        "an object with the function sleep",
+    ),
+];
+
+/// Every unknown key and every value of the wrong type in `options`, by path.
+fn check(options: &Object<'_>) -> Vec<ConfigIssue> {
+    let mut issues = Vec::new();
+    let keys = match Object::keys(options) {
+        Ok(keys) => keys,
+        Err(e) => {
+            return vec![ConfigIssue {
+                path: "options".to_owned(),
+                reason: format!("could not be read: {}", e.reason),
+            }];
+        }
+    };
+    for key in keys {
+        let path = format!("options.{key}");
+        let Some((_, valid, expected)) = KNOWN.iter().find(|(name, _, _)| *name == key) else {
+            let known: Vec<&str> = KNOWN.iter().map(|(name, _, _)| *name).collect();
+            let hint = KNOWN
+                .iter()
+                .find(|(name, _, _)| similar(name, &key))
+                .map(|(name, _, _)| format!(" (did you mean {name}?)"))
+                .unwrap_or_default();
+            issues.push(ConfigIssue {
+                path,
+                reason: format!(
+                    "is not an option{hint}; the options are {}. Nothing was called",
+                    known.join(", ")
+                ),
+            });
+            continue;
+        };
+        let Ok(value) = options.get_named_property::<Unknown>(&key) else {
+            issues.push(ConfigIssue {
+                path,
+                reason: "could not be read".to_owned(),
+            });
+            continue;
+        };
+        let absent = value
+            .get_type()
+            .is_ok_and(|t| matches!(t, ValueType::Undefined | ValueType::Null));
+        if !absent && !valid(&value) {
+            issues.push(ConfigIssue {
+                path,
+                reason: format!("must be {expected}, not {}", kind_of(&value)),
+            });
+        }
+    }
+    issues
+}
+
+fn is_function(value: &Unknown<'_>) -> bool {
+    value.get_type().is_ok_and(|t| t == ValueType::Function)
+}
+
+/// An object (or function) whose `methods` are all functions.
+fn has_methods(value: &Unknown<'_>, methods: &[&str]) -> bool {
+    if !value
+        .get_type()
+        .is_ok_and(|t| matches!(t, ValueType::Object | ValueType::Function))
+    {
+        return false;
+    }
+    // SAFETY: `get_type` just reported an object or a function.
+    let Ok(object) = (unsafe { value.cast::<Object>() }) else {
+        return false;
+    };
+    methods.iter().all(|m| {
+        object
+            .get_named_property::<Unknown>(m)
+            .is_ok_and(|f| is_function(&f))
+    })
+}
+
+/// What an `AbortSignal` has that the call uses: `aborted`, and a way to hear of the abort.
+fn is_abort_signal(value: &Unknown<'_>) -> bool {
+    if !value.get_type().is_ok_and(|t| t == ValueType::Object) || !has_methods(value, &["addEventListener"]) {
+        return false;
+    }
+    // SAFETY: `get_type` just reported an object.
+    unsafe { value.cast::<Object>() }.is_ok_and(|o| {
+        o.get_named_property::<Unknown>("aborted")
+            .is_ok_and(|a| a.get_type().is_ok_and(|t| t == ValueType::Boolean))
+    })
+}
+
+/// The JavaScript type of `value`, as `typeof` says it (and `an array`).
+fn kind_of(value: &Unknown<'_>) -> &'static str {
+    match value.get_type() {
+        Ok(ValueType::Boolean) => "a boolean",
+        Ok(ValueType::Number) => "a number",
+        Ok(ValueType::String) => "a string",
+        Ok(ValueType::Symbol) => "a Symbol",
+        Ok(ValueType::BigInt) => "a BigInt",
+        Ok(ValueType::Function) => "a function without them",
+        Ok(ValueType::Object) => {
+            // SAFETY: `get_type` just reported an object.
+            if unsafe { value.cast::<Object>() }.is_ok_and(|o| o.is_array().unwrap_or(false)) {
+                "an array"
+            } else {
+                "an object without them"
+            }
+        }
+        _ => "another kind of value",
+    }
+}
+
+/// A likely misspelling of `name`: the same letters ignoring case, or one
+/// edit (a letter added, dropped, changed, or two swapped) away.
+fn similar(name: &str, key: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (
+        name.to_lowercase().chars().collect(),
+        key.to_lowercase().chars().collect(),
+    );
+    if a == b {
+        return true;
+    }
+    let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+    match long.len() - short.len() {
+        0 => {
+            let diff: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            diff.len() == 1
+                || (diff.len() == 2
+                    && diff[1] == diff[0] + 1
+                    && a[diff[0]] == b[diff[1]]
+                    && a[diff[1]] == b[diff[0]])
+        }
+        1 => (0..long.len()).any(|skip| {
+            long.iter()
+                .enumerate()
+                .filter(|&(i, _)| i != skip)
+                .map(|(_, c)| c)
+                .eq(short.iter())
+        }),
+        _ => false,
+    }
+}
+
+/// `read` of options that passed `check`.
+fn read_checked(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
     let (tx, rx) = watch::channel(false);
     let Some(options) = options else {
         return Ok(Options {
@@ -152,22 +342,17 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
             timers: None,
         });
     };
-    let executor = options
-        .get::<ClickHouseExecutor>("executor")
+    let executor = get::<ClickHouseExecutor>(&options, "executor")
         .map_err(|e| Error::new(e.status, format!("options.executor: {}", e.reason)))?;
-    let connection = options
-        .get::<ConnectionFn>("connection")
+    let connection = get::<ConnectionFn>(&options, "connection")
         .map_err(|e| Error::new(e.status, format!("options.connection: {}", e.reason)))?;
-    let kubernetes = options
-        .get::<KubernetesApi>("kubernetes")
+    let kubernetes = get::<KubernetesApi>(&options, "kubernetes")
         .map_err(|e| Error::new(e.status, format!("options.kubernetes: {}", e.reason)))?;
-    let on_event = options
-        .get::<EventCallback>("onEvent")
+    let on_event = get::<EventCallback>(&options, "onEvent")
         .map_err(|e| Error::new(e.status, format!("options.onEvent: {}", e.reason)))?;
-    let timers = options
-        .get::<HostTimers>("timers")
+    let timers = get::<HostTimers>(&options, "timers")
         .map_err(|e| Error::new(e.status, format!("options.timers: {}", e.reason)))?;
-    if let Some(signal) = options.get::<Object>("signal")? {
+    if let Some(signal) = get::<Object>(&options, "signal")? {
         if signal.get::<bool>("aborted")?.unwrap_or(false) {
             tx.send_replace(true);
         } else {
@@ -188,6 +373,23 @@ pub(crate) fn read(env: &Env, options: Option<Object<'_>>) -> Result<Options> {
         kubernetes,
         timers,
     })
+}
+
+/// The option `key`: `None` when absent, `undefined` or `null` (napi's own
+/// `Option` reading takes only `undefined` for none).
+fn get<T: FromNapiValue>(options: &Object<'_>, key: &str) -> Result<Option<T>> {
+    let value = options.get::<Unknown>(key)?;
+    match value {
+        Some(v)
+            if !v
+                .get_type()
+                .is_ok_and(|t| matches!(t, ValueType::Undefined | ValueType::Null)) =>
+        {
+            // SAFETY: a live value of this call's scope.
+            unsafe { T::from_napi_value(options.value().env, v.raw()) }.map(Some)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The core's view of an `AbortSignal`.

@@ -58,9 +58,10 @@ pub(crate) fn apply<'env>(
     previous_state: Unknown<'env>,
     options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, ApplyResult>> {
-    let options = js_options::read(env, options)?;
+    let options = js_options::read(env, &id, options)?;
     let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
+        let options = options?;
         let (config, previous) = inputs?;
         let session = Session::open(&id, &config, options).await?;
         lifecycle::apply(&id, &config, previous.as_ref(), &session.cluster()).await
@@ -99,9 +100,10 @@ pub(crate) fn plan<'env>(
     previous_state: Unknown<'env>,
     options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, serde_json::Value>> {
-    let options = js_options::read(env, options)?;
+    let options = js_options::read(env, &id, options)?;
     let inputs = inputs(&id, props, previous_state, "previousState");
     let work = async move {
+        let options = options?;
         let (config, previous) = inputs?;
         let session = Session::open(&id, &config, options).await?;
         lifecycle::plan(&id, &config, previous.as_ref(), &session.cluster()).await
@@ -128,9 +130,10 @@ pub(crate) fn verify<'env>(
     state: Unknown<'env>,
     options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, serde_json::Value>> {
-    let options = js_options::read(env, options)?;
+    let options = js_options::read(env, &id, options)?;
     let inputs = inputs(&id, props, state, "state");
     let work = async move {
+        let options = options?;
         let (config, state) = inputs?;
         let session = Session::open(&id, &config, options).await?;
         lifecycle::verify(&id, &config, state.as_ref(), &session.cluster()).await
@@ -155,9 +158,10 @@ pub(crate) fn status<'env>(
     props: Unknown<'env>,
     options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, serde_json::Value>> {
-    let options = js_options::read(env, options)?;
+    let options = js_options::read(env, &id, options)?;
     let config = props_json(&id, props).and_then(|props| validate(&id, &props));
     let work = async move {
+        let options = options?;
         let config = config?;
         let session = Session::open(&id, &config, options).await?;
         ownership::status(&id, &config, &session.cluster()).await
@@ -197,9 +201,10 @@ pub(crate) fn adopt<'env>(
     props: Unknown<'env>,
     options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, serde_json::Value>> {
-    let options = js_options::read(env, options)?;
+    let options = js_options::read(env, &id, options)?;
     let config = props_json(&id, props).and_then(|props| validate(&id, &props));
     let work = async move {
+        let options = options?;
         let config = config?;
         // No session (and no token minted) when the answer needs no cluster.
         if let Some(outcome) = ownership::adopt_without_cluster(&config) {
@@ -227,9 +232,10 @@ pub(crate) fn destroy<'env>(
     state: Unknown<'env>,
     options: Option<Object<'env>>,
 ) -> Result<PromiseRaw<'env, ()>> {
-    let options = js_options::read(env, options)?;
+    let options = js_options::read(env, &id, options)?;
     let inputs = inputs(&id, props, state, "state");
     let work = async move {
+        let options = options?;
         let (config, state) = inputs?;
         if !lifecycle::destroy_reaches_cluster(&config) {
             return Ok(());

@@ -3,15 +3,26 @@
 //! Kubernetes' optimistic concurrency is the lock: every write carries the
 //! resourceVersion it read, so of two deploys writing at once one gets 409
 //! Conflict, reads again and finds the lease taken. A lease is free when it
-//! has no holder or has expired. Expired means both clocks agree it is
-//! stale: the holder's `renewTime` plus the duration is past on this
-//! machine's wall clock, or this call has watched the record not change for
-//! a whole duration on its own monotonic clock (which holds whatever the
-//! other machine's clock says). Transient failures (5xx, resets) are retried
-//! with the `retry` policy; a refusal (RBAC) fails at once, naming the verbs.
+//! has no holder or has expired. Expired is judged by observation, as
+//! client-go's leader election does: this call has watched the record not
+//! change for a whole duration on its own monotonic clock. The times the
+//! holder writes come from the holder's clock, which may be hours off this
+//! one's, so they are never compared with this machine's time.
+//!
+//! The holder's side of the same rule: a taker starts its watch no earlier
+//! than the holder's last successful write was sent, so the holder may work
+//! only until a renew deadline, two thirds of the duration after that
+//! moment, unless a renewal succeeds first. Each renewal attempt is bounded
+//! by what is left of the deadline (a stalled API call, or the retry loop's
+//! backoff, cannot stretch it), and at the deadline no further statement
+//! starts and the call fails with `E_LEASE_LOST`. The last third is the
+//! margin for a statement in flight and for the two machines' clock rates.
+//! Transient failures (5xx, resets) are retried with the `retry` policy
+//! within that bound; a refusal (RBAC) fails at once, naming the verbs.
 
 use std::future::poll_fn;
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -29,6 +40,12 @@ const CONFLICT: u16 = 409;
 /// How long to pause before reading the lease again after a write conflicted.
 const CONFLICT_PAUSE: Duration = Duration::from_millis(100);
 
+/// After a failed renewal, how soon the next attempt (at most a third of the duration).
+const RENEW_RETRY: Duration = Duration::from_secs(1);
+
+/// The longest a release may take (at most a third of the duration).
+const RELEASE_BOUND: Duration = Duration::from_secs(5);
+
 /// A lease this call holds.
 pub(crate) struct Held {
     name: String,
@@ -36,6 +53,17 @@ pub(crate) struct Held {
     ttl: Duration,
     acquire_time: String,
     transitions: u32,
+    /// When (monotonic) the write that took the lease was sent: no taker's
+    /// watch of that write started earlier.
+    taken_at: Duration,
+}
+
+impl Held {
+    /// How long after a successful write was sent the holder may still work
+    /// without another: two thirds of the duration.
+    fn renew_deadline(&self) -> Duration {
+        self.ttl * 2 / 3
+    }
 }
 
 /// What ended the renewals: the lease is no longer this call's.
@@ -45,9 +73,10 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// Runs `work` holding the resource's lease: taken first (waiting within
     /// the `waitForPod` budget while another deploy holds it), renewed every
     /// third of its duration while `work` runs, released afterwards whatever
-    /// `work` returned. When a renewal finds the lease gone, `work` is dropped
-    /// (no further statement starts; an exec in flight is closed) and the call
-    /// fails with `E_LEASE_LOST`. `work` receives whether this call waited
+    /// `work` returned. When a renewal finds the lease gone, or the renew
+    /// deadline passes without one, `work` is dropped (no further statement
+    /// starts; an exec in flight is closed) and the call fails with
+    /// `E_LEASE_LOST`. `work` receives whether this call waited
     /// for another holder (so it may look at what that one did).
     pub(crate) async fn with_lease<R, F, W>(
         &self,
@@ -59,10 +88,17 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
         F: Future<Output = Result<R, ClickHouseSchemaError>>,
     {
         let (held, waited) = self.take_lease(config).await?;
+        // Until when (monotonic, in ms) the work may go on: moved on by each renewal.
+        let valid_until = AtomicU64::new(millis(held.taken_at + held.renew_deadline()));
         let outcome = {
             let mut work = pin!(work(waited));
-            let mut renewals = pin!(self.keep_renewed(&held));
+            let mut renewals = pin!(self.keep_renewed(&held, &valid_until));
             poll_fn(|cx| {
+                // Past the renew deadline the work is not polled again, so nothing more starts,
+                // even when the renewals have not been polled since.
+                if millis(self.clock.now()) >= valid_until.load(Ordering::SeqCst) {
+                    return Poll::Ready(Err(self.lease_lost(&held, &self.not_renewed(&held))));
+                }
                 if let Poll::Ready(result) = work.as_mut().poll(cx) {
                     return Poll::Ready(result);
                 }
@@ -113,10 +149,11 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
                             Duration::ZERO
                         }
                     };
-                    holder_now.is_empty() || holder_now == holder || expired(record, &now, unchanged_for)
+                    holder_now.is_empty() || holder_now == holder || expired(record, ttl, unchanged_for)
                 }
             };
             if free {
+                let sent = self.clock.now();
                 let now = micro_time(&now);
                 let spec = LeaseSpec {
                     holder: Some(holder.clone()),
@@ -163,6 +200,7 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
                             ttl,
                             acquire_time: now,
                             transitions: spec.transitions,
+                            taken_at: sent,
                         };
                         return Ok((held, waited));
                     }
@@ -214,24 +252,42 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
         }
     }
 
-    /// Renews every third of the duration; ends only when the lease is lost
-    /// (another holder took it, or no renewal succeeded for a whole duration).
-    async fn keep_renewed(&self, held: &Held) -> Lost {
-        let mut last_renewed = self.clock.now();
+    /// Renews every third of the duration, each attempt bounded by the renew
+    /// deadline of the last successful write (a failed one is tried again
+    /// after a second); moves `valid_until` on with each success. Ends only
+    /// when the lease is lost: another holder took it, or the deadline passed.
+    async fn keep_renewed(&self, held: &Held, valid_until: &AtomicU64) -> Lost {
+        let period = held.ttl / 3;
+        let mut renewed_at = held.taken_at;
+        let mut next = renewed_at + period;
         loop {
-            self.clock.sleep(held.ttl / 3).await;
-            match self.renew(held).await {
-                Ok(()) => last_renewed = self.clock.now(),
-                Err(Some(lost)) => return lost,
-                Err(None) if self.clock.now().saturating_sub(last_renewed) >= held.ttl => {
-                    return Lost(format!(
-                        "no renewal succeeded for {} s, so another deploy may have taken it",
-                        held.ttl.as_secs()
-                    ));
+            self.clock.sleep(next.saturating_sub(self.clock.now())).await;
+            let left = (renewed_at + held.renew_deadline()).saturating_sub(self.clock.now());
+            if left.is_zero() {
+                return Lost(self.not_renewed(held));
+            }
+            let sent = self.clock.now();
+            match first_of(self.renew(held), self.clock.sleep(left)).await {
+                Some(Ok(())) => {
+                    renewed_at = sent;
+                    valid_until.store(millis(sent + held.renew_deadline()), Ordering::SeqCst);
+                    next = sent + period;
                 }
-                Err(None) => {}
+                Some(Err(Some(lost))) => return lost,
+                Some(Err(None)) => next = self.clock.now() + RENEW_RETRY.min(period),
+                None => return Lost(self.not_renewed(held)),
             }
         }
+    }
+
+    /// Why the lease is lost at the renew deadline.
+    fn not_renewed(&self, held: &Held) -> String {
+        format!(
+            "no renewal succeeded within {} ms of the last one (two thirds of its {} s), after which another \
+             deploy may take it",
+            millis(held.renew_deadline()),
+            held.ttl.as_secs()
+        )
     }
 
     /// One renewal: `Err(Some)` when the lease is another's, `Err(None)` when
@@ -258,8 +314,10 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
             renew_time: None,
             ..self.spec_of(held)
         };
-        // Not ours any more (gone, or taken over): nothing of ours to release.
-        if self.rewrite_if_held(held, &spec).await.is_ok() {
+        // Not ours any more (gone, or taken over): nothing of ours to release. Bounded: a
+        // stalled API must not hold the call (the lease lapses anyway).
+        let bound = RELEASE_BOUND.min(held.ttl / 3);
+        if let Some(Ok(_)) = first_of(self.rewrite_if_held(held, &spec), self.clock.sleep(bound)).await {
             return;
         }
         self.events.emit(Event::Retry {
@@ -350,23 +408,23 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
 
     fn lease_held(&self, name: &str, record: &LeaseRecord) -> ClickHouseSchemaError {
         let holder = record.holder.as_deref().unwrap_or("?");
-        let expiry = match (
-            record.renew_time.as_deref().and_then(unix_micros),
-            record.duration_seconds,
-        ) {
-            (Some(renewed), Some(duration)) => {
-                format!(
-                    ", and expires at {} unless renewed",
-                    rfc3339_of(renewed + i64::from(duration) * 1_000_000)
-                )
-            }
-            _ => String::new(),
-        };
+        let renewed = record
+            .renew_time
+            .as_deref()
+            .and_then(unix_micros)
+            .map(|t| format!(", last renewed at {} by its holder's clock", rfc3339_of(t)))
+            .unwrap_or_default();
+        let duration = record
+            .duration_seconds
+            .map(|d| format!(" ({d} s)"))
+            .unwrap_or_default();
         self.error(
             ErrorKind::LeaseHeld,
             format!(
-                "{}: the lease {name} is held by {holder} (another deploy of this resource){expiry}. It did not \
-                 come free within waitForPod.timeoutMs ({} s); nothing ran. Deploy again once that one is done.",
+                "{}: the lease {name} is held by {holder} (another deploy of this resource){renewed}. It did not \
+                 come free within waitForPod.timeoutMs ({} s): a holder that stops renewing loses it once a deploy \
+                 has watched it unchanged for its duration{duration}; nothing ran. Deploy again once that one is \
+                 done.",
                 self.prefix(),
                 self.wait_budget.as_secs()
             ),
@@ -399,26 +457,27 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     }
 }
 
-/// Whether `record` (held by someone else) is stale: by the wall clock (its
-/// renewal plus its duration is past), or by this call's own watch (unchanged
-/// for a whole duration).
-fn expired(record: &LeaseRecord, now: &str, unchanged_for: Duration) -> bool {
-    let duration = u64::from(record.duration_seconds.unwrap_or(0));
-    if unchanged_for >= Duration::from_secs(duration) && duration > 0 {
-        return true;
-    }
-    let renewed = record
-        .renew_time
-        .as_deref()
-        .or(record.acquire_time.as_deref())
-        .and_then(unix_micros);
-    match (renewed, unix_micros(now)) {
-        (Some(renewed), Some(now)) => {
-            renewed + i64::try_from(duration).unwrap_or(i64::MAX / 2) * 1_000_000 < now
+/// Whether `record` (held by someone else) is stale: this call has watched
+/// it unchanged for its whole duration (`ttl`, this call's own, for a record
+/// that states none). Its times are the holder's clock and never count.
+fn expired(record: &LeaseRecord, ttl: Duration, unchanged_for: Duration) -> bool {
+    let duration = record
+        .duration_seconds
+        .filter(|d| *d > 0)
+        .map_or(ttl, |d| Duration::from_secs(u64::from(d)));
+    unchanged_for >= duration
+}
+
+/// The output of `a`, or `None` when `b` finishes first.
+async fn first_of<A: Future, B: Future>(a: A, b: B) -> Option<A::Output> {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    poll_fn(|cx| {
+        if let Poll::Ready(output) = a.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
         }
-        // A holder with no times at all cannot be judged by the clock; only the watch frees it.
-        _ => false,
-    }
+        b.as_mut().poll(cx).map(|_| None)
+    })
+    .await
 }
 
 fn millis(d: Duration) -> u64 {
@@ -464,22 +523,20 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_expires_by_the_wall_clock_or_by_watching_it() {
-        let r = record("other", "2026-12-01T10:00:00.000000Z", 60);
-        assert!(!expired(&r, "2026-12-01T10:00:59.000Z", Duration::ZERO));
-        assert!(expired(&r, "2026-12-01T10:01:01.000Z", Duration::ZERO));
-        // A holder whose clock runs ahead: the watch frees it after a duration unchanged.
-        let ahead = record("other", "2026-12-01T11:00:00.000000Z", 60);
-        assert!(!expired(
-            &ahead,
-            "2026-12-01T10:05:00.000Z",
-            Duration::from_secs(59)
-        ));
-        assert!(expired(
-            &ahead,
-            "2026-12-01T10:05:00.000Z",
-            Duration::from_secs(60)
-        ));
+    fn a_lease_expires_only_by_watching_it_unchanged_for_its_duration() {
+        let ttl = Duration::from_secs(5);
+        // Renewed long ago by the holder's clock (or by one far behind): not stale until watched.
+        let r = record("other", "2020-01-01T00:00:00.000000Z", 60);
+        assert!(!expired(&r, ttl, Duration::ZERO));
+        assert!(!expired(&r, ttl, Duration::from_secs(59)));
+        assert!(expired(&r, ttl, Duration::from_secs(60)));
+        // No duration stated: this call's own.
+        let none = LeaseRecord {
+            duration_seconds: None,
+            ..record("other", "2020-01-01T00:00:00.000000Z", 0)
+        };
+        assert!(!expired(&none, ttl, Duration::from_secs(4)));
+        assert!(expired(&none, ttl, Duration::from_secs(5)));
     }
 
     #[test]

@@ -13,9 +13,19 @@
 //!
 //! Shape, chosen to work on every server this project supports (18.16 has
 //! no DateTime64): every column a String or UInt32, `applied_at` an RFC 3339
-//! UTC string (sorts by time), `ORDER BY (resource_id, applied_at)`. A destroy
-//! that runs its delete statements writes a row with an empty fingerprint,
-//! so a later deploy never adopts what was dropped.
+//! UTC string with milliseconds (sorts by time), `ORDER BY (resource_id,
+//! applied_at)`. A destroy that runs its delete statements writes a row with
+//! an empty fingerprint, so a later deploy never adopts what was dropped.
+//!
+//! Order: the newest row is the one that counts, so `applied_at` is not the
+//! deployer's clock (a destroy written by a machine whose clock is behind
+//! would sort under the apply it undid, and a deploy with a lost state would
+//! take the pod as covered). The pod's server stamps each row: its own `now()`,
+//! but always at least a millisecond after the newest row already there
+//! (whoever wrote it, and whatever clock it came from). So rows sort in the
+//! order they were written on that pod, and the column and the table are as
+//! earlier versions made them: a ledger they wrote keeps working, with no
+//! migration.
 //!
 //! The values are quoted here (`quote`), never interpolated raw: a resource
 //! id may hold any character.
@@ -65,24 +75,44 @@ fn table(config: &LedgerConfig) -> String {
     format!("`{}`.`{}`", config.database, config.table)
 }
 
-/// The script that writes `row`: the database and table if missing, then the row.
+/// The script that writes `row`: the database and table if missing, then the
+/// row. Its `applied_at` is the server's (see the module's header), so
+/// `row.applied_at` is not written.
 pub fn write_script(config: &LedgerConfig, row: &LedgerRow) -> String {
+    let table = table(config);
     format!(
         "CREATE DATABASE IF NOT EXISTS `{database}`;\n\
          CREATE TABLE IF NOT EXISTS {table} (resource_id String, fingerprint String, statement_count UInt32, \
          pod String, pod_uid String, applied_at String, package_version String) \
          ENGINE = MergeTree ORDER BY (resource_id, applied_at);\n\
          INSERT INTO {table} (resource_id, fingerprint, statement_count, pod, pod_uid, applied_at, package_version) \
-         VALUES ({}, {}, {}, {}, {}, {}, {});\n",
+         SELECT {}, {}, {}, {}, {}, {applied_at}, {} FROM ({stamp});\n",
         literal(&row.resource_id),
         literal(&row.fingerprint),
         row.statement_count,
         literal(&row.pod),
         literal(&row.pod_uid),
-        literal(&row.applied_at),
         literal(&row.package_version),
         database = config.database,
-        table = table(config),
+        applied_at = APPLIED_AT,
+        stamp = stamp(&table),
+    )
+}
+
+/// `at_ms` (milliseconds since the epoch) as the ledger writes times: `2026-12-01T10:00:00.123Z`.
+const APPLIED_AT: &str = "concat(formatDateTime(toDateTime(intDiv(at_ms, 1000), 'UTC'), '%Y-%m-%dT%H:%M:%S', 'UTC'), \
+     '.', substring(toString(1000 + at_ms % 1000), 2, 3), 'Z')";
+
+/// The row giving `at_ms`, the time of a new row: the server's `now()`, or a
+/// millisecond after the newest `applied_at` of `table` when that is not
+/// earlier (18.16's `now()` has whole seconds, and an earlier row may come
+/// from a clock ahead). An empty table has no newest row.
+fn stamp(table: &str) -> String {
+    format!(
+        "SELECT (SELECT max(applied_at) FROM {table}) AS last, \
+         if(length(last) >= 23, toUInt64(toDateTime(replaceOne(substring(if(length(last) >= 23, last, \
+         '1970-01-01T00:00:00'), 1, 19), 'T', ' '), 'UTC')) * 1000 + toUInt64(toUInt32OrZero(substring(last, 21, 3))), \
+         toUInt64(0)) AS last_ms, toUInt64(now()) * 1000 AS now_ms, if(now_ms > last_ms, now_ms, last_ms + 1) AS at_ms"
     )
 }
 
@@ -185,7 +215,10 @@ mod tests {
             script.contains("CREATE TABLE IF NOT EXISTS `ops`.`ledger`"),
             "{script}"
         );
-        assert!(script.contains("VALUES ('it\\'s\\\\a\\ttab\\nid', "), "{script}");
+        assert!(script.contains("SELECT 'it\\'s\\\\a\\ttab\\nid', "), "{script}");
+        // The time is the server's: the caller's never reaches the script.
+        assert!(!script.contains("2026-12-01"), "{script}");
+        assert!(script.contains("toUInt64(now())"), "{script}");
         assert_eq!(script.matches(";\n").count(), 3, "{script}");
     }
 

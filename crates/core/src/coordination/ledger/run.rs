@@ -25,7 +25,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             statement_count: write.statement_count,
             pod: pod.name.clone(),
             pod_uid: pod.uid.clone().unwrap_or_default(),
-            applied_at: self.clock.now_iso8601(),
+            // Stamped by the pod's server, in the order rows are written there
+            // (`ledger::write_script`): this machine's clock may be off.
+            applied_at: String::new(),
             package_version: ledger::PACKAGE_VERSION.to_owned(),
         };
         let script = ledger::write_script(write.config, &row);
