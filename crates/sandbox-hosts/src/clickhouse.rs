@@ -284,18 +284,12 @@ pub(crate) fn spawn(netns: &str, enter: &[String], paths: &ServerPaths) -> Resul
 /// Start one query through clickhouse-client inside the host's namespace, exactly as a pod exec would.
 /// Separate from [`finish_query`] so several hosts can be asked at once: each client spends ~0.2 s just
 /// loading the 18.16 libraries.
-pub(crate) fn spawn_query(netns: &str, password: &str, sql: &str) -> Result<Child, String> {
+/// `client` is the pod's clickhouse-client (a modern pod's is its stand-in, `modern.rs`).
+pub(crate) fn spawn_query(netns: &str, client: &Path, password: &str, sql: &str) -> Result<Child, String> {
     Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            netns,
-            "clickhouse-client",
-            "--password",
-            password,
-            "--query",
-            sql,
-        ])
+        .args(["netns", "exec", netns])
+        .arg(client)
+        .args(["--password", password, "--query", sql])
         .env_clear()
         .env("PATH", SANE_PATH)
         .current_dir("/")
