@@ -220,6 +220,9 @@ def main(argv):
     except ClientError as e:
         print(e.text, file=ERR)
         return exit_status(e.code)
+    except Exception as e:  # the stand-in's own failure: say so, as a crashed client would
+        print("clickhouse-client (sandbox stand-in) failed: {}: {}".format(type(e).__name__, e), file=ERR)
+        return 1
 
 
 def run(pod_dir, argv):
@@ -263,6 +266,7 @@ def run(pod_dir, argv):
 
     lock = open(os.path.join(pod_dir, "client.lock"), "a")
     fcntl.flock(lock, fcntl.LOCK_EX)
+    OPEN.append(lock)
     engine = load_engine(pod_dir)
     conn = engine.connect("{}?config-file={}".format(
         os.path.join(pod_dir, "data"), os.path.join(pod_dir, "chdb.xml")))
@@ -336,7 +340,7 @@ def backquote(name):
 
 # Where the client's own messages go: stderr, until the engine is loaded (load_engine).
 ERR = sys.stderr
-# The engine's connection, kept alive until os._exit.
+# The pod's lock and the engine's connection, kept until os._exit.
 OPEN = []
 
 if __name__ == "__main__":
