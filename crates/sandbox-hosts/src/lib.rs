@@ -558,13 +558,18 @@ impl Hosts {
                 host.service.clone(),
                 netns::host_ip(self.instance, host.octet).to_string(),
             ];
-            modern::write_pod(&host.paths, &config, &names, python, script)?;
+            let remote_servers = clickhouse::remote_servers_element(
+                &self.cluster_name,
+                &self.shards(),
+                &self.default_password,
+            );
+            modern::write_pod(&host.paths, &config, &names, &remote_servers, python, script)?;
         }
         Ok(())
     }
 
-    /// Every host's remote_servers and hosts file, for the hosts there are now.
-    fn rewrite_clusters(&self) -> Result<(), HostsError> {
+    /// The cluster's shards, in shard order, each with its replicas' service names.
+    fn shards(&self) -> Vec<(u32, Vec<&str>)> {
         let mut shards: Vec<(u32, Vec<&str>)> = Vec::new();
         for host in &self.hosts {
             match shards.iter_mut().find(|(shard, _)| *shard == host.shard) {
@@ -573,6 +578,12 @@ impl Hosts {
             }
         }
         shards.sort_by_key(|(shard, _)| *shard);
+        shards
+    }
+
+    /// Every host's remote_servers and hosts file, for the hosts there are now.
+    fn rewrite_clusters(&self) -> Result<(), HostsError> {
+        let shards = self.shards();
         let entries: Vec<identity::Entry<'_>> = self
             .hosts
             .iter()
@@ -593,6 +604,12 @@ impl Hosts {
                 &self.default_password,
             )?;
             identity::write_hosts(&self.records, &host.netns, &entries)?;
+        }
+        // A modern pod's engine reads its cluster from its own config, at every call.
+        for i in 0..self.hosts.len() {
+            if self.hosts[i].engine == Engine::Modern && self.hosts[i].paths.dir.exists() {
+                self.write_server_config(i)?;
+            }
         }
         Ok(())
     }

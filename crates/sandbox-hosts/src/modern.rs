@@ -88,12 +88,14 @@ pub(crate) fn is_running(paths: &ServerPaths) -> bool {
 
 /// Everything a modern pod needs besides what `clickhouse::write_config` writes (its users.xml is
 /// the stand-in's user table): the engine's configuration (ZooKeeper and the pod's macros, so
-/// Replicated tables and databases can be created), the names its client accepts as `--host`, and
-/// the wrapper that is its `clickhouse-client`.
+/// Replicated tables and databases can be created; the cluster, so Distributed tables can: with no
+/// `<distributed_ddl>`, ON CLUSTER is refused with code 392), the names its client accepts as
+/// `--host`, and the wrapper that is its `clickhouse-client`. Rewritten with the cluster.
 pub(crate) fn write_pod(
     paths: &ServerPaths,
     cfg: &ServerConfig<'_>,
     names: &[String],
+    remote_servers: &str,
     python: &Path,
     script: &Path,
 ) -> Result<(), HostsError> {
@@ -113,7 +115,7 @@ pub(crate) fn write_pod(
         <shard>{shard}</shard>
         <replica>{service}</replica>
     </macros>
-    <!-- A pod's namespace has its own /sys, without the cgroup files the engine looks for. -->
+{remote_servers}    <!-- A pod's namespace has its own /sys, without the cgroup files the engine looks for. -->
     <memory_worker_use_cgroup>false</memory_worker_use_cgroup>
     <max_table_size_to_drop>0</max_table_size_to_drop>
     <max_partition_size_to_drop>0</max_partition_size_to_drop>
