@@ -290,7 +290,7 @@ def run(pod_dir, argv):
     status = 0
     for statement in statements:
         try:
-            result = conn.query(statement, fmt)
+            result = query_retrying_session_clash(conn, statement, fmt)
             sys.stdout.buffer.write(result.bytes())
             sys.stdout.buffer.flush()
             status = 0
@@ -303,6 +303,23 @@ def run(pod_dir, argv):
             if not ignore_error:
                 return status
     return status
+
+
+def query_retrying_session_clash(conn, statement, fmt):
+    """Runs `statement`, again while its ZooKeeper session cannot start because another pod's
+    engine holds the session node: every chdb process registers its session under the same
+    all-zero server UUID (it loads no server UUID), so two pods opening sessions at once clash.
+    A real server has a UUID of its own; the statement did nothing, so it runs again (up to ~10 s)."""
+    import time
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return conn.query(statement, fmt)
+        except RuntimeError as e:
+            clash = error_code(str(e)) == 999 and "sessions/zookeeper/00000000-0000-0000-0000-000000000000" in str(e)
+            if not clash or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def load_engine(pod_dir):
