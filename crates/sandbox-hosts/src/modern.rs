@@ -32,6 +32,11 @@ pub(crate) fn python() -> Result<PathBuf, HostsError> {
                 .join("bin/python")
         }
     };
+    existing(path)
+}
+
+/// `path` when the engine's Python is there; else the error that says how to install it.
+fn existing(path: PathBuf) -> Result<PathBuf, HostsError> {
     if path.exists() {
         Ok(path)
     } else {
@@ -153,4 +158,22 @@ pub(crate) fn write_pod(
 
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_engine_names_the_script_that_installs_it() {
+        let err = existing(PathBuf::from("/nonexistent/chdb/bin/python"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/nonexistent/chdb/bin/python does not exist"),
+            "{err}"
+        );
+        assert!(err.contains("scripts/install-modern-engine.sh"), "{err}");
+        assert!(err.contains("CHSBX_MODERN_PYTHON"), "{err}");
+    }
 }

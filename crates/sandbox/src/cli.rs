@@ -74,6 +74,7 @@ struct StartArgs {
     timeout: u64,
 }
 
+/// `--engine`: the version a user knows each engine by (README, "The second engine").
 fn parse_engine(s: &str) -> Result<Engine, String> {
     match s {
         "18.16" | "legacy" => Ok(Engine::Server1816),
@@ -306,5 +307,21 @@ fn status(dir: &Path) -> Result<(), String> {
             Ok(())
         }
         None => Err(format!("no sandbox runs from {}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engines_by_their_names_and_an_unknown_one_refused() {
+        assert_eq!(parse_engine("18.16"), Ok(Engine::Server1816));
+        assert_eq!(parse_engine("modern"), Ok(Engine::Modern));
+        assert_eq!(parse_engine("26.9"), Ok(Engine::Modern));
+        assert_eq!(
+            parse_engine("25.8"),
+            Err("unknown engine \"25.8\": `18.16` or `modern`".to_string())
+        );
     }
 }
