@@ -47,11 +47,15 @@ on_exit() {
 }
 trap on_exit EXIT
 
-step "system packages (ClickHouse, ZooKeeper, iproute2) and npm packages, side by side" \
+# The second ClickHouse engine (26.9, chdb-core from PyPI) for the sandbox's modern pods: a pinned
+# venv under ~/.cache/alchemy-clickhouse-schema, reused when present (scripts/install-modern-engine.sh).
+step "system packages (ClickHouse 18.16, ZooKeeper, iproute2), the 26.9 engine (chdb-core) and npm packages, side by side" \
   bash -c 'set -e
            bash scripts/install-deps.sh & deps=$!
+           bash scripts/install-modern-engine.sh >/dev/null & modern=$!
            npm ci --no-audit --no-fund --loglevel=error
-           wait "$deps"'
+           wait "$deps"
+           wait "$modern"'
 
 step "cargo fmt --check" cargo fmt --all --check
 
@@ -149,20 +153,31 @@ step "Rust tests: build (and lint), with the sandbox binary for the Node tests" 
 node_tests() {
   ls tests/*.test.mjs | grep -v -e tests/install.test.mjs -e tests/binaries.test.mjs
 }
-# Usage: node_pass <name> [env...]: every test file of one build, two files at a
+# The files whose tests talk to ClickHouse through the sandbox: run once more on
+# the 26.9 engine (SANDBOX_ENGINE=modern; tests/lib/engine.mjs names each test's
+# engine). Native addon only: the WebAssembly pass proves that build, and the
+# engine pass proves the product against a modern server's behaviour; the two
+# are independent, and a third full pass would not fit the 2-core budget.
+engine_tests() {
+  ls tests/{live-schema,rebuild,coordination,alchemy,fanout,sandbox}.test.mjs
+}
+# Usage: node_pass <name> <files-function> [env...]: those test files, two at a
 # time (node --test runs one at a time on 2 cores), sandboxes under its own root.
 node_pass() {
-  local name="$1"
-  shift
+  local name="$1" files="$2"
+  shift 2
   rm -rf "${SANDBOXES:?}/$name"
   mkdir -p "$SANDBOXES/$name"
   # shellcheck disable=SC2046 # one argument per test file
   env TEST_SANDBOX_ROOT="$SANDBOXES/$name" "$@" \
-    node --test --test-concurrency=2 --test-reporter=spec $(node_tests)
+    node --test --test-concurrency=2 --test-reporter=spec $("$files")
 }
 export SANDBOXES
-export -f node_tests node_pass
-step_bg node-native "Node tests (native addon)" node_pass native
+export -f node_tests engine_tests node_pass
+step_bg node-native "Node tests (native addon, ClickHouse 18.16)" node_pass native node_tests
+
+step_bg node-modern "Node tests of the ClickHouse suites on the 26.9 engine (native addon)" \
+  node_pass modern engine_tests SANDBOX_ENGINE=modern
 
 # The test build's WebAssembly addon: the cross-check profile like the native
 # one (the release profile is for publishing: scripts/build-all.sh and
@@ -180,7 +195,7 @@ step "WebAssembly addon (cross-check profile, wasm32-wasip1-threads)" wasm_addon
 # NAPI_RS_FORCE_WASI=error makes the loader take the WASI build or fail; each
 # test file also asserts which build it got. binaries.test.mjs loads no addon,
 # and install.test.mjs deploys on both builds itself.
-step_bg node-wasm "Node tests (WebAssembly addon)" node_pass wasm NAPI_RS_FORCE_WASI=error
+step_bg node-wasm "Node tests (WebAssembly addon, ClickHouse 18.16)" node_pass wasm node_tests NAPI_RS_FORCE_WASI=error
 
 step "Rust tests" cargo test --workspace --locked
 
@@ -202,5 +217,6 @@ step "Node tests of the packages: every platform's binary, and the release insta
   node --test --test-concurrency=2 --test-reporter=spec tests/binaries.test.mjs tests/install.test.mjs
 
 step_wait node-native
+step_wait node-modern
 step_wait node-wasm
 step_wait cache

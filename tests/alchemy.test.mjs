@@ -3,7 +3,7 @@
 // ordered after an upstream resource through readyBarrier, against the
 // sandbox's real ClickHouse servers. What reached the cluster is read from the
 // sandbox's API and exec logs; what the schema did, by querying each pod.
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe, test } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

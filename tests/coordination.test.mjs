@@ -3,7 +3,7 @@
 // ledger on every pod, lost-state recovery, adoption through Alchemy, and
 // status(). What reached the cluster is read from the sandbox's exec and API
 // logs; the lease from its API.
-import { after, before, test } from 'node:test';
+import { after, before, test } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';

@@ -1,7 +1,7 @@
 // Parallel fanout and progress events against real ClickHouse 18.16 servers
 // (a sandbox of three pods): what onEvent reports while an apply runs, and a
 // failure on every pod at once reported the same way every time.
-import { after, before, test } from 'node:test';
+import { after, before, test } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 
 import { addonTarget, apply } from '../dist/index.js';

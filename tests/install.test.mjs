@@ -16,7 +16,7 @@
 // README's `alchemy.run.ts` deployed, a failing statement, drift after a
 // table dropped by hand, its repair, and destroy, each command timed.
 // Nothing of this repository is on the projects' module path.
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe, test } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,7 +1,7 @@
 // The live-schema check against real ClickHouse 18.16 servers (a sandbox of one
 // shard of three replicas, with ZooKeeper): what apply verifies after the
 // statements ran, what verify() reports, and what a comparison may never touch.
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe, test, test1816 } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 
 import { addonTarget, apply, verify } from '../dist/index.js';
@@ -209,7 +209,7 @@ describe('what a comparison may touch', () => {
   const zkChildren = (pod, path) =>
     query(pod, `SELECT name FROM system.zookeeper WHERE path = '${path}' ORDER BY name`).split('\n').filter(Boolean);
 
-  test('a replicated table is compared without a scratch ZooKeeper path, and the replicas are untouched', { timeout }, async () => {
+  test1816('replication of inserts', 'a replicated table is compared without a scratch ZooKeeper path, and the replicas are untouched', { timeout }, async () => {
     const { state } = await apply('rep-schema', props(replicated));
     query(pods[0], "INSERT INTO rep.events VALUES (1, 'a'), (2, 'b')");
     query(pods[0], 'SYSTEM SYNC REPLICA rep.events');

@@ -4,7 +4,7 @@
 // swap. First a sandbox of one shard of two replicas, then one of two shards
 // ('2,1'). What is asserted is what a user would check on the servers: SHOW
 // CREATE, row counts per partition, the old table, the receipts.
-import { after, describe, test } from 'node:test';
+import { after, describe, test, test1816 } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 
 import { addonTarget, apply } from '../dist/index.js';
@@ -216,7 +216,7 @@ describe('one shard of two replicas', () => {
     assert.match(events.find((e) => e.kind === 'rebuild' && e.step === 'verify').message, /checksums included/);
   });
 
-  test('a plain MergeTree becomes ReplicatedMergeTree: every replica holds every row', { timeout }, async () => {
+  test1816('replication of inserts', 'a plain MergeTree becomes ReplicatedMergeTree: every replica holds every row', { timeout }, async () => {
     const v1 = [DB, table('converted', 'MergeTree', 'id')];
     const first = await apply('rb-converted', props(sandbox, v1));
     sandbox.query(pods[0], sixDays('converted', 0));
@@ -285,13 +285,13 @@ describe('one shard of two replicas', () => {
 describe("two shards ('2,1'), onCluster", () => {
   let sandbox;
   let pods;
-  test('starts', () => {
+  test1816('ON CLUSTER', 'starts', () => {
     stopSandbox(dir);
     sandbox = startSandbox(dir, '2,1');
     pods = sandbox.info.pods;
   });
 
-  test('a replicated table rebuilt shard by shard: each shard keeps its own rows, on every replica', { timeout }, async () => {
+  test1816('ON CLUSTER', 'a replicated table rebuilt shard by shard: each shard keeps its own rows, on every replica', { timeout }, async () => {
     const create = (order, version) =>
       `CREATE TABLE IF NOT EXISTS rb.sharded ON CLUSTER sandbox ${COLUMNS} ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/sharded${version}', '{replica}') PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`;
     const db = 'CREATE DATABASE IF NOT EXISTS rb ON CLUSTER sandbox';

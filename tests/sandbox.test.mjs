@@ -2,7 +2,7 @@
 // WebSocket exec) against the sandbox: a test Kubernetes API server whose
 // pods are real ClickHouse 18.16 servers. What a user would check is checked
 // the way a user would: by querying each pod with kubectl exec.
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe, test, test1816 } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -236,7 +236,7 @@ describe('identity, credentials and RBAC', () => {
 });
 
 describe('onCluster through ZooKeeper', () => {
-  test('one exec per statement reaches every pod; an unchanged converge makes no call', { timeout }, async () => {
+  test1816('ON CLUSTER', 'one exec per statement reaches every pod; an unchanged converge makes no call', { timeout }, async () => {
     await clearLogs();
     const onCluster = props(
       [

@@ -18,6 +18,7 @@ mod clickhouse;
 mod error;
 mod identity;
 mod instance;
+mod modern;
 mod netns;
 mod pids;
 mod zookeeper;
@@ -59,6 +60,29 @@ pub struct HostsOptions {
     pub default_password: String,
     /// Password of ClickHouse user `writer`.
     pub writer_password: String,
+    /// Which ClickHouse every host runs.
+    pub engine: Engine,
+}
+
+/// The ClickHouse a host runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// A clickhouse-server 18.16 process (Debian's package) per host.
+    #[default]
+    Server1816,
+    /// ClickHouse 26.9 in-process (chdb-core): no server process; the pod's `clickhouse-client` is a
+    /// stand-in that runs each call on the pod's own data directory (`modern.rs`).
+    Modern,
+}
+
+impl Engine {
+    /// The version it is known by: `18.16` or `26.9`.
+    pub fn version(self) -> &'static str {
+        match self {
+            Engine::Server1816 => "18.16",
+            Engine::Modern => "26.9",
+        }
+    }
 }
 
 /// One host to start or add: the pod it backs and its place in the cluster.
@@ -111,6 +135,7 @@ struct Host {
     veth: String,
     paths: ServerPaths,
     server: Option<Child>,
+    engine: Engine,
 }
 
 impl Host {
@@ -127,9 +152,21 @@ impl Host {
     }
 
     fn is_running(&self) -> bool {
-        self.server
-            .as_ref()
-            .is_some_and(|c| pids::is_alive(c.id() as i32))
+        match self.engine {
+            Engine::Server1816 => self
+                .server
+                .as_ref()
+                .is_some_and(|c| pids::is_alive(c.id() as i32)),
+            Engine::Modern => modern::is_running(&self.paths),
+        }
+    }
+
+    /// The pod's `clickhouse-client`, as its PATH finds it.
+    fn client(&self) -> PathBuf {
+        match self.engine {
+            Engine::Server1816 => PathBuf::from("clickhouse-client"),
+            Engine::Modern => modern::client(&self.paths),
+        }
     }
 }
 
@@ -141,6 +178,9 @@ pub struct Hosts {
     cluster_name: String,
     default_password: String,
     writer_password: String,
+    engine: Engine,
+    /// The engine's Python and the stand-in client, for a modern sandbox.
+    modern: Option<(PathBuf, PathBuf)>,
     records: netns::Records,
     pid_dir: pids::PidDir,
     zookeeper_paths: ZooKeeperPaths,
@@ -174,6 +214,10 @@ impl Hosts {
             .canonicalize()
             .context(|| format!("resolving {}", opts.run_dir.display()))?;
         cleanup_stale(&run_dir)?;
+        let modern = match opts.engine {
+            Engine::Server1816 => None,
+            Engine::Modern => Some((modern::python()?, modern::install_client(&run_dir)?)),
+        };
         let lock = instance::claim(opts.instance)?;
         let records = netns::Records::new(&run_dir);
         let reclaimed = instance::reclaim(&lock, &records)?;
@@ -184,6 +228,8 @@ impl Hosts {
             cluster_name: opts.cluster_name,
             default_password: opts.default_password,
             writer_password: opts.writer_password,
+            engine: opts.engine,
+            modern,
             records,
             pid_dir: pids::PidDir::new(&run_dir),
             zookeeper_paths: ZooKeeperPaths::new(&run_dir),
@@ -335,6 +381,19 @@ impl Hosts {
             .env("PATH", clickhouse::SANE_PATH)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir("/");
+        if host.engine == Engine::Modern {
+            // Its clickhouse-client is the stand-in, first on whatever PATH the image gives, as an
+            // image whose client lives in a directory of its own.
+            let path = env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map_or(clickhouse::SANE_PATH, |(_, v)| v.as_str());
+            cmd.env(
+                "PATH",
+                format!("{}:{path}", modern::bin_dir(&host.paths).display()),
+            );
+        }
         Ok(cmd)
     }
 
@@ -462,6 +521,7 @@ impl Hosts {
             veth: netns::veth_name(self.instance, octet),
             paths: ServerPaths::new(&self.run_dir, name),
             server: None,
+            engine: self.engine,
         };
         netns::check_host_free(self.instance, &host.netns, &host.veth)?;
         identity::check_free(&host.netns)?;
@@ -482,22 +542,34 @@ impl Hosts {
     fn write_server_config(&self, i: usize) -> Result<(), HostsError> {
         let host = &self.hosts[i];
         let zk = self.zookeeper_address();
-        clickhouse::write_config(
-            &host.paths,
-            &clickhouse::ServerConfig {
-                service: &host.service,
-                shard: host.shard,
-                cluster: &self.cluster_name,
-                zookeeper_ip: netns::bridge_ip(self.instance),
-                zookeeper_port: zk.port(),
-                default_password: &self.default_password,
-                writer_password: &self.writer_password,
-            },
-        )
+        let config = clickhouse::ServerConfig {
+            service: &host.service,
+            shard: host.shard,
+            cluster: &self.cluster_name,
+            zookeeper_ip: netns::bridge_ip(self.instance),
+            zookeeper_port: zk.port(),
+            default_password: &self.default_password,
+            writer_password: &self.writer_password,
+        };
+        clickhouse::write_config(&host.paths, &config)?;
+        if let (Engine::Modern, Some((python, script))) = (host.engine, &self.modern) {
+            let names = [
+                host.name.clone(),
+                host.service.clone(),
+                netns::host_ip(self.instance, host.octet).to_string(),
+            ];
+            let remote_servers = clickhouse::remote_servers_element(
+                &self.cluster_name,
+                &self.shards(),
+                &self.default_password,
+            );
+            modern::write_pod(&host.paths, &config, &names, &remote_servers, python, script)?;
+        }
+        Ok(())
     }
 
-    /// Every host's remote_servers and hosts file, for the hosts there are now.
-    fn rewrite_clusters(&self) -> Result<(), HostsError> {
+    /// The cluster's shards, in shard order, each with its replicas' service names.
+    fn shards(&self) -> Vec<(u32, Vec<&str>)> {
         let mut shards: Vec<(u32, Vec<&str>)> = Vec::new();
         for host in &self.hosts {
             match shards.iter_mut().find(|(shard, _)| *shard == host.shard) {
@@ -506,6 +578,12 @@ impl Hosts {
             }
         }
         shards.sort_by_key(|(shard, _)| *shard);
+        shards
+    }
+
+    /// Every host's remote_servers and hosts file, for the hosts there are now.
+    fn rewrite_clusters(&self) -> Result<(), HostsError> {
+        let shards = self.shards();
         let entries: Vec<identity::Entry<'_>> = self
             .hosts
             .iter()
@@ -527,6 +605,12 @@ impl Hosts {
             )?;
             identity::write_hosts(&self.records, &host.netns, &entries)?;
         }
+        // A modern pod's engine reads its cluster from its own config, at every call.
+        for i in 0..self.hosts.len() {
+            if self.hosts[i].engine == Engine::Modern && self.hosts[i].paths.dir.exists() {
+                self.write_server_config(i)?;
+            }
+        }
         Ok(())
     }
 
@@ -537,8 +621,16 @@ impl Hosts {
         let queries: Vec<_> = self
             .hosts
             .iter()
-            .filter(|h| Some(h.name.as_str()) != except && h.is_running())
-            .map(|h| clickhouse::spawn_query(&h.netns, &self.default_password, "SYSTEM RELOAD CONFIG"))
+            // A modern pod has no cluster to reload (no distributed DDL, see modern.rs).
+            .filter(|h| Some(h.name.as_str()) != except && h.is_running() && h.engine == Engine::Server1816)
+            .map(|h| {
+                clickhouse::spawn_query(
+                    &h.netns,
+                    &h.client(),
+                    &self.default_password,
+                    "SYSTEM RELOAD CONFIG",
+                )
+            })
             .collect();
         for query in queries {
             let _ = query.and_then(clickhouse::finish_query);
@@ -546,6 +638,9 @@ impl Hosts {
     }
 
     fn spawn_server(&mut self, i: usize) -> Result<(), HostsError> {
+        if self.hosts[i].engine == Engine::Modern {
+            return modern::set_stopped(&self.hosts[i].paths, false);
+        }
         let child = clickhouse::spawn(
             &self.hosts[i].netns,
             &identity::enter_uts(&self.hosts[i].netns),
@@ -558,6 +653,9 @@ impl Hosts {
 
     fn stop_at(&mut self, i: usize) {
         let host = &mut self.hosts[i];
+        if host.engine == Engine::Modern && host.paths.dir.exists() {
+            let _ = modern::set_stopped(&host.paths, true);
+        }
         if let Some(mut child) = host.server.take() {
             pids::stop_children(&mut [&mut child], pids::STOP_GRACE);
         }
@@ -616,9 +714,11 @@ impl Hosts {
             let mut answering = Vec::new();
             for &i in &pending {
                 let host = &mut self.hosts[i];
-                let exited = match host.server.as_mut() {
-                    Some(child) => child.try_wait().ok().flatten().map(|s| s.to_string()),
-                    None => Some("not started".into()),
+                let exited = match (host.engine, host.server.as_mut()) {
+                    // No process: the stand-in's `SELECT 1` below is the whole check.
+                    (Engine::Modern, _) => None,
+                    (_, Some(child)) => child.try_wait().ok().flatten().map(|s| s.to_string()),
+                    (_, None) => Some("not started".into()),
                 };
                 if let Some(status) = exited {
                     let err = HostsError::Server {
@@ -628,6 +728,10 @@ impl Hosts {
                     };
                     self.stop_at(i);
                     return Err(err);
+                }
+                if host.engine == Engine::Modern {
+                    answering.push(i);
+                    continue;
                 }
                 match clickhouse::http_ping(netns::host_ip(self.instance, host.octet)) {
                     Ok(()) => answering.push(i),
@@ -642,7 +746,12 @@ impl Hosts {
                 .map(|&i| {
                     (
                         i,
-                        clickhouse::spawn_query(&self.hosts[i].netns, &self.default_password, "SELECT 1"),
+                        clickhouse::spawn_query(
+                            &self.hosts[i].netns,
+                            &self.hosts[i].client(),
+                            &self.default_password,
+                            "SELECT 1",
+                        ),
                     )
                 })
                 .collect();

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clickhouse_schema_core::command::render;
 use clickhouse_schema_core::config::{ClientConfig, SettingValue};
-use clickhouse_schema_sandbox_hosts::{HostSpec, Hosts, HostsOptions};
+use clickhouse_schema_sandbox_hosts::{Engine, HostSpec, Hosts, HostsOptions};
 
 const HOST: &str = "ch-0";
 /// Starts with `-` and holds XML and shell metacharacters; the marker makes
@@ -109,6 +109,7 @@ fn the_rendered_command_against_a_real_server() {
             cluster_name: "sandbox".into(),
             default_password: "default-pw".into(),
             writer_password: WRITER_PW.into(),
+            engine: Engine::default(),
         },
         &[HostSpec::named(HOST)],
     )

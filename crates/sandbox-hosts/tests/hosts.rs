@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use clickhouse_schema_sandbox_hosts::{
-    HostSpec, Hosts, HostsError, HostsOptions, cleanup_stale, reserve_instance,
+    Engine, HostSpec, Hosts, HostsError, HostsOptions, cleanup_stale, reserve_instance,
 };
 
 const DEFAULT_PW: &str = "def'ault&<pw>";
@@ -22,6 +22,7 @@ fn options(instance: Option<u8>, run_dir: &Path) -> HostsOptions {
         cluster_name: "sandbox".into(),
         default_password: DEFAULT_PW.into(),
         writer_password: WRITER_PW.into(),
+        engine: Engine::default(),
     }
 }
 

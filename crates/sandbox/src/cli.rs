@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::exec_protocol::ExecProtocol;
 use crate::sandbox::{RuntimeKind, Sandbox, SandboxInfo, SandboxOptions};
 use crate::topology::Layout;
+use clickhouse_schema_sandbox_hosts::Engine;
 
 #[derive(Parser)]
 #[command(
@@ -64,9 +65,22 @@ struct StartArgs {
     /// `v4` alone: a cluster older than Kubernetes 1.30.
     #[arg(long, value_delimiter = ',', default_value = "v5,v4")]
     exec_protocols: Vec<ExecProtocol>,
+    /// The pods' ClickHouse: `18.16` (servers from Debian's package) or `modern` (26.9 from
+    /// chdb-core: a stand-in client per pod, no server process; scripts/install-modern-engine.sh).
+    #[arg(long, env = "SANDBOX_ENGINE", default_value = "18.16", value_parser = parse_engine)]
+    engine: Engine,
     /// Seconds `start` waits for readiness.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+}
+
+/// `--engine`: the version a user knows each engine by (README, "The second engine").
+fn parse_engine(s: &str) -> Result<Engine, String> {
+    match s {
+        "18.16" | "legacy" => Ok(Engine::Server1816),
+        "modern" | "26.9" => Ok(Engine::Modern),
+        _ => Err(format!("unknown engine {s:?}: `18.16` or `modern`")),
+    }
 }
 
 #[derive(Args)]
@@ -161,10 +175,12 @@ fn start(a: StartArgs) -> Result<(), String> {
     }
     let protocols: Vec<&str> = a.exec_protocols.iter().map(|p| p.as_str()).collect();
     cmd.arg("--exec-protocols").arg(protocols.join(","));
+    cmd.arg("--engine").arg(a.engine.version());
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)
-        .env_remove("SANDBOX_LAYOUT");
+        .env_remove("SANDBOX_LAYOUT")
+        .env_remove("SANDBOX_ENGINE");
     // Its own session: the sandbox outlives this command and the terminal's signals.
     unsafe {
         cmd.pre_exec(|| {
@@ -181,9 +197,10 @@ fn start(a: StartArgs) -> Result<(), String> {
             && info.pid == child.id()
         {
             println!(
-                "sandbox ready in {:.2}s: {} pods, layout {} (replicas per shard): {}; API {}\nexport KUBECONFIG={}",
+                "sandbox ready in {:.2}s: {} pods of ClickHouse {}, layout {} (replicas per shard): {}; API {}\nexport KUBECONFIG={}",
                 begun.elapsed().as_secs_f64(),
                 info.pods.len(),
+                info.engine,
                 info.layout,
                 info.pods.join(", "),
                 info.server,
@@ -227,6 +244,7 @@ fn serve(a: StartArgs) -> Result<(), String> {
                 RuntimeKind::Hosts
             },
             exec_protocols: a.exec_protocols.clone(),
+            engine: a.engine,
             ..SandboxOptions::default()
         };
         let begun = Instant::now();
@@ -289,5 +307,21 @@ fn status(dir: &Path) -> Result<(), String> {
             Ok(())
         }
         None => Err(format!("no sandbox runs from {}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engines_by_their_names_and_an_unknown_one_refused() {
+        assert_eq!(parse_engine("18.16"), Ok(Engine::Server1816));
+        assert_eq!(parse_engine("modern"), Ok(Engine::Modern));
+        assert_eq!(parse_engine("26.9"), Ok(Engine::Modern));
+        assert_eq!(
+            parse_engine("25.8"),
+            Err("unknown engine \"25.8\": `18.16` or `modern`".to_string())
+        );
     }
 }

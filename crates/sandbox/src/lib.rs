@@ -28,6 +28,7 @@ mod topology;
 
 pub use api_log::ApiRequest;
 pub use auth::Tokens;
+pub use clickhouse_schema_sandbox_hosts::Engine;
 pub use exec_log::ExecRecord;
 pub use exec_protocol::ExecProtocol;
 pub use faults::{DropPoint, Fault};

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use clickhouse_schema_sandbox_hosts::{HostSpec, Hosts, HostsOptions};
+use clickhouse_schema_sandbox_hosts::{Engine, HostSpec, Hosts, HostsOptions};
 
 /// A pod runtime failure, carried as its message.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -114,6 +114,7 @@ pub(crate) struct HostsConfig {
     pub(crate) cluster_name: String,
     pub(crate) default_password: String,
     pub(crate) writer_password: String,
+    pub(crate) engine: Engine,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -129,6 +130,7 @@ impl HostsRuntime {
                 cluster_name: config.cluster_name,
                 default_password: config.default_password,
                 writer_password: config.writer_password,
+                engine: config.engine,
             },
             pods,
         )

@@ -18,7 +18,7 @@ use crate::server::Server;
 use crate::state::{AddPod, ControlError, Passwords, PodState, State};
 use crate::topology::{self, Layout};
 use crate::{api, control, tls};
-use clickhouse_schema_sandbox_hosts::HostSpec;
+use clickhouse_schema_sandbox_hosts::{Engine, HostSpec};
 
 /// What backs the pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,9 @@ pub struct SandboxOptions {
     /// Kubernetes 1.30+; `[V4]` is an older cluster (see `exec::unsupported_protocol` for what a
     /// client offering only v5 gets).
     pub exec_protocols: Vec<ExecProtocol>,
+    /// Which ClickHouse the pods run (real hosts only): 18.16 servers, or the 26.9 engine whose
+    /// pods have a stand-in client and no server (crates/sandbox-hosts, `modern.rs`).
+    pub engine: Engine,
 }
 
 impl Default for SandboxOptions {
@@ -66,6 +69,7 @@ impl Default for SandboxOptions {
             cluster_name: "sandbox".into(),
             runtime: RuntimeKind::Hosts,
             exec_protocols: ExecProtocol::ALL.to_vec(),
+            engine: Engine::default(),
         }
     }
 }
@@ -129,6 +133,9 @@ pub struct SandboxInfo {
     /// Exec subprotocols the server accepts, most preferred first.
     #[serde(default)]
     pub exec_protocols: Vec<ExecProtocol>,
+    /// The pods' ClickHouse version: `18.16`, or `26.9` for the modern engine.
+    #[serde(default)]
+    pub engine: String,
 }
 
 /// A running sandbox: pod runtime, HTTPS API server and the state both share. Dropping it tears
@@ -144,6 +151,7 @@ pub struct Sandbox {
     instance: Option<u8>,
     reclaimed: Vec<String>,
     down: bool,
+    engine: Engine,
 }
 
 fn random_secret() -> String {
@@ -194,6 +202,7 @@ impl Sandbox {
                     cluster_name: opts.cluster_name.clone(),
                     default_password: passwords.default.clone(),
                     writer_password: passwords.writer.clone(),
+                    engine: opts.engine,
                 };
                 let hosts_specs = specs.clone();
                 let rt = tokio::task::spawn_blocking(move || HostsRuntime::start(config, &hosts_specs))
@@ -260,6 +269,7 @@ impl Sandbox {
             instance,
             reclaimed,
             down: false,
+            engine: opts.engine,
         };
         std::fs::write(
             sandbox.dir.join("sandbox.json"),
@@ -283,6 +293,7 @@ impl Sandbox {
             instance: self.instance,
             pid: std::process::id(),
             exec_protocols: self.state.exec_protocols.clone(),
+            engine: self.engine.version().to_string(),
         }
     }
 
