@@ -628,7 +628,7 @@ pub(crate) fn differences_in(declared: &Definition, live: &Definition, scope: Sc
     for name in names {
         let (d, l) = (declared.clause(name), live.clause(name));
         let same = match (d, l) {
-            (Some(d), Some(l)) if name == "ENGINE" => keys_match(
+            (Some(d), Some(l)) if name == "ENGINE" => engine_keys_match(
                 &engine_key(d, scope.plain_engine),
                 &engine_key(l, scope.plain_engine),
             ),
@@ -668,6 +668,39 @@ fn keys_match(declared: &str, live: &str) -> bool {
                 || (l.kind == TokenKind::StringLiteral
                     && l.text(live) == "'[HIDDEN]'"
                     && d.kind == TokenKind::StringLiteral)
+        })
+}
+
+/// Whether a declared engine key is the live one: as `keys_match`, and an engine argument
+/// written as a bare name matches the same name as a string literal. Engine arguments that name
+/// something (a format, a cluster, a database) may be written either way, and the 26.x printer
+/// quotes them: `URL('...', CSV)` is stored and printed as `URL('...', 'CSV')`. Only in the
+/// engine: elsewhere (`ORDER BY x` against `ORDER BY 'x'`) a name and a literal differ.
+fn engine_keys_match(declared: &str, live: &str) -> bool {
+    if keys_match(declared, live) {
+        return true;
+    }
+    let d: Vec<Token> = significant(declared).collect();
+    let l: Vec<Token> = significant(live).collect();
+    let name_as_literal = |word: &str, literal: &str| {
+        literal.len() >= 2
+            && literal.starts_with('\'')
+            && literal.ends_with('\'')
+            && &literal[1..literal.len() - 1] == word
+    };
+    d.len() == l.len()
+        && d.iter().zip(&l).all(|(d, l)| {
+            let (dt, lt) = (d.text(declared), l.text(live));
+            dt == lt
+                || (l.kind == TokenKind::StringLiteral
+                    && lt == "'[HIDDEN]'"
+                    && d.kind == TokenKind::StringLiteral)
+                || (d.kind == TokenKind::Word
+                    && l.kind == TokenKind::StringLiteral
+                    && name_as_literal(dt, lt))
+                || (d.kind == TokenKind::StringLiteral
+                    && l.kind == TokenKind::Word
+                    && name_as_literal(lt, dt))
         })
 }
 
@@ -911,6 +944,26 @@ mod tests {
         let n =
             parse("CREATE TABLE t (id UInt64) ENGINE = MySQL('h:3306', 'db', 't', 'u', 5) SETTINGS a = 1");
         assert_eq!(differences(&n, &l).len(), 1);
+        // A name as an engine argument: 26.9 stores `URL('...', CSV)` as (captured with chdb 26.9,
+        // `create_table_query`) `URL('http://127.0.0.1:9/x.csv', 'CSV')`.
+        let url = |format: &str| {
+            parse(&format!(
+                "CREATE TABLE d.u (id UInt64) ENGINE = URL('http://127.0.0.1:9/x.csv', {format})"
+            ))
+        };
+        let url_live =
+            parse("CREATE TABLE d.u (`id` UInt64) ENGINE = URL('http://127.0.0.1:9/x.csv', 'CSV')");
+        assert_eq!(differences(&url("CSV"), &url_live), []);
+        assert_eq!(differences(&url("'CSV'"), &url_live), []);
+        assert_eq!(differences(&url("TSV"), &url_live).len(), 1);
+        assert_eq!(differences(&url("'TSV'"), &url_live).len(), 1);
+        // Outside the engine a name and a literal stay different.
+        let ordered = |key: &str| {
+            parse(&format!(
+                "CREATE TABLE t (x String) ENGINE = MergeTree ORDER BY {key}"
+            ))
+        };
+        assert_eq!(differences(&ordered("x"), &ordered("'x'")).len(), 1);
         // A declared index_granularity is compared like any setting.
         let g = parse("CREATE TABLE t (id UInt64) ENGINE = Memory SETTINGS index_granularity = 1024");
         let g_live = parse("CREATE TABLE t (id UInt64) ENGINE = Memory SETTINGS index_granularity = 8192");
