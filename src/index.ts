@@ -225,9 +225,15 @@ function withAddonOptions<T>(
 ): Promise<T> {
   const addonOptions = guarded(options);
   if (!wasmTransport) return call(addonOptions);
-  const transport = wasmTransport.kubernetesApi(options?.signal ?? undefined);
+  // What the caller gave goes to the addon as given, for its check of the
+  // options to name (a `signal` that is no AbortSignal, a `timers` without
+  // `sleep`); the transport only listens to a signal it can listen to.
+  const signal = options?.signal;
+  const transport = wasmTransport.kubernetesApi(typeof signal?.addEventListener === 'function' ? signal : undefined);
   try {
-    return call({ ...addonOptions, kubernetes: transport.api, timers: hostTimers }).finally(transport.dispose);
+    return call({ ...addonOptions, kubernetes: transport.api, timers: options?.timers ?? hostTimers }).finally(
+      transport.dispose,
+    );
   } catch (err) {
     transport.dispose();
     throw err;
