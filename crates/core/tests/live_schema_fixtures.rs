@@ -3,8 +3,8 @@
 //!
 //! Each case is a pod's state (`cases/NAME.live.sql`, run on the engine first) and what the
 //! statements declare (`cases/NAME.declared.sql`, one statement a line). The verification script
-//! for the declaration (`cases/NAME.script.sql`, rendered by `render_scripts` below, run by hand
-//! with `--ignored`) ran on each engine after the pod's state; its stdout is `ENGINE/NAME.out`.
+//! for the declaration (`cases/NAME.script.sql`, rendered by the scripts test below with
+//! `RENDER_CAPTURE_SCRIPTS=1`) ran on each engine after the pod's state; its stdout is `ENGINE/NAME.out`.
 //! The outcome each test expects was written by hand from what the engine holds, never by running
 //! the comparison.
 
@@ -68,31 +68,20 @@ const BOTH: &[&str] = &["18.16", "chdb-26.9"];
 const MODERN: &[&str] = &["chdb-26.9"];
 
 #[test]
-#[ignore = "renders the scripts the capture runs; run by hand when a case changes"]
-fn render_scripts() {
-    let cases = root().join("cases");
-    for entry in fs::read_dir(&cases).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if let Some(case) = name.strip_suffix(".declared.sql") {
-            fs::write(
-                cases.join(format!("{case}.script.sql")),
-                plan(case).script(SCRATCH),
-            )
-            .unwrap();
-        }
-    }
-}
-
-#[test]
 fn the_captured_scripts_are_the_ones_the_plan_renders_today() {
     // A fixture whose script changed since its capture would test output of another script.
+    // With RENDER_CAPTURE_SCRIPTS=1 (by hand, before a capture) it writes the scripts instead.
+    let render = std::env::var_os("RENDER_CAPTURE_SCRIPTS").is_some_and(|v| v == "1");
     for entry in fs::read_dir(root().join("cases")).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if let Some(case) = name.strip_suffix(".declared.sql") {
-            let captured =
-                fs::read_to_string(root().join("cases").join(format!("{case}.script.sql"))).unwrap();
+            let file = root().join("cases").join(format!("{case}.script.sql"));
+            if render {
+                fs::write(&file, plan(case).script(SCRATCH)).unwrap();
+                continue;
+            }
+            let captured = fs::read_to_string(&file).unwrap();
             assert_eq!(captured, plan(case).script(SCRATCH), "{case}: capture again");
         }
     }
