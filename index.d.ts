@@ -97,17 +97,25 @@ export interface PodLedgerStatus {
   /** Whether the pod was Ready with the container, so its ledger was read. */
   read: boolean
   /**
-   * The fingerprint its newest row for this resource holds (empty: the
-   * schema's delete statements ran there); absent when it has none.
+   * The fingerprint its newest row for this resource holds (for a destroy,
+   * the one deleted); absent when it has none.
    */
   fingerprint?: string
   /** When that row was written (RFC 3339 UTC). */
   appliedAt?: string
-  /** How many statements that apply ran. */
+  /**
+   * What that row records: an apply begun (`started`: it may have stopped half way) or
+   * finished (`applied`), a destroy begun (`destroying`) or finished (`destroyed`).
+   */
+  event?: 'started' | 'applied' | 'destroying' | 'destroyed'
+  /** How many statements that run had. */
   statementCount?: number
   /** The package version that wrote it. */
   packageVersion?: string
-  /** Whether it holds the current fingerprint (false for a pod behind, or not read). */
+  /**
+   * Whether that row is a finished apply of the current fingerprint (false for a pod behind,
+   * one whose apply did not finish, or not read).
+   */
   current: boolean
 }
 

@@ -8,7 +8,7 @@
 use crate::config::fingerprint::fingerprint;
 use crate::config::{Execution, OnDelete, ResolvedConfig};
 use crate::coordination::ledger::LedgerWrite;
-use crate::coordination::ownership::ledger_covered;
+use crate::coordination::ownership::{ledger_covered, ledger_destroyed};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{PodReport, VerifyPlan};
 use crate::reconcile::{Failure, FanoutStart, Run, Verification, bounded};
@@ -349,6 +349,7 @@ pub async fn apply<T: PodLister + Executor + LeaseApi, C: Clock>(
         config: ledger,
         fingerprint: &fingerprint,
         statement_count: statement_count(config),
+        destroy: false,
     }));
     let decision = decide(
         &run,
@@ -431,14 +432,26 @@ async fn run_decision<T: PodLister + Executor, C: Clock>(
                 format!("a validated rebuild prop did not plan: {why}"),
             )
         })?;
+        // The rebuild is part of the change: each pod it may touch records
+        // that the change started before it does, so a rebuild stopped half
+        // way is not taken as covered by a later deploy that lost its state.
+        run.open_ledger_before_rebuild(&covered).await?;
         run.rebuild_tables(&plans, &config.statements, &config.client.database)
             .await?;
     }
     match &config.execution {
-        Execution::OnCluster { .. } => match covered.first() {
-            Some(pod) if ledger.is_some() => Ok((vec![pod.clone()], vec![pod.clone()])),
-            _ => Ok((vec![run.on_cluster(&config.statements).await?], Vec::new())),
-        },
+        Execution::OnCluster { .. } => {
+            // Covered only when every matching pod's ledger says so: one pod's
+            // row (a Replicated ledger, a pod that ran an earlier list) says
+            // nothing of the others, and ON CLUSTER reaches them all.
+            let live = first_observation.as_deref().unwrap_or_default();
+            let all_covered =
+                ledger.is_some() && !live.is_empty() && live.iter().all(|p| covered.contains(&PodRef::of(p)));
+            match live.first() {
+                Some(pod) if all_covered => Ok((vec![PodRef::of(pod)], vec![PodRef::of(pod)])),
+                _ => Ok((vec![run.on_cluster(&config.statements).await?], Vec::new())),
+            }
+        }
         Execution::Fanout => {
             let start = FanoutStart {
                 covered: covered.clone(),
@@ -606,21 +619,47 @@ pub async fn destroy<T: PodLister + Executor + LeaseApi, C: Clock>(
         return Err(ClickHouseSchemaError::invalid_state(resource_id, issues));
     }
     let target = state.target.to_target();
-    // With a ledger, each pod that ran the delete statements gets a row with an
-    // empty fingerprint, so a later deploy without state never adopts what was dropped.
+    // With a ledger, each pod gets a `destroying` row before its first delete
+    // statement and a `destroyed` row after its last, so a later deploy without
+    // state never adopts what was dropped, and a destroy retried after a
+    // failure half way skips the pods already done (and only those).
+    let delete_count = u32::try_from(config.delete_statements.len()).unwrap_or(u32::MAX);
     let run = Run::new(resource_id, config, &target, cluster.transport, cluster.clock)
         .with_cancel(cluster.cancel)
         .with_events(cluster.events)
         .with_ledger(config.ledger.as_ref().map(|ledger| LedgerWrite {
             config: ledger,
-            fingerprint: "",
-            statement_count: 0,
+            // What is being deleted: so a read for that fingerprint (adoption's look at
+            // who else applied it) also finds that it was deleted.
+            fingerprint: &state.fingerprint,
+            statement_count: delete_count,
+            destroy: true,
         }));
     let work = |_waited: bool| async {
+        let (live, done) = match &config.ledger {
+            Some(ledger) => {
+                let live = run.list_matching().await?;
+                let done = ledger_destroyed(&run, ledger, &state.fingerprint, &live).await?;
+                (Some(live), done)
+            }
+            None => (None, Vec::new()),
+        };
         match &config.execution {
-            Execution::OnCluster { .. } => run.on_cluster(&config.delete_statements).await.map(|_| ()),
+            Execution::OnCluster { .. } => {
+                let live = live.unwrap_or_default();
+                if !live.is_empty() && live.iter().all(|p| done.contains(&PodRef::of(p))) {
+                    return Ok(());
+                }
+                run.on_cluster(&config.delete_statements).await.map(|_| ())
+            }
             Execution::Fanout => run
-                .fanout(&config.delete_statements, FanoutStart::default())
+                .fanout(
+                    &config.delete_statements,
+                    FanoutStart {
+                        covered: done,
+                        first_observation: live,
+                    },
+                )
                 .await
                 .map(|_| ()),
         }

@@ -3,13 +3,15 @@
 //! `status` (each pod's entry), and `adopt` (Alchemy's adoption contract for
 //! a resource with no state).
 //!
-//! A pod counts for this resource when its newest row written by this
-//! resource id holds the current fingerprint. Only Ready pods with the
-//! container are read (one exec each); the others are reported as not read.
+//! A pod counts for this resource when the newest row naming it that this
+//! resource id wrote is a finished apply of the current fingerprint (a
+//! `started` row, an apply that may have stopped half way, does not count).
+//! Only Ready pods with the container are read (one exec each); the others
+//! are reported as not read.
 
 use crate::config::fingerprint::fingerprint;
 use crate::config::{LedgerConfig, ResolvedConfig};
-use crate::coordination::ledger::{LedgerRow, latest_of};
+use crate::coordination::ledger::{LedgerEvent, LedgerRow, applied_on, destroyed_on, newest_on};
 use crate::error::{ClickHouseSchemaError, ConfigIssue};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::reconcile::{Failure, Run, bounded};
@@ -28,7 +30,26 @@ pub(crate) async fn ledger_covered<T: PodLister + Executor, C: Clock>(
     let read = run.read_ledgers(ledger, fingerprint, &readable).await?;
     Ok(read
         .into_iter()
-        .filter(|(_, rows)| latest_of(rows, run.resource_id).is_some_and(|r| r.fingerprint == fingerprint))
+        .filter(|(pod, rows)| applied_on(rows, run.resource_id, fingerprint, &pod.name))
+        .map(|(pod, _)| PodRef::of(pod))
+        .collect())
+}
+
+/// The pods of `live` whose ledger says this resource's delete statements
+/// all ran there since its last apply (a retried destroy skips them).
+pub(crate) async fn ledger_destroyed<T: PodLister + Executor, C: Clock>(
+    run: &Run<'_, T, C>,
+    ledger: &LedgerConfig,
+    applied: &str,
+    live: &[PodInfo],
+) -> Result<Vec<PodRef>, ClickHouseSchemaError> {
+    let readable = readable(run, live);
+    // `applied`, the fingerprint the state records, only narrows the read: this resource's own
+    // rows are read whatever their fingerprint.
+    let read = run.read_ledgers(ledger, applied, &readable).await?;
+    Ok(read
+        .into_iter()
+        .filter(|(pod, rows)| destroyed_on(rows, run.resource_id, &pod.name))
         .map(|(pod, _)| PodRef::of(pod))
         .collect())
 }
@@ -56,20 +77,29 @@ pub struct PodLedgerStatus {
     pub pod: String,
     /// Whether the pod was Ready with the container, so its ledger was read.
     pub read: bool,
-    /// The fingerprint its newest row for this resource holds (empty: the
-    /// schema's delete statements ran there); absent when it has none.
+    /// The fingerprint its newest row for this resource holds (for a destroy,
+    /// the one deleted); absent when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
     /// When that row was written (RFC 3339 UTC).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub applied_at: Option<String>,
-    /// How many statements that apply ran.
+    /// What that row records: an apply begun (`started`: it may have stopped half way) or
+    /// finished (`applied`), a destroy begun (`destroying`) or finished (`destroyed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "napi",
+        napi(ts_type = "'started' | 'applied' | 'destroying' | 'destroyed'")
+    )]
+    pub event: Option<LedgerEvent>,
+    /// How many statements that run had.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub statement_count: Option<u32>,
     /// The package version that wrote it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub package_version: Option<String>,
-    /// Whether it holds the current fingerprint (false for a pod behind, or not read).
+    /// Whether that row is a finished apply of the current fingerprint (false for a pod behind,
+    /// one whose apply did not finish, or not read).
     pub current: bool,
 }
 
@@ -112,7 +142,7 @@ pub async fn status<T: PodLister + Executor, C: Clock>(
                 .iter()
                 .find(|(p, _)| p.name == pod.name)
                 .map(|(_, rows)| rows);
-            let latest = rows.and_then(|rows| latest_of(rows, resource_id));
+            let latest = rows.and_then(|rows| newest_on(rows, resource_id, &pod.name));
             PodLedgerStatus {
                 pod: pod.name.clone(),
                 read: rows.is_some(),
@@ -120,7 +150,9 @@ pub async fn status<T: PodLister + Executor, C: Clock>(
                 applied_at: latest.map(|r| r.applied_at.clone()),
                 statement_count: latest.map(|r| r.statement_count),
                 package_version: latest.map(|r| r.package_version.clone()),
-                current: latest.is_some_and(|r| r.fingerprint == fingerprint),
+                event: latest.map(|r| r.event),
+                current: latest
+                    .is_some_and(|r| r.event == LedgerEvent::Applied && r.fingerprint == fingerprint),
             }
         })
         .collect();
@@ -177,14 +209,16 @@ pub async fn adopt<T: PodLister + Executor, C: Clock>(
     let read = run.read_ledgers(ledger, &fingerprint, &readable).await?;
     let ours: Vec<PodRef> = read
         .iter()
-        .filter(|(_, rows)| latest_of(rows, resource_id).is_some_and(|r| r.fingerprint == fingerprint))
+        .filter(|(pod, rows)| applied_on(rows, resource_id, &fingerprint, &pod.name))
         .map(|(pod, _)| PodRef::of(pod))
         .collect();
+    // Another resource id whose newest row on the pod is a finished apply of this schema.
     let foreign: Vec<(&PodInfo, &LedgerRow)> = read
         .iter()
         .filter_map(|(pod, rows)| {
             rows.iter()
-                .find(|r| r.resource_id != resource_id && r.fingerprint == fingerprint)
+                .filter(|r| r.resource_id != resource_id)
+                .find(|r| applied_on(rows, &r.resource_id, &fingerprint, &pod.name))
                 .map(|r| (*pod, r))
         })
         .collect();

@@ -350,7 +350,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .find(|p| p.ready && p.has_container(&self.target.container));
             if let Some(pod) = chosen {
                 match self.apply_all(statements, pod).await {
-                    Ok(()) => return Ok(PodRef::of(pod)),
+                    Ok(()) => {
+                        self.close_on_cluster(&matching, pod).await?;
+                        return Ok(PodRef::of(pod));
+                    }
                     // Gone since the list: pick again from a fresh one, within
                     // the same budget and at the same pace as any other wait
                     // (a pod listed Ready whose exec keeps answering 404 must
@@ -370,6 +373,45 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(self.no_server_for_on_cluster(&matching, vanished.as_deref()));
             }
             self.pause(deadline).await;
+        }
+    }
+
+    /// After an onCluster list succeeded from `ran_from` (which has its rows
+    /// already): the closing ledger row on every other Ready pod of `matching`
+    /// with the container, so a deploy that lost its state takes the change
+    /// as covered only when every pod's ledger says so (a pod left without a
+    /// row, not Ready now, makes that deploy run the list again).
+    async fn close_on_cluster(
+        &self,
+        matching: &[PodInfo],
+        ran_from: &PodInfo,
+    ) -> Result<(), ClickHouseSchemaError> {
+        let Some(ledger) = self.ledger else {
+            return Ok(());
+        };
+        let others: Vec<&PodInfo> = matching
+            .iter()
+            .filter(|p| p.name != ran_from.name && p.ready && p.has_container(&self.target.container))
+            .collect();
+        let (results, _) = bounded(
+            &others,
+            self.parallelism,
+            || true,
+            |pod| self.write_ledger_closing(ledger, pod),
+        )
+        .await;
+        let mut failures: Vec<ClickHouseSchemaError> = results
+            .into_iter()
+            .filter_map(|(_, r)| match r {
+                Err(Failure::Error(err)) => Some(err),
+                // Gone since the list: it holds no row, so a later look finds it due.
+                _ => None,
+            })
+            .collect();
+        failures.sort_by(|a, b| a.pod.cmp(&b.pod));
+        match failures.into_iter().next() {
+            Some(err) => Err(err),
+            None => Ok(()),
         }
     }
 
@@ -402,6 +444,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let pod = pod_info.name.as_str();
         let stopped = || pass.is_some_and(|p| p.stop.load(Ordering::SeqCst));
         let count = statements.len();
+        // Before anything runs: a run stopped half way leaves this as the pod's newest row.
+        if let Some(ledger) = self.ledger {
+            if stopped() {
+                return Err(Failure::Stopped);
+            }
+            self.write_ledger_opening(ledger, pod_info).await?;
+        }
         for (index, statement) in statements.iter().enumerate() {
             if stopped() {
                 return Err(Failure::Stopped);
@@ -458,7 +507,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if stopped() {
                 return Err(Failure::Stopped);
             }
-            self.write_ledger(ledger, pod_info).await?;
+            self.write_ledger_closing(ledger, pod_info).await?;
         }
         if let Some(pass) = pass {
             let done = pass.done.fetch_add(1, Ordering::SeqCst) + 1;

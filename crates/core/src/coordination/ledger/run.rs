@@ -1,7 +1,7 @@
-//! The ledger on a pod (see `crate::coordination::ledger`): written after a pod's
-//! statements (and their check) succeeded, read where a run has to know what
-//! an earlier deploy did. One exec each; transport failures are retried like
-//! a statement's.
+//! The ledger on a pod (see `crate::coordination::ledger`): a row written
+//! before a pod's first statement and one after its statements (and their
+//! check) succeeded, read where a run has to know what an earlier deploy did.
+//! One exec each; transport failures are retried like a statement's.
 
 use crate::command;
 use crate::config::LedgerConfig;
@@ -9,28 +9,59 @@ use crate::coordination::ledger::{self, LedgerRow, LedgerWrite};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::reconcile::{Call, Failure, Run, bounded};
 use crate::sql::redact::redact_clickhouse_output;
+use crate::state::PodRef;
 use crate::transport::{Clock, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
 
 /// ClickHouse's codes for a table or database that does not exist: a ledger never written.
 const UNKNOWN_TABLE: u32 = 60;
 const UNKNOWN_DATABASE: u32 = 81;
+/// ClickHouse's codes for a column the table lacks (in an INSERT, in a SELECT): a ledger table
+/// made by an earlier version of this package, before `seq` and `event`.
+const NO_SUCH_COLUMN: u32 = 16;
+const UNKNOWN_IDENTIFIER: u32 = 47;
 
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
-    /// Writes this run's row on `pod`. A failure fails the pod: the
-    /// statements ran, but a deploy that lost its state could not know it.
-    pub(crate) async fn write_ledger(&self, write: LedgerWrite<'_>, pod: &PodInfo) -> Result<(), Failure> {
-        let row = LedgerRow {
-            resource_id: self.resource_id.to_owned(),
-            fingerprint: write.fingerprint.to_owned(),
-            statement_count: write.statement_count,
-            pod: pod.name.clone(),
-            pod_uid: pod.uid.clone().unwrap_or_default(),
-            // Stamped by the pod's server, in the order rows are written there
-            // (`ledger::write_script`): this machine's clock may be off.
-            applied_at: String::new(),
-            package_version: ledger::PACKAGE_VERSION.to_owned(),
-        };
-        let script = ledger::write_script(write.config, &row);
+    /// Writes the row opening this run on `pod` (`started`, `destroying`),
+    /// before its first statement or rebuild step. A failure fails the pod
+    /// before anything ran there.
+    pub(crate) async fn write_ledger_opening(
+        &self,
+        write: LedgerWrite<'_>,
+        pod: &PodInfo,
+    ) -> Result<(), Failure> {
+        let script = ledger::started_script(
+            &write,
+            self.resource_id,
+            &pod.name,
+            pod.uid.as_deref().unwrap_or(""),
+        );
+        self.write_ledger(write.config, script, pod, false).await
+    }
+
+    /// Writes the row closing this run on `pod` (`applied`, `destroyed`). A
+    /// failure fails the pod: the statements ran, but a deploy that lost its
+    /// state could not know it.
+    pub(crate) async fn write_ledger_closing(
+        &self,
+        write: LedgerWrite<'_>,
+        pod: &PodInfo,
+    ) -> Result<(), Failure> {
+        let script = ledger::finished_script(
+            &write,
+            self.resource_id,
+            &pod.name,
+            pod.uid.as_deref().unwrap_or(""),
+        );
+        self.write_ledger(write.config, script, pod, true).await
+    }
+
+    async fn write_ledger(
+        &self,
+        config: &LedgerConfig,
+        script: String,
+        pod: &PodInfo,
+        after_statements: bool,
+    ) -> Result<(), Failure> {
         let request = self.ledger_request(&pod.name, script, command::render_multiquery);
         if self.cancel.is_cancelled() {
             return Err(Failure::Error(
@@ -55,28 +86,74 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             Some(Err((err, attempts))) => {
                 return Err(Failure::Error(self.ledger_failed(
-                    write.config,
+                    config,
                     &pod.name,
-                    "written",
+                    Ledger::Write { after_statements },
                     &format!("its exec failed after {attempts} attempt(s): {}", err.message),
+                    None,
                 )));
             }
             Some(Ok(output)) => output,
         };
         if output.exit_code != 0 {
-            let said = redact_clickhouse_output(&output.stderr, &request.stdin).text;
+            let said = redact_clickhouse_output(&output.stderr, &request.stdin);
             return Err(Failure::Error(self.ledger_failed(
-                write.config,
+                config,
                 &pod.name,
-                "written",
-                &format!("clickhouse-client exited with {}: {said}", output.exit_code),
+                Ledger::Write { after_statements },
+                &format!(
+                    "clickhouse-client exited with {}: {}",
+                    output.exit_code, said.text
+                ),
+                said.clickhouse_code,
             )));
         }
         Ok(())
     }
 
-    /// The ledger rows of `pods` that concern this resource (its own rows, and
-    /// any with `fingerprint`), newest first, up to `parallelism` pods at once.
+    /// Before a rebuild that is part of this run's change: the opening row on
+    /// every Ready matching pod not in `covered` (a rebuild needs them all
+    /// Ready, and refuses otherwise), so a rebuild stopped half way leaves
+    /// the pod due. The fanout writes the opening row again before the
+    /// statements; a second `started` row changes nothing.
+    pub(crate) async fn open_ledger_before_rebuild(
+        &self,
+        covered: &[PodRef],
+    ) -> Result<(), ClickHouseSchemaError> {
+        let Some(write) = self.ledger else {
+            return Ok(());
+        };
+        let live = self.list_matching().await?;
+        let due: Vec<&PodInfo> = live
+            .iter()
+            .filter(|p| {
+                p.ready && p.has_container(&self.target.container) && !covered.contains(&PodRef::of(p))
+            })
+            .collect();
+        let (results, _) = bounded(
+            &due,
+            self.parallelism,
+            || true,
+            |pod| self.write_ledger_opening(write, pod),
+        )
+        .await;
+        // A pod gone since the list is left to the rebuild's own list.
+        let mut failures: Vec<ClickHouseSchemaError> = results
+            .into_iter()
+            .filter_map(|(_, r)| match r {
+                Err(Failure::Error(err)) => Some(err),
+                _ => None,
+            })
+            .collect();
+        failures.sort_by(|a, b| a.pod.cmp(&b.pod));
+        match failures.into_iter().next() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    /// The ledger rows naming each of `pods` that concern this resource (its
+    /// own rows, and any with `fingerprint`), up to `parallelism` pods at once.
     /// A pod without the table has none.
     pub(crate) async fn read_ledgers<'p>(
         &self,
@@ -113,7 +190,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         fingerprint: &str,
         pod: &str,
     ) -> Result<Vec<LedgerRow>, ClickHouseSchemaError> {
-        let script = ledger::read_script(config, self.resource_id, fingerprint);
+        let script = ledger::read_script(config, self.resource_id, fingerprint, pod);
         let request = self.ledger_request(pod, script, command::render_script);
         if self.cancel.is_cancelled() {
             return Err(self
@@ -131,8 +208,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(self.ledger_failed(
                     config,
                     pod,
-                    "read",
+                    Ledger::Read,
                     &format!("its exec failed after {attempts} attempt(s): {}", err.message),
+                    None,
                 ));
             }
             Some(Ok(output)) => output,
@@ -140,9 +218,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let said = redact_clickhouse_output(&output.stderr, &request.stdin);
         let never_written = matches!(said.clickhouse_code, Some(UNKNOWN_TABLE | UNKNOWN_DATABASE));
         if said.clickhouse_code.is_some() && !never_written {
-            return Err(self.ledger_failed(config, pod, "read", &said.text));
+            return Err(self.ledger_failed(config, pod, Ledger::Read, &said.text, said.clickhouse_code));
         }
-        ledger::parse(&output.stdout).map_err(|why| self.ledger_failed(config, pod, "read", &why))
+        ledger::parse(&output.stdout).map_err(|why| self.ledger_failed(config, pod, Ledger::Read, &why, None))
     }
 
     fn ledger_request(
@@ -170,26 +248,52 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         &self,
         config: &LedgerConfig,
         pod: &str,
-        what: &str,
+        what: Ledger,
         why: &str,
+        clickhouse_code: Option<u32>,
     ) -> ClickHouseSchemaError {
-        let consequence = if what == "written" {
-            "The statements ran there, but nothing is recorded, so the next deploy runs them on that pod again. "
-        } else {
-            ""
+        let (done, consequence) = match what {
+            Ledger::Write {
+                after_statements: true,
+            } => (
+                "written",
+                "The statements ran there, but nothing is recorded, so the next deploy runs them on that pod again. ",
+            ),
+            Ledger::Write {
+                after_statements: false,
+            } => ("written before the statements", "No statement ran on that pod. "),
+            Ledger::Read => ("read", ""),
         };
+        let mut remedy = format!(
+            "The ledger needs CREATE DATABASE, CREATE TABLE, INSERT and SELECT on `{}` for the client user; grant \
+             them, or remove the ledger prop.",
+            config.database
+        );
+        if matches!(clickhouse_code, Some(NO_SUCH_COLUMN | UNKNOWN_IDENTIFIER)) {
+            remedy.push_str(&format!(
+                " The table lacks the ledger's columns: name another table, or, when an earlier version of this \
+                 package made it (before `seq` and `event`), add them (ALTER TABLE `{db}`.`{table}` ADD COLUMN seq \
+                 UInt64, ADD COLUMN event String): its rows are kept, and read as older than every later row.",
+                db = config.database,
+                table = config.table,
+            ));
+        }
         self.error(
             ErrorKind::LedgerFailed,
             format!(
-                "{}: the ledger `{}`.`{}` could not be {what} on pod {pod}: {why}. {consequence}The ledger needs \
-                 CREATE DATABASE, CREATE TABLE, INSERT and SELECT on `{}` for the client user; grant them, or \
-                 remove the ledger prop.",
+                "{}: the ledger `{}`.`{}` could not be {done} on pod {pod}: {why}. {consequence}{remedy}",
                 self.prefix(),
                 config.database,
                 config.table,
-                config.database,
             ),
         )
         .with_pod(pod)
     }
+}
+
+/// What was being done to a pod's ledger, for its error.
+#[derive(Clone, Copy)]
+enum Ledger {
+    Write { after_statements: bool },
+    Read,
 }
