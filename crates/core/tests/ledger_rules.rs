@@ -1,0 +1,432 @@
+//! The ledger's rules against scripted pods: which pods a deploy with a lost
+//! state takes as covered, what a retried destroy skips, and where the rows
+//! go. The pods' ledgers are an in-memory table answering the ledger's own
+//! scripts the way ClickHouse does, with two liberties that make the rules
+//! visible: every row has the same time (one server second), and a read
+//! returns the matching rows in the order they were written (a MergeTree
+//! scan promises no order) and without its pod filter (as a table holding
+//! other pods' rows would, were the filter missing).
+
+mod reconcile_support;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use clickhouse_schema_core::coordination::ownership::{Ownership, adopt};
+use clickhouse_schema_core::lifecycle::{ApplyOutcome, apply, destroy};
+use clickhouse_schema_core::state::SchemaState;
+use clickhouse_schema_core::transport::{Cluster, ExecOutput, ExecRequest, NoEvents, PodInfo};
+use reconcile_support::{FakeClock, FakeCluster, Flag, block_on, config, pod};
+use serde_json::json;
+
+const LEDGER: &str = "`ops`.`clickhouse_schema_ledger`";
+const END: &str = "__clickhouse_schema_ledger_end__";
+
+/// One row as the fake table keeps it.
+#[derive(Debug, Clone)]
+struct Row {
+    resource_id: String,
+    fingerprint: String,
+    count: String,
+    pod: String,
+    seq: u64,
+    /// Empty when the script writing it names no event.
+    event: String,
+}
+
+/// The ledger tables: one per pod, or one all pods share (a Replicated table).
+#[derive(Default)]
+struct Ledgers {
+    shared: bool,
+    tables: std::collections::BTreeMap<String, Vec<Row>>,
+}
+
+impl Ledgers {
+    fn table(&mut self, pod: &str) -> &mut Vec<Row> {
+        let key = if self.shared { "shared" } else { pod };
+        self.tables.entry(key.to_owned()).or_default()
+    }
+
+    /// The rows naming `pod` with `event`, wherever they are.
+    fn events_on(&self, pod: &str) -> Vec<String> {
+        let mut rows: Vec<&Row> = self.tables.values().flatten().filter(|r| r.pod == pod).collect();
+        rows.sort_by_key(|r| r.seq);
+        rows.iter().map(|r| r.event.clone()).collect()
+    }
+
+    fn put(&mut self, on: &str, resource_id: &str, fingerprint: &str, named_pod: &str, event: &str) {
+        let table = self.table(on);
+        let seq = table
+            .iter()
+            .filter(|r| r.pod == named_pod)
+            .map(|r| r.seq)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        table.push(Row {
+            resource_id: resource_id.to_owned(),
+            fingerprint: fingerprint.to_owned(),
+            count: "2".to_owned(),
+            pod: named_pod.to_owned(),
+            seq,
+            event: event.to_owned(),
+        });
+    }
+
+    /// Answers a ledger script, or `None` when `request` is no ledger script.
+    fn answer(&mut self, request: &ExecRequest) -> Option<ExecOutput> {
+        let script = &request.stdin;
+        if !script.contains(LEDGER) {
+            return None;
+        }
+        if let Some(insert) = script.split("INSERT INTO ").nth(1) {
+            // `SELECT 'id', 'fingerprint', count, 'pod', 'uid', <time>, ...[, 'event'];`
+            let values = insert.split(" SELECT ").nth(1)?;
+            let fields: Vec<&str> = values.split(", ").take(4).collect();
+            let unquote = |s: &str| s.trim_matches('\'').to_owned();
+            let event = values
+                .trim_end()
+                .trim_end_matches(';')
+                .rsplit(", ")
+                .next()
+                .filter(|last| last.starts_with('\''))
+                .map(unquote)
+                .unwrap_or_default();
+            let pod = unquote(fields[3]);
+            self.put(
+                &request.pod,
+                &unquote(fields[0]),
+                &unquote(fields[1]),
+                &pod,
+                &event,
+            );
+            return Some(ExecOutput::default());
+        }
+        // `SELECT <columns> FROM ... WHERE ... (resource_id = 'id' OR fingerprint = 'f') ...`
+        let columns: Vec<&str> = script
+            .strip_prefix("SELECT ")?
+            .split(" FROM ")
+            .next()?
+            .split(", ")
+            .collect();
+        let wanted = |name: &str| {
+            script
+                .split(&format!("{name} = '"))
+                .nth(1)
+                .and_then(|rest| rest.split('\'').next())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (id, fingerprint) = (wanted("resource_id"), wanted("fingerprint"));
+        let mut out = String::new();
+        for row in self.table(&request.pod).iter() {
+            if row.resource_id != id && row.fingerprint != fingerprint {
+                continue;
+            }
+            let line: Vec<String> = columns
+                .iter()
+                .map(|c| match *c {
+                    "resource_id" => row.resource_id.clone(),
+                    "fingerprint" => row.fingerprint.clone(),
+                    "statement_count" => row.count.clone(),
+                    "pod" => row.pod.clone(),
+                    "pod_uid" => String::new(),
+                    // One server second for every row.
+                    "applied_at" => "2026-12-02T10:00:00.000Z".to_owned(),
+                    "package_version" => "0.1.0".to_owned(),
+                    "seq" => row.seq.to_string(),
+                    "event" => row.event.clone(),
+                    other => panic!("the read asks for an unknown column {other}"),
+                })
+                .collect();
+            out.push_str(&line.join("\t"));
+            out.push('\n');
+        }
+        out.push_str(END);
+        out.push('\n');
+        Some(ExecOutput {
+            stdout: out,
+            ..ExecOutput::default()
+        })
+    }
+}
+
+const ID: &str = "orders-schema";
+const S0: &str = "CREATE DATABASE IF NOT EXISTS orders";
+const S1: &str =
+    "CREATE TABLE IF NOT EXISTS orders.events (id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id";
+const DROP: &str = "DROP TABLE IF EXISTS orders.events";
+
+fn props(extra: serde_json::Value) -> serde_json::Value {
+    let mut props = json!({
+        "target": { "namespace": "ns", "podSelector": { "clickhouse.altinity.com/chi": "orders" } },
+        "statements": [S0, S1],
+        "onDelete": "run",
+        "deleteStatements": [DROP],
+        "ledger": { "database": "ops" },
+        "verify": "off",
+        "parallelism": 1,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        props[k] = v.clone();
+    }
+    props
+}
+
+fn pods() -> Vec<PodInfo> {
+    vec![pod("chi-0", "u0"), pod("chi-1", "u1"), pod("chi-2", "u2")]
+}
+
+/// Scripted pods whose ledgers are `ledgers`; `also` may answer any other exec.
+fn cluster(
+    ledgers: &Arc<Mutex<Ledgers>>,
+    mut also: impl FnMut(&ExecRequest) -> Option<ExecOutput> + Send + 'static,
+) -> FakeCluster {
+    let ledgers = ledgers.clone();
+    FakeCluster::new(pods()).on_exec(move |request, _| {
+        if let Some(out) = ledgers.lock().unwrap().answer(request) {
+            return Some(Ok(out));
+        }
+        also(request).map(Ok)
+    })
+}
+
+fn on<'a>(
+    cluster: &'a FakeCluster,
+    clock: &'a FakeClock,
+    cancel: &'a Flag,
+) -> Cluster<'a, FakeCluster, FakeClock> {
+    Cluster {
+        transport: cluster,
+        clock,
+        cluster_id: Some("cluster-a".into()),
+        cancel,
+        events: &NoEvents,
+    }
+}
+
+fn run_apply(
+    cluster: &FakeCluster,
+    props: serde_json::Value,
+    previous: Option<&SchemaState>,
+) -> Result<(SchemaState, ApplyOutcome), String> {
+    let config = config(props);
+    let clock = FakeClock::default();
+    block_on(apply(
+        ID,
+        &config,
+        previous,
+        &on(cluster, &clock, &Flag::default()),
+    ))
+    .map_err(|e| e.to_string())
+}
+
+fn run_destroy(
+    cluster: &FakeCluster,
+    props: serde_json::Value,
+    state: &SchemaState,
+) -> Result<(), clickhouse_schema_core::ClickHouseSchemaError> {
+    let config = config(props);
+    let clock = FakeClock::default();
+    block_on(destroy(
+        ID,
+        &config,
+        Some(state),
+        &on(cluster, &clock, &Flag::default()),
+    ))
+}
+
+/// The statements (not ledger scripts) that reached `pod`, in order.
+fn statements_on(cluster: &FakeCluster, pod: &str) -> Vec<String> {
+    cluster
+        .execs()
+        .into_iter()
+        .filter(|e| e.pod == pod && !e.stdin.contains(LEDGER))
+        .map(|e| e.stdin)
+        .collect()
+}
+
+fn ran_on(outcome: &ApplyOutcome) -> Vec<String> {
+    match outcome {
+        ApplyOutcome::Applied { pods } => pods.clone(),
+        ApplyOutcome::Unchanged => Vec::new(),
+    }
+}
+
+#[test]
+fn an_apply_then_a_destroy_in_one_server_second_leave_the_destroy_newest() {
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    let (state, _) = run_apply(&c, props(json!({})), None).unwrap();
+    run_destroy(&c, props(json!({})), &state).unwrap();
+    // The state is lost: every pod's newest row is the destroy, so the list runs everywhere again.
+    let c2 = cluster(&ledgers, |_| None);
+    let (_, outcome) = run_apply(&c2, props(json!({})), None).unwrap();
+    assert_eq!(ran_on(&outcome), vec!["chi-0", "chi-1", "chi-2"]);
+    for p in ["chi-0", "chi-1", "chi-2"] {
+        assert_eq!(statements_on(&c2, p), vec![S0, S1], "{p}");
+    }
+}
+
+#[test]
+fn a_run_stopped_between_statements_leaves_the_pod_due_for_a_deploy_with_lost_state() {
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    run_apply(&c, props(json!({})), None).unwrap();
+    // The next version drops the table first; it is stopped on chi-0 right after that statement.
+    let v2 = props(
+        json!({ "statements": [S0, DROP, "CREATE TABLE IF NOT EXISTS orders.other (id UInt64) ENGINE = Memory"] }),
+    );
+    let cancel = Flag::default();
+    let flag = cancel.0.clone();
+    let c2 = cluster(&ledgers, move |request| {
+        if request.stdin == DROP {
+            flag.store(true, Ordering::SeqCst);
+        }
+        None
+    });
+    let clock = FakeClock::default();
+    let stopped = block_on(apply(ID, &config(v2.clone()), None, &on(&c2, &clock, &cancel))).unwrap_err();
+    assert_eq!(stopped.pod.as_deref(), Some("chi-0"), "{stopped}");
+    assert_eq!(
+        ledgers.lock().unwrap().events_on("chi-0"),
+        vec!["started", "applied", "started"]
+    );
+    // Rolled back to the first version, the state lost: chi-0's newest row is the stopped
+    // change's start, so the first version's list runs there again; the others hold it.
+    let c3 = cluster(&ledgers, |_| None);
+    let (_, outcome) = run_apply(&c3, props(json!({})), None).unwrap();
+    assert_eq!(ran_on(&outcome), vec!["chi-0"]);
+    assert_eq!(statements_on(&c3, "chi-0"), vec![S0, S1]);
+    assert_eq!(
+        ledgers.lock().unwrap().events_on("chi-0"),
+        vec!["started", "applied", "started", "started", "applied"]
+    );
+}
+
+#[test]
+fn adopt_does_not_take_a_half_done_change_as_this_resources() {
+    // Statements that declare no object, so adoption's only evidence is the ledger.
+    let p = props(json!({ "statements": ["SYSTEM FLUSH LOGS"] }));
+    let fingerprint = clickhouse_schema_core::config::fingerprint::fingerprint(&config(p.clone()));
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    {
+        let mut l = ledgers.lock().unwrap();
+        for pod in ["chi-0", "chi-1", "chi-2"] {
+            // Applied once, then started again (after a pod lost its state, say) and stopped.
+            l.put(pod, ID, &fingerprint, pod, "applied");
+            l.put(pod, ID, &fingerprint, pod, "started");
+        }
+    }
+    let c = cluster(&ledgers, |_| None);
+    let clock = FakeClock::default();
+    let adopted = block_on(adopt(ID, &config(p), &on(&c, &clock, &Flag::default()))).unwrap();
+    assert_eq!(adopted.ownership, Ownership::Absent, "{adopted:?}");
+}
+
+#[test]
+fn another_pods_rows_in_a_pods_ledger_do_not_cover_it() {
+    // A Replicated ledger table: every pod holds every pod's rows.
+    let ledgers = Arc::new(Mutex::new(Ledgers {
+        shared: true,
+        ..Ledgers::default()
+    }));
+    let fingerprint = clickhouse_schema_core::config::fingerprint::fingerprint(&config(props(json!({}))));
+    ledgers
+        .lock()
+        .unwrap()
+        .put("chi-0", ID, &fingerprint, "chi-0", "applied");
+    let c = cluster(&ledgers, |_| None);
+    let (state, outcome) = run_apply(&c, props(json!({})), None).unwrap();
+    assert_eq!(ran_on(&outcome), vec!["chi-1", "chi-2"]);
+    assert!(statements_on(&c, "chi-0").is_empty());
+    assert_eq!(state.pod_names, vec!["chi-0", "chi-1", "chi-2"]);
+}
+
+fn on_cluster_props() -> serde_json::Value {
+    props(json!({
+        "execution": { "mode": "onCluster", "cluster": "orders" },
+        "statements": [
+            "CREATE DATABASE IF NOT EXISTS orders ON CLUSTER orders",
+            "CREATE TABLE IF NOT EXISTS orders.events ON CLUSTER orders (id UInt64) ENGINE = Memory",
+        ],
+        "deleteStatements": ["DROP TABLE IF EXISTS orders.events ON CLUSTER orders"],
+    }))
+}
+
+#[test]
+fn on_cluster_is_covered_only_when_every_pods_ledger_says_so() {
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let fingerprint = clickhouse_schema_core::config::fingerprint::fingerprint(&config(on_cluster_props()));
+    // One pod's row only (the pod an earlier onCluster apply ran from).
+    ledgers
+        .lock()
+        .unwrap()
+        .put("chi-0", ID, &fingerprint, "chi-0", "applied");
+    let c = cluster(&ledgers, |_| None);
+    let (_, outcome) = run_apply(&c, on_cluster_props(), None).unwrap();
+    assert_eq!(ran_on(&outcome), vec!["chi-0"], "the list ran once, ON CLUSTER");
+    assert_eq!(statements_on(&c, "chi-0").len(), 2);
+    // It ran from chi-0 and reached every host: every pod has its closing row now.
+    for p in ["chi-1", "chi-2"] {
+        assert_eq!(ledgers.lock().unwrap().events_on(p), vec!["applied"], "{p}");
+    }
+    // So the next deploy with a lost state runs nothing.
+    let c2 = cluster(&ledgers, |_| None);
+    let (_, outcome) = run_apply(&c2, on_cluster_props(), None).unwrap();
+    assert_eq!(ran_on(&outcome), Vec::<String>::new());
+    assert!(statements_on(&c2, "chi-0").is_empty());
+}
+
+#[test]
+fn a_rebuild_that_is_part_of_a_change_comes_after_the_started_row() {
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    let rebuild = props(json!({ "rebuild": { "orders.events": { "cutoverColumn": "at" } } }));
+    // Whatever the rebuild's check then makes of the fake's empty answers.
+    let _ = run_apply(&c, rebuild, None);
+    let execs: Vec<(String, String)> = c.execs().into_iter().map(|e| (e.pod, e.stdin)).collect();
+    let first_other = execs.iter().position(|(_, s)| !s.contains(LEDGER));
+    assert!(first_other.is_some(), "the rebuild's check ran: {execs:?}");
+    for p in ["chi-0", "chi-1", "chi-2"] {
+        let started = execs
+            .iter()
+            .position(|(pod, s)| pod == p && s.contains("INSERT INTO") && s.contains("'started';"));
+        assert!(
+            started.is_some() && started < first_other,
+            "{p}: its started row came before the rebuild: {execs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_destroy_retried_after_failing_half_way_runs_on_the_pods_it_did_not_finish() {
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    let (state, _) = run_apply(&c, props(json!({})), None).unwrap();
+    // The delete statement fails on chi-2, after chi-0 and chi-1 finished.
+    let failing = cluster(&ledgers, |request| {
+        (request.pod == "chi-2" && request.stdin == DROP).then(|| ExecOutput {
+            exit_code: 1,
+            stderr: "Code: 999. DB::Exception: boom".to_owned(),
+            ..ExecOutput::default()
+        })
+    });
+    let err = run_destroy(&failing, props(json!({})), &state).unwrap_err();
+    assert_eq!(err.pod.as_deref(), Some("chi-2"), "{err}");
+    let retry = cluster(&ledgers, |_| None);
+    run_destroy(&retry, props(json!({})), &state).unwrap();
+    assert!(statements_on(&retry, "chi-0").is_empty());
+    assert!(statements_on(&retry, "chi-1").is_empty());
+    assert_eq!(statements_on(&retry, "chi-2"), vec![DROP]);
+    // No row of the destroys looks like an apply.
+    let ledgers = ledgers.lock().unwrap();
+    assert_eq!(
+        ledgers.events_on("chi-0"),
+        vec!["started", "applied", "destroying", "destroyed"]
+    );
+    assert_eq!(
+        ledgers.events_on("chi-2"),
+        vec!["started", "applied", "destroying", "destroying", "destroyed"]
+    );
+}
