@@ -3,7 +3,7 @@
 // ledger on every pod, lost-state recovery, adoption through Alchemy, and
 // status(). What reached the cluster is read from the sandbox's exec and API
 // logs; the lease from its API.
-import { after, before, test } from './lib/engine.mjs';
+import { after, before, test, test1816 } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -22,7 +22,7 @@ const Alchemy = await import('alchemy');
 const Layer = await import('effect/Layer');
 const Effect = await import('effect/Effect');
 const { deployStack } = await import('../dist/examples/runtime.js');
-const { addonTarget, adopt, apply, clickHouseSchema, clickHouseSchemaProvider, fingerprint, status } = await import('../dist/index.js');
+const { addonTarget, adopt, apply, clickHouseSchema, clickHouseSchemaProvider, destroy, fingerprint, status } = await import('../dist/index.js');
 const { assertsTheAddonBuild } = await import('./binding.mjs');
 const { rejection } = await import('./lib/rejection.mjs');
 
@@ -104,7 +104,7 @@ test('five concurrent applies: every statement ran exactly once per pod; the oth
   for (const list of events) assert.equal(list.filter((e) => e.kind === 'leaseTaken').length, 1);
   // The ledger on each pod: one row of this resource with this fingerprint.
   for (const pod of sandbox.info.pods) {
-    const rows = sandbox.query(pod, "SELECT fingerprint, statement_count, pod FROM ops.clickhouse_schema_ledger WHERE resource_id = 'coord-five' FORMAT TSV");
+    const rows = sandbox.query(pod, "SELECT fingerprint, statement_count, pod FROM ops.clickhouse_schema_ledger WHERE resource_id = 'coord-five' AND event = 'applied' FORMAT TSV");
     assert.equal(rows, `${ran[0].state.fingerprint}\t2\t${pod}`, pod);
   }
   // Released: no holder left.
@@ -228,14 +228,31 @@ test('the minimal RBAC (no leases) is refused with the verbs to grant; nothing r
 });
 
 test('a ledger that cannot be written fails the apply with E_LEDGER_FAILED, naming the pod and the grants', { timeout }, async () => {
-  // A table of another shape in the ledger's place: the ledger's INSERT fails.
-  const err = await rejection(
-    apply('coord-ledger-bad', props({ statements: [S0, 'CREATE TABLE IF NOT EXISTS coord.notledger (x UInt8) ENGINE = Memory'], ledger: { database: 'coord', table: 'notledger' }, lease: false })),
-  );
+  // A table of another shape in the ledger's place.
+  for (const pod of sandbox.info.pods) {
+    sandbox.query(pod, 'CREATE DATABASE IF NOT EXISTS coord_bad');
+    sandbox.query(pod, 'CREATE TABLE IF NOT EXISTS coord_bad.notledger (x UInt8) ENGINE = Memory');
+  }
+  const ledger = { database: 'coord_bad', table: 'notledger' };
+  const first = 'CREATE DATABASE IF NOT EXISTS coord_bad_ran';
+  const second = 'CREATE TABLE IF NOT EXISTS coord_bad_ran.t (id UInt64) ENGINE = Memory';
+  // With no state, the ledger is read first, and that fails.
+  let err = await rejection(apply('coord-ledger-bad', props({ statements: [first], ledger, lease: false })));
   assert.equal(err.code, 'E_LEDGER_FAILED');
   assert.ok(sandbox.info.pods.includes(err.pod), err.pod);
-  assert.match(err.message, /the ledger `coord`.`notledger` could not be written on pod/);
+  assert.match(err.message, /the ledger `coord_bad`.`notledger` could not be read on pod/);
   assert.match(err.message, /grant them, or remove the ledger prop/);
+  assert.match(err.message, /The table lacks the ledger's columns/);
+  // With a state (recorded without the ledger), the first write is the started row, before any statement.
+  const { state } = await apply('coord-ledger-bad', props({ statements: [first], ledger: undefined, lease: false }));
+  await sandbox.clearLogs();
+  err = await rejection(apply('coord-ledger-bad', props({ statements: [first, second], ledger, lease: false }), state));
+  assert.equal(err.code, 'E_LEDGER_FAILED');
+  assert.match(err.message, /the ledger `coord_bad`.`notledger` could not be written before the statements on pod/);
+  assert.match(err.message, /No statement ran on that pod/);
+  assert.match(err.message, /ADD COLUMN seq UInt64, ADD COLUMN event String/);
+  const execs = await execLog();
+  assert.equal(statementRuns(execs, first).length + statementRuns(execs, second).length, 0, 'no statement ran');
 });
 
 // Through Alchemy: `read` with no state is the adoption probe.
@@ -339,13 +356,14 @@ test('a deploy interrupted through Alchemy stops, releases the lease and records
   const name = leaseNameOf(id);
   assert.ok(name, 'the lease was taken');
   assert.equal(kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']).spec.holderIdentity, undefined, 'released');
-  // Nothing recorded: no ledger row on any pod, no outputs in Alchemy's state, and the
-  // statement after the sleep never started.
+  // Nothing recorded as applied: no ledger row but the first pod's `started` (the record that a
+  // change began there and did not finish), no outputs in Alchemy's state, and the statement
+  // after the sleep never started.
   for (const pod of sandbox.info.pods) {
     // The ledger table exists only once a deploy wrote to it (another test, when run before this one).
     const table = sandbox.query(pod, "SELECT count() FROM system.tables WHERE database = 'ops' AND name = 'clickhouse_schema_ledger'");
-    const rows = table === '0' ? '0' : sandbox.query(pod, `SELECT count() FROM ops.clickhouse_schema_ledger WHERE resource_id = '${id}'`);
-    assert.equal(rows, '0', pod);
+    const rows = table === '0' ? '' : sandbox.query(pod, `SELECT event FROM ops.clickhouse_schema_ledger WHERE resource_id = '${id}' ORDER BY seq FORMAT TSV`);
+    assert.equal(rows, pod === first ? 'started' : '', pod);
   }
   const recorded = existsSync(stateFile('cancel', id)) ? readFileSync(stateFile('cancel', id), 'utf8') : '';
   assert.ok(!recorded.includes(fingerprint(slow, id)), `no outputs recorded: ${recorded}`);
@@ -391,4 +409,181 @@ test("the demo's account of a race says who took the lease and ran the statement
   const pods = sandbox.info.pods.join(', ');
   assert.equal(lines[0], `CI took the lease first, without waiting, then ran the statements on ${pods}`);
   assert.match(lines[1], new RegExp(`^laptop took the lease next, after waiting \\d+ ms while \\S+ held it, then read the ledger, found the schema on ${pods}, and ran nothing$`));
+});
+
+// The ledger's rows and their order (README, "Concurrent deploys, lost state and adoption").
+// Each pod's ledger rows of `id`, in the order the ledger puts them (oldest first).
+// The replica label of a pod: chi-sandbox-sandbox-<shard>-<replica>-0.
+const replicaOf = (pod) => pod.split('-').at(-2);
+const ledgerRows = (pod, id) =>
+  sandbox
+    .query(pod, `SELECT seq, event, fingerprint FROM ops.clickhouse_schema_ledger WHERE resource_id = '${id}' AND pod = '${pod}' ORDER BY seq FORMAT TSV`)
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => line.split('\t'));
+
+test('an apply then a destroy, in the same server second or not: the destroy is the newest row, and a deploy with lost state runs the statements again', { timeout }, async () => {
+  const id = 'coord-order';
+  const order = props({
+    statements: ['CREATE DATABASE IF NOT EXISTS coord_order', 'CREATE TABLE coord_order.t (id UInt64) ENGINE = MergeTree ORDER BY id'],
+    onDelete: 'run',
+    deleteStatements: ['DROP DATABASE IF EXISTS coord_order'],
+  });
+  const applied = await apply(id, order);
+  await destroy(id, order, applied.state);
+  for (const pod of sandbox.info.pods) {
+    // Numbered in the order written, whatever the server's clock said (18.16 has whole seconds).
+    assert.deepEqual(
+      ledgerRows(pod, id).map(([seq, event]) => event),
+      ['started', 'applied', 'destroying', 'destroyed'],
+      pod,
+    );
+    const seqs = ledgerRows(pod, id).map(([seq]) => Number(seq));
+    assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), pod);
+    assert.equal(new Set(seqs).size, 4, `four distinct numbers on ${pod}: ${seqs}`);
+  }
+  const seen = await status(id, order);
+  for (const p of seen.pods) {
+    assert.equal(p.event, 'destroyed', p.pod);
+    assert.equal(p.current, false, p.pod);
+  }
+  await sandbox.clearLogs();
+  const again = await apply(id, order);
+  assert.deepEqual(again.appliedTo, sandbox.info.pods, 'the statements ran again on every pod');
+  for (const pod of sandbox.info.pods) assert.deepEqual(sandbox.tablesOn(pod, 'coord_order'), ['t'], pod);
+});
+
+test('an apply stopped between statements leaves its started row; a deploy with lost state runs the whole list there again', { timeout }, async () => {
+  const id = 'coord-started';
+  const first = ['CREATE DATABASE IF NOT EXISTS coord_started', 'CREATE TABLE IF NOT EXISTS coord_started.t (id UInt64) ENGINE = MergeTree ORDER BY id'];
+  const v1 = props({ statements: first, parallelism: 1, lease: false });
+  await apply(id, v1);
+  // The next version drops the table, then is stopped before it declares anything in its place.
+  const v2 = props({ statements: [first[0], 'DROP TABLE IF EXISTS coord_started.t', 'SELECT sleep(3)', 'CREATE TABLE IF NOT EXISTS coord_started.t2 (id UInt64) ENGINE = Memory'], parallelism: 1, lease: false });
+  await sandbox.clearLogs();
+  const controller = new AbortController();
+  const stopped = apply(id, v2, undefined, { signal: controller.signal }).then(
+    () => 'resolved',
+    (e) => e,
+  );
+  const pod = sandbox.info.pods[0];
+  // The exec after the DROP on the first pod, running (its stdin may not be logged yet).
+  const sleepingIn = (execs) => {
+    const at = execs.findIndex((e) => e.pod === pod && e.stdin === 'DROP TABLE IF EXISTS coord_started.t');
+    return at >= 0 ? execs.slice(at + 1).find((e) => e.pod === pod && e.outcome === 'running') : undefined;
+  };
+  let sleeping;
+  for (let i = 0; i < 600 && !(sleeping = sleepingIn(await execLog())); i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.ok(sleeping, 'the sleep was seen running on the first pod');
+  controller.abort();
+  const outcome = await stopped;
+  assert.equal(outcome.code, 'E_CANCELLED', String(outcome));
+  assert.deepEqual(sandbox.tablesOn(pod, 'coord_started'), [], 'the table was dropped there');
+  assert.deepEqual(ledgerRows(pod, id).at(-1).slice(1), ['started', fingerprint(v2, id)], 'its newest row says the change started');
+  // Rolled back to the first version by a deploy that lost its state: that pod's newest row is
+  // the stopped change's start, not the first version's apply, so the list runs there again.
+  await sandbox.clearLogs();
+  const back = await apply(id, v1);
+  assert.ok(back.appliedTo.includes(pod), `the list ran again on ${pod}: ${back.appliedTo}`);
+  const execs = await execLog();
+  for (const statement of first) assert.equal(statementRuns(execs, statement).filter((e) => e.pod === pod).length, 1, statement);
+  for (const p of sandbox.info.pods) assert.deepEqual(sandbox.tablesOn(p, 'coord_started'), ['t'], p);
+  const seen = (await status(id, v1)).pods.find((p) => p.pod === pod);
+  assert.equal(seen.event, 'applied');
+  assert.equal(seen.current, true);
+  // adopt does not take the stopped change as this resource's either.
+  const adoptV2 = await adopt(id, v2);
+  assert.notEqual(adoptV2.ownership, 'owned', adoptV2.reason);
+});
+
+test("a pod's rows are the rows naming it: another pod's rows in its ledger (a shared or inherited table) do not cover it", { timeout }, async () => {
+  const id = 'coord-by-pod';
+  const [pod0, pod1] = sandbox.info.pods;
+  const statements = ['CREATE DATABASE IF NOT EXISTS coord_by_pod', 'CREATE TABLE IF NOT EXISTS coord_by_pod.t (id UInt64) ENGINE = MergeTree ORDER BY id'];
+  // Applied on the first pod only (its replica label selects it).
+  const one = props({ statements, target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox', 'clickhouse.altinity.com/replica': replicaOf(pod0) } } });
+  const first = await apply(id, one);
+  assert.deepEqual(first.appliedTo, [pod0]);
+  // The second pod's ledger holds the first pod's rows, as a Replicated ledger table or a data
+  // volume the first pod used before would.
+  const rows = sandbox.query(pod0, `SELECT resource_id, fingerprint, statement_count, pod, pod_uid, applied_at, package_version, seq, event FROM ops.clickhouse_schema_ledger WHERE resource_id = '${id}' FORMAT TSV`);
+  sandbox.query(pod1, 'CREATE DATABASE IF NOT EXISTS ops');
+  sandbox.query(
+    pod1,
+    'CREATE TABLE IF NOT EXISTS ops.clickhouse_schema_ledger (resource_id String, fingerprint String, statement_count UInt32, ' +
+      'pod String, pod_uid String, applied_at String, package_version String, seq UInt64, event String) ENGINE = MergeTree ORDER BY (pod, seq)',
+  );
+  const values = rows
+    .split('\n')
+    .map((line) => line.split('\t'))
+    .map(([rid, fp, count, pod, uid, at, version, seq, event]) => `('${rid}', '${fp}', ${count}, '${pod}', '${uid}', '${at}', '${version}', ${seq}, '${event}')`);
+  assert.equal(values.length, 2, 'the first pod has its started and applied rows');
+  sandbox.query(pod1, `INSERT INTO ops.clickhouse_schema_ledger (resource_id, fingerprint, statement_count, pod, pod_uid, applied_at, package_version, seq, event) VALUES ${values.join(', ')}`);
+  // Every pod, with the state lost: only the first pod is covered.
+  await sandbox.clearLogs();
+  const all = await apply(id, props({ statements }));
+  assert.deepEqual(all.appliedTo, sandbox.info.pods.filter((p) => p !== pod0));
+  for (const p of sandbox.info.pods) assert.deepEqual(sandbox.tablesOn(p, 'coord_by_pod'), ['t'], p);
+});
+
+test('a destroy that failed half way is retried on the pods it did not finish, and only those', { timeout }, async () => {
+  const id = 'coord-destroy-retry';
+  const [pod0, pod1, pod2] = sandbox.info.pods;
+  const d = props({
+    statements: ['CREATE DATABASE IF NOT EXISTS coord_dr', 'CREATE TABLE IF NOT EXISTS coord_dr.t (id UInt64) ENGINE = MergeTree ORDER BY id'],
+    onDelete: 'run',
+    // Not idempotent on purpose: run twice on a pod, it fails (the table is gone).
+    deleteStatements: ['DROP TABLE coord_dr.t', 'DROP DATABASE IF EXISTS coord_dr'],
+    parallelism: 1,
+  });
+  const { state } = await apply(id, d);
+  // The last pod's table is gone already, so the destroy fails there, after the first two pods.
+  sandbox.query(pod2, 'DROP TABLE coord_dr.t');
+  const failed = await rejection(destroy(id, d, state));
+  assert.equal(failed.pod, pod2, failed.message);
+  assert.equal(failed.statementIndex, 0);
+  sandbox.query(pod2, 'CREATE TABLE coord_dr.t (id UInt64) ENGINE = MergeTree ORDER BY id');
+  // Retried with the same state: the first two pods are not touched again.
+  await sandbox.clearLogs();
+  await destroy(id, d, state);
+  const execs = await execLog();
+  assert.deepEqual([...new Set(statementRuns(execs, 'DROP TABLE coord_dr.t').map((e) => e.pod))], [pod2]);
+  for (const p of [pod0, pod1, pod2]) {
+    assert.deepEqual(sandbox.tablesOn(p, 'coord_dr'), [], p);
+    // No row of the destroy looks like an apply.
+    const events = ledgerRows(p, id).map(([, event]) => event);
+    assert.equal(events.at(-1), 'destroyed', `${p}: ${events}`);
+    assert.equal(events.filter((e) => e === 'applied').length, 1, `${p}: only the apply's own row: ${events}`);
+  }
+});
+
+test1816('ON CLUSTER needs the distributed DDL queue', 'onCluster with a lost state runs the list again unless every pod\'s ledger holds it', { timeout }, async () => {
+  const id = 'coord-on-cluster';
+  const ledger = { database: 'ops', table: 'on_cluster_ledger' };
+  const statements = [
+    "CREATE DATABASE IF NOT EXISTS coord_oc ON CLUSTER 'sandbox'",
+    "CREATE TABLE IF NOT EXISTS coord_oc.t ON CLUSTER 'sandbox' (id UInt64) ENGINE = MergeTree ORDER BY id",
+  ];
+  const oc = props({ statements, execution: { mode: 'onCluster', cluster: 'sandbox' }, ledger });
+  const first = await apply(id, oc);
+  assert.equal(first.appliedTo.length, 1, 'run once');
+  // The list reached every host, so every pod's ledger says so.
+  for (const pod of sandbox.info.pods) {
+    assert.equal(sandbox.query(pod, `SELECT event FROM ops.on_cluster_ledger WHERE resource_id = '${id}' AND pod = '${pod}' ORDER BY seq DESC LIMIT 1`), 'applied', pod);
+  }
+  // All but one pod lose their ledger: one pod's row says nothing of the others.
+  for (const pod of sandbox.info.pods.slice(1)) sandbox.query(pod, 'DROP TABLE ops.on_cluster_ledger');
+  await sandbox.clearLogs();
+  const again = await apply(id, oc);
+  assert.equal(again.appliedTo.length, 1, 'the list ran again, once');
+  const execs = await execLog();
+  for (const statement of statements) assert.equal(statementRuns(execs, statement).length, 1, statement);
+  // Now every pod's ledger holds it again, and a deploy with a lost state runs nothing.
+  await sandbox.clearLogs();
+  const third = await apply(id, oc);
+  assert.deepEqual(third.appliedTo, []);
+  const reads = await execLog();
+  for (const statement of statements) assert.equal(statementRuns(reads, statement).length, 0, statement);
 });
