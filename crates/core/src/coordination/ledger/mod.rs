@@ -285,27 +285,23 @@ pub fn parse(stdout: &str) -> Result<Vec<LedgerRow>, String> {
     }
 }
 
-/// The order of a pod's rows, oldest first: by `seq`, then (rows of an
-/// earlier version all have 0) by time; rows of racing writes that share
-/// both put an opening row above a closing one, then compare their text, so
-/// the order is total and never takes a pod as covered on a tie.
+/// The order of a pod's rows, oldest first: by `seq`; rows of racing writes
+/// that share it put an opening row (`started`, `destroying`) above a closing
+/// one whatever their times, so a race never takes a pod as covered; then by
+/// time (rows of an earlier version all have `seq` 0 and no opening rows),
+/// then by their text, so the order is total.
 pub fn order_key(a: &LedgerRow, b: &LedgerRow) -> Ordering {
-    (
-        a.seq,
-        &a.applied_at,
-        a.event.opens(),
-        &a.fingerprint,
-        &a.resource_id,
-        &a.pod_uid,
-    )
-        .cmp(&(
-            b.seq,
-            &b.applied_at,
-            b.event.opens(),
-            &b.fingerprint,
-            &b.resource_id,
-            &b.pod_uid,
-        ))
+    fn key(r: &LedgerRow) -> (u64, bool, &str, &str, &str, &str) {
+        (
+            r.seq,
+            r.event.opens(),
+            &r.applied_at,
+            &r.fingerprint,
+            &r.resource_id,
+            &r.pod_uid,
+        )
+    }
+    key(a).cmp(&key(b))
 }
 
 /// The newest row `resource_id` wrote on `pod` among `rows` (rows naming
@@ -476,6 +472,11 @@ mod tests {
         assert_eq!(newest_on(&rows, "r", "chi-0"), newest_on(&reversed, "r", "chi-0"));
         assert!(!applied_on(&rows, "r", "f1", "chi-0"));
         assert!(!applied_on(&reversed, "r", "f1", "chi-0"));
+        // Whatever the servers' clocks said of the two.
+        let mut later = row("r", "chi-0", 5, LedgerEvent::Applied);
+        later.applied_at = "2026-12-01T10:00:01Z".to_owned();
+        let rows = vec![later, row("r", "chi-0", 5, LedgerEvent::Started)];
+        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
     }
 
     #[test]
