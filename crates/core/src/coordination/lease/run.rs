@@ -83,7 +83,9 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// deadline passes without one, `work` is dropped (no further statement
     /// starts; an exec in flight is closed) and the call fails with
     /// `E_LEASE_LOST`. `work` receives whether this call waited
-    /// for another holder (so it may look at what that one did).
+    /// for another holder (so it may look at what that one did). A statement
+    /// a cancellation left running in its pod is stopped before the release,
+    /// or waited out while the lease is still renewed (`settle_abandoned`).
     pub(crate) async fn with_lease<R, F, W>(
         &self,
         config: LeaseConfig,
@@ -97,7 +99,7 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
         // Until when (`now_counting_suspend`, in ms) the work may go on: moved on by each renewal.
         let valid_until = AtomicU64::new(millis(held.taken_at + held.renew_deadline()));
         let outcome = {
-            let mut work = pin!(work(waited));
+            let mut work = pin!(async { self.settle_abandoned(work(waited).await, true).await });
             let mut renewals = pin!(self.keep_renewed(&held, &valid_until));
             poll_fn(|cx| {
                 // Past the renew deadline the work is not polled again, so nothing more starts,
