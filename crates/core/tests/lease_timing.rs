@@ -413,7 +413,9 @@ impl Executor for Scenario {
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         let now = self.time.now();
-        world.execs.push((request.pod.clone(), request.stdin.clone(), now));
+        world
+            .execs
+            .push((request.pod.clone(), request.stdin.clone(), now));
         world.commands.push(request.command.clone());
         if request.stdin.starts_with("KILL QUERY") {
             let (exit_code, stdout) = world.stop_answer.clone();
@@ -601,7 +603,9 @@ fn a_holder_suspended_past_its_renew_deadline_stops_and_does_not_renew() {
     assert!(renewals.is_empty(), "renewed after the resume: {renewals:?}");
     // What it still sends is the release (no holder), written only because nobody took it meanwhile.
     assert!(
-        writes.iter().any(|(at, holder, _)| *at >= resumed && holder.is_none()),
+        writes
+            .iter()
+            .any(|(at, holder, _)| *at >= resumed && holder.is_none()),
         "{writes:?}"
     );
 }
@@ -643,8 +647,12 @@ fn cancel_mid_statement(
 /// deploy's statements could run beside it.
 #[test]
 fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
-    let (err, query_id, scenario) = cancel_mid_statement((0, "finished\tq\tdefault\t\nclickhouse-schema-still-running\t0\n"));
-    assert!(query_id.starts_with("clickhouse-schema-") && query_id.ends_with("-0-chi-0"), "{query_id}");
+    let (err, query_id, scenario) =
+        cancel_mid_statement((0, "finished\tq\tdefault\t\nclickhouse-schema-still-running\t0\n"));
+    assert!(
+        query_id.starts_with("clickhouse-schema-") && query_id.ends_with("-0-chi-0"),
+        "{query_id}"
+    );
     let execs = scenario.execs();
     assert_eq!(execs.len(), 2, "the statement, then the stop: {execs:?}");
     let (pod, stop, stopped_at) = &execs[1];
@@ -656,10 +664,19 @@ fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
     );
     // The stop's command is the product's (the password from the pod's environment, in a pipe).
     let command = scenario.world.lock().unwrap().commands[1][2].clone();
-    assert!(command.contains("${CLICKHOUSE_PASSWORD:-}") && !command.contains("--password"), "{command}");
+    assert!(
+        command.contains("${CLICKHOUSE_PASSWORD:-}") && !command.contains("--password"),
+        "{command}"
+    );
     let writes = scenario.world.lock().unwrap().writes.clone();
-    let (released_at, ..) = writes.iter().find(|(_, holder, _)| holder.is_none()).expect("released");
-    assert!(released_at >= stopped_at, "released at {released_at:?}, before the stop at {stopped_at:?}");
+    let (released_at, ..) = writes
+        .iter()
+        .find(|(_, holder, _)| holder.is_none())
+        .expect("released");
+    assert!(
+        released_at >= stopped_at,
+        "released at {released_at:?}, before the stop at {stopped_at:?}"
+    );
     assert!(
         err.message.contains(&format!(
             "statement 0 on pod chi-0 (query id {query_id}) was stopped with KILL QUERY and is not running any more"
@@ -667,7 +684,10 @@ fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
         "{}",
         err.message
     );
-    assert_eq!((err.statement_index, err.pod.as_deref()), (Some(0), Some("chi-0")));
+    assert_eq!(
+        (err.statement_index, err.pod.as_deref()),
+        (Some(0), Some("chi-0"))
+    );
 }
 
 /// When the stop cannot confirm the statement is gone (it is still listed in
@@ -677,14 +697,23 @@ fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
 #[test]
 fn a_cancelled_statement_not_confirmed_stopped_keeps_the_lease_until_its_bound() {
     for (answer, why) in [
-        ((0, "clickhouse-schema-still-running\t1\n"), "1 still in system.processes after KILL QUERY"),
+        (
+            (0, "clickhouse-schema-still-running\t1\n"),
+            "1 still in system.processes after KILL QUERY",
+        ),
         ((1, ""), "KILL QUERY exited with code 1"),
     ] {
         let (err, query_id, scenario) = cancel_mid_statement(answer);
         let writes = scenario.world.lock().unwrap().writes.clone();
-        let (released_at, ..) = *writes.iter().find(|(_, holder, _)| holder.is_none()).expect("released");
+        let (released_at, ..) = *writes
+            .iter()
+            .find(|(_, holder, _)| holder.is_none())
+            .expect("released");
         // Sent at 0 s: its exec's bound (24 s) has passed before the release.
-        assert!(released_at >= Duration::from_secs(24), "released at {released_at:?}: {writes:?}");
+        assert!(
+            released_at >= Duration::from_secs(24),
+            "released at {released_at:?}: {writes:?}"
+        );
         let renewed_meanwhile = writes
             .iter()
             .filter(|(at, holder, _)| holder.is_some() && *at > Duration::from_secs(2))
@@ -693,7 +722,9 @@ fn a_cancelled_statement_not_confirmed_stopped_keeps_the_lease_until_its_bound()
         assert!(
             err.message.contains(&format!(
                 "statement 0 on pod chi-0 (query id {query_id}) could not be confirmed stopped ({why})"
-            )) && err.message.contains("The lease was kept (renewed) until that bound had passed"),
+            )) && err
+                .message
+                .contains("The lease was kept (renewed) until that bound had passed"),
             "{}",
             err.message
         );

@@ -68,7 +68,10 @@ fn counting_suspend() -> Duration {
     const CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
     #[cfg(target_vendor = "apple")]
     const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec; the clock id is one the platform defines.
     let rc = unsafe { libc::clock_gettime(CLOCK, &mut ts) };
     // It cannot fail for a defined clock id and a valid pointer. Were it to,
@@ -144,7 +147,10 @@ mod tests {
     fn counting_suspend_is_the_boot_time_on_linux() {
         const AHEAD: &str = "CHS_CLOCK_TEST_BOOT_AHEAD_SECS";
         fn monotonic() -> Duration {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
             // SAFETY: a valid timespec and a clock Linux defines.
             assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) }, 0);
             Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
@@ -178,7 +184,10 @@ mod tests {
             let out = std::process::Command::new("unshare")
                 .args(["--time", "--boottime", "3600", "--"])
                 .arg(exe)
-                .args(["--exact", "clock::tests::counting_suspend_is_the_boot_time_on_linux"])
+                .args([
+                    "--exact",
+                    "clock::tests::counting_suspend_is_the_boot_time_on_linux",
+                ])
                 .env(AHEAD, "3600")
                 .output()
                 .expect("unshare runs (util-linux)");

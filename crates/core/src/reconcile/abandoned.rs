@@ -62,7 +62,12 @@ impl<T, C> Run<'_, T, C> {
     }
 
     fn take_abandoned(&self) -> Vec<Abandoned> {
-        std::mem::take(&mut *self.abandoned.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        std::mem::take(
+            &mut *self
+                .abandoned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }
 
@@ -149,7 +154,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         };
         result.map_err(|mut err| {
-            err.message.push_str(&format!(" After the cancellation: {}.{lease}", notes.join("; ")));
+            err.message
+                .push_str(&format!(" After the cancellation: {}.{lease}", notes.join("; ")));
             err
         })
     }
