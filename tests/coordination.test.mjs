@@ -382,6 +382,86 @@ test('a deploy interrupted through Alchemy stops, releases the lease and records
   console.log(`settled ${settled} ms after the abort`);
 });
 
+// On a real cluster closing an exec does not stop its process: the kubelet keeps it running. The
+// sandbox does the same here (`keep_running`), so a cancelled deploy's statement goes on in the
+// pod after its exec was closed. Before, the lease was released at once all the same, and the next
+// deploy's statements could run beside it.
+test1816(
+  'system.processes lists a running query only on a server',
+  'a deploy cancelled mid-statement kills it before releasing the lease; nothing of the run is left running',
+  { timeout },
+  async () => {
+    const id = 'coord-cancel-kill';
+    // About a minute of work unless it is stopped: one 3 s sleep per one-row block.
+    const LONG = 'SELECT sleep(3) FROM system.numbers LIMIT 20 SETTINGS max_block_size = 1';
+    const long = props({
+      statements: ['CREATE DATABASE IF NOT EXISTS coord_kill', LONG],
+      lease: { ttlSeconds: 10 },
+      ledger: undefined,
+      statementTimeoutMs: 90_000,
+      parallelism: 1,
+    });
+    const first = sandbox.info.pods[0];
+    // The statement by its text (this query's own text names system.processes, the statement's does not).
+    const running = () =>
+      Number(sandbox.query(first, "SELECT count() FROM system.processes WHERE query LIKE '%sleep(3) FROM system.numbers%' AND query NOT LIKE '%system.processes%'"));
+    await sandbox.clearLogs();
+    await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: true });
+    try {
+      const controller = new AbortController();
+      const deploying = apply(id, long, undefined, { signal: controller.signal }).then(
+        () => 'resolved',
+        (error) => error,
+      );
+      let seen = 0;
+      for (let i = 0; i < 600 && !(seen = running()); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(seen, 1, 'the long statement was seen running on the first pod');
+      const name = leaseNameOf(id);
+      controller.abort();
+      // Until the deploy settles: whenever the lease reads released, the statement is no longer
+      // running (the lease is read first: a query seen after a release was running at the release).
+      let settled = false;
+      const outcome = deploying.finally(() => (settled = true));
+      const seenReleasedWhileRunning = [];
+      while (!settled) {
+        const holder = kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json'])?.spec.holderIdentity;
+        const still = running();
+        if (holder === undefined && still > 0) seenReleasedWhileRunning.push(still);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      const err = await outcome;
+      assert.notEqual(err, 'resolved');
+      assert.deepEqual(seenReleasedWhileRunning, [], 'the lease was released while the statement still ran');
+      assert.equal(err.code, 'E_CANCELLED', err.message);
+      assert.equal(err.statementIndex, 1);
+      assert.equal(err.pod, first);
+      assert.match(err.message, /statement 1 on pod \S+ \(query id clickhouse-schema-[0-9a-f]{16}-1-\S+\) was stopped with KILL QUERY and is not running any more/);
+      assert.match(err.message, /The lease was released after that\./);
+      assert.equal(kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']).spec.holderIdentity, undefined, 'released');
+      // Nothing of the run is left running: not on the server, not in the pod.
+      for (const pod of sandbox.info.pods) {
+        assert.equal(sandbox.query(pod, "SELECT count() FROM system.processes WHERE query_id LIKE 'clickhouse-schema-%'"), '0', pod);
+      }
+      const execs = await execLog();
+      const left = execs.filter((e) => e.outcome.startsWith('left_running'));
+      assert.equal(left.length, 1, JSON.stringify(execs.map((e) => [e.pod, e.outcome, e.stdin.slice(0, 40)])));
+      for (let i = 0; i < 100 && (await execLog()).find((e) => e.id === left[0].id).outcome === 'left_running'; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      assert.equal((await execLog()).find((e) => e.id === left[0].id).outcome, 'left_running_exited', 'its client ended');
+      // The stop ran in an exec of its own, with no credential on any command line.
+      const stop = execs.find((e) => e.stdin.startsWith('KILL QUERY'));
+      assert.ok(stop, 'a stop exec');
+      for (const e of execs) {
+        const argv = e.argv.join(' ');
+        assert.ok(!argv.includes(sandbox.info.passwords.default) && !argv.includes(sandbox.info.passwords.writer), argv);
+      }
+    } finally {
+      await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: false });
+    }
+  },
+);
+
 // The demo's account of two deploys at once (scripts/demo.sh, step 5) used to
 // be a fixed sentence saying CI waited and read the ledger, whichever won.
 test("the demo's account of a race says who took the lease and ran the statements, from the events", { timeout }, async () => {

@@ -309,7 +309,14 @@ test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing 
   assert.equal(err.pod, 'chi-0');
   assert.match(err.message, /cancelled while statement 1 was running on pod chi-0/);
   assert.match(err.message, /Nothing is recorded/);
-  assert.equal(calls.execs.length, 2, 'no statement started after the abort');
+  // The closed exec's statement may still run in the pod: one more exec stops it by its query id.
+  const [statements, stops] = [calls.execs.slice(0, 2), calls.execs.slice(2)];
+  assert.equal(stops.length, 1, 'no statement started after the abort, one stop');
+  const queryId = /--query_id='([^']+)'/.exec(statements[1].command[2])[1];
+  assert.match(stops[0].stdin, new RegExp(`^KILL QUERY WHERE query_id IN \\('${queryId}'\\) SYNC;`));
+  assert.equal(stops[0].pod, 'chi-0');
+  // This executor answers the stop with nothing, so it is not confirmed, and the error says so.
+  assert.match(err.message, new RegExp(`statement 1 on pod chi-0 \\(query id ${queryId}\\) could not be confirmed stopped`));
 });
 
 test('an already aborted signal makes no call at all', async () => {

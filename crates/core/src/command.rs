@@ -11,7 +11,7 @@
 //!   printf '</password></yandex>\n'
 //! } | { exec 4<&0
 //!       head -c <N> <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --user=... \
-//!         --database=... --port=... --<setting>=... --max_execution_time=<S> 3<&-; }
+//!         --database=... --port=... [--query_id=...] --<setting>=... --max_execution_time=<S> 3<&-; }
 //! ```
 //!
 //! Why each part:
@@ -40,6 +40,13 @@
 //!   caller waits `exec_timeout`, longer still, so the pod's bound fires
 //!   before the caller gives up and a retry never overlaps a statement that
 //!   is still running.
+//! - A user's statement carries a query id (`render_statement`), so a
+//!   cancelled deploy can find it on the server and stop it (`KILL QUERY`)
+//!   before it lets another deploy in: closing the exec connection leaves the
+//!   process running in the pod on a real cluster. The id names the run, the
+//!   statement and the pod, nothing secret; the same id for a retry of the
+//!   same statement on the same pod makes the server refuse the retry while
+//!   an earlier attempt still runs (code 216) instead of running it twice.
 //! - `exec` makes clickhouse-client's (or `timeout`'s) exit status the exec's.
 //! - Every value-bearing option is one argv word, `--name=value`, with the
 //!   value single-quoted for `sh`: a user name, database or setting value
@@ -91,6 +98,18 @@ pub fn render(
     statement_timeout: Duration,
 ) -> Vec<String> {
     render_with(client, settings, statement_bytes, statement_timeout, "")
+}
+
+/// [`render`] for one of the user's statements, run under `query_id` (see the module header).
+pub fn render_statement(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    statement_bytes: usize,
+    statement_timeout: Duration,
+    query_id: &str,
+) -> Vec<String> {
+    let flags = format!(" --query_id={}", shell_quote(query_id));
+    render_with(client, settings, statement_bytes, statement_timeout, &flags)
 }
 
 /// argv for running a script of several statements of `script_bytes` UTF-8 bytes: the same
@@ -211,6 +230,17 @@ mod tests {
         );
         assert!(argv[2].contains("t='timeout -k 2 301'"), "{}", argv[2]);
         assert!(!argv[2].contains("--password"), "{}", argv[2]);
+    }
+
+    #[test]
+    fn a_statement_carries_its_query_id_as_one_word() {
+        let argv = render_statement(&client(), &BTreeMap::new(), 8, FIVE_MINUTES, "chs-0a1b-s2-chi-0");
+        assert!(
+            argv[2].contains("--port=9000 --query_id='chs-0a1b-s2-chi-0' --max_execution_time=300 3<&-"),
+            "{}",
+            argv[2]
+        );
+        assert!(!render(&client(), &BTreeMap::new(), 8, FIVE_MINUTES)[2].contains("query_id"));
     }
 
     #[test]

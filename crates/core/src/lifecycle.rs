@@ -375,7 +375,7 @@ pub async fn apply<T: PodLister + Executor + LeaseApi, C: Clock>(
     let work = |waited: bool| run_decision(&run, config, &fingerprint, previous, decision, waited);
     let (pods, skipped) = match config.lease {
         Some(lease) => run.with_lease(lease, work).await?,
-        None => work(false).await?,
+        None => run.settle_abandoned(work(false).await, false).await?,
     };
     let ran_on = pods
         .iter()
@@ -666,7 +666,7 @@ pub async fn destroy<T: PodLister + Executor + LeaseApi, C: Clock>(
     };
     match config.lease {
         Some(lease) => run.with_lease(lease, work).await,
-        None => work(false).await,
+        None => run.settle_abandoned(work(false).await, false).await,
     }
 }
 

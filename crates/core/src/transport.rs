@@ -601,6 +601,12 @@ impl Cancel for NeverCancelled {
 pub trait Clock: Send + Sync {
     /// Monotonic time since an arbitrary origin.
     fn now(&self) -> Duration;
+    /// Time since an arbitrary origin that keeps counting while the machine
+    /// is suspended (a laptop's lid closed). `now` may stop then (Linux's
+    /// CLOCK_MONOTONIC does) while other machines' clocks, and so a lease's
+    /// expiry as everyone else sees it, run on: the lease holder measures its
+    /// renew deadline with this one. Never behind `now`'s progress.
+    fn now_counting_suspend(&self) -> Duration;
     /// Wall-clock time as RFC 3339 / ISO-8601 UTC, for `appliedAt`.
     fn now_iso8601(&self) -> String;
     /// Resolves once `duration` has passed on this clock.

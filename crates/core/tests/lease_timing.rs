@@ -3,7 +3,9 @@
 //! skewed both ways. Runs on virtual time (`VirtualTime`): every sleep and
 //! every slow call waits on one clock that jumps to the next timer when
 //! nothing else can move, so minutes of protocol take microseconds and the
-//! times asserted are exact. Against the sandbox's real Lease API:
+//! times asserted are exact. The machine can be suspended (`suspend`): its
+//! monotonic clock and its timers stop while true time, the wall clock and
+//! the clock counting suspend run on. Against the sandbox's real Lease API:
 //! crates/kube/tests/skewed_clocks.rs.
 
 mod reconcile_support;
@@ -18,10 +20,10 @@ use std::time::Duration;
 use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::{
-    Clock, Cluster, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec, NeverCancelled,
-    NoEvents, PodInfo, PodLister, TransportError, TransportErrorKind,
+    Cancel, Clock, Cluster, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec,
+    NeverCancelled, NoEvents, PodInfo, PodLister, TransportError, TransportErrorKind,
 };
-use reconcile_support::{config, pod};
+use reconcile_support::{Flag, config, pod};
 use serde_json::json;
 
 /// One virtual clock for the whole run: `sleep` registers a timer, and the
@@ -31,20 +33,44 @@ struct VirtualTime(Arc<Mutex<Timers>>);
 
 #[derive(Default)]
 struct Timers {
+    /// True time (what the API server and every other machine live by).
     now: Duration,
+    /// How long the deploying machine has been suspended in all: its
+    /// monotonic clock is `now - suspended`.
+    suspended: Duration,
     next_id: u64,
-    /// (deadline, id) of every pending sleep.
+    /// (deadline on the machine's monotonic clock, id) of every pending sleep.
     pending: BTreeSet<(Duration, u64)>,
 }
 
+impl Timers {
+    fn machine(&self) -> Duration {
+        self.now - self.suspended
+    }
+}
+
 impl VirtualTime {
+    /// True time.
     fn now(&self) -> Duration {
         self.0.lock().unwrap().now
     }
 
+    /// The deploying machine's monotonic clock: stopped while it was suspended.
+    fn machine(&self) -> Duration {
+        self.0.lock().unwrap().machine()
+    }
+
+    /// The machine sleeps for `duration` of true time (a laptop's lid closed):
+    /// its monotonic clock and timers stop meanwhile.
+    fn suspend(&self, duration: Duration) {
+        let mut timers = self.0.lock().unwrap();
+        timers.now += duration;
+        timers.suspended += duration;
+    }
+
     fn sleep(&self, duration: Duration) -> Sleep {
         let mut timers = self.0.lock().unwrap();
-        let (deadline, id) = (timers.now + duration, timers.next_id);
+        let (deadline, id) = (timers.machine() + duration, timers.next_id);
         timers.next_id += 1;
         timers.pending.insert((deadline, id));
         Sleep {
@@ -68,7 +94,8 @@ impl VirtualTime {
                     "stuck: pending with no timer left (a call that never returns, and nothing bounding it)"
                 );
             };
-            timers.now = timers.now.max(deadline);
+            let suspended = timers.suspended;
+            timers.now = timers.now.max(deadline + suspended);
             assert!(
                 timers.now < Duration::from_secs(24 * 3600),
                 "ran for a virtual day"
@@ -86,7 +113,7 @@ struct Sleep {
 impl Future for Sleep {
     type Output = ();
     fn poll(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        if self.time.now() >= self.deadline {
+        if self.time.machine() >= self.deadline {
             self.time
                 .0
                 .lock()
@@ -111,8 +138,9 @@ impl Drop for Sleep {
     }
 }
 
-/// The deployer's clock: virtual monotonic time, and a wall clock `skew` off
-/// the true time (which starts at 2026-01-01T00:00:00Z).
+/// The deployer's clock: the machine's virtual monotonic time, true time as
+/// the clock counting suspend, and a wall clock `skew` off the true time
+/// (which starts at 2026-01-01T00:00:00Z).
 struct DeployerClock {
     time: VirtualTime,
     skew_seconds: i64,
@@ -120,6 +148,10 @@ struct DeployerClock {
 
 impl Clock for DeployerClock {
     fn now(&self) -> Duration {
+        self.time.machine()
+    }
+
+    fn now_counting_suspend(&self) -> Duration {
         self.time.now()
     }
 
@@ -188,6 +220,16 @@ struct World {
     calls: usize,
     /// (pod, stdin, started at) of every exec.
     execs: Vec<(String, String, Duration)>,
+    /// (true time, holder, renewTime) of every Lease write that succeeded.
+    writes: Vec<(Duration, Option<String>, Option<String>)>,
+    /// Before which exec (0-based) the machine is suspended, and for how long.
+    suspend_before_exec: Option<(usize, Duration)>,
+    /// argv of every exec, in the order of `execs`.
+    commands: Vec<Vec<String>>,
+    /// While which exec (0-based) the caller cancels, and the flag it sets.
+    cancel_during_exec: Option<(usize, Arc<std::sync::atomic::AtomicBool>)>,
+    /// What the pod answers to a `KILL QUERY` exec (exit code, stdout), at once.
+    stop_answer: (i32, String),
 }
 
 /// One pod whose statements each take `statement_time`, and a Lease API as `api` says.
@@ -210,6 +252,11 @@ impl Scenario {
                 other,
                 calls: 0,
                 execs: Vec::new(),
+                writes: Vec::new(),
+                suspend_before_exec: None,
+                commands: Vec::new(),
+                cancel_during_exec: None,
+                stop_answer: (0, String::new()),
             }),
         }
     }
@@ -278,7 +325,10 @@ fn conflict() -> TransportError {
     TransportError::new(TransportErrorKind::Refused, "the object has been modified").with_http_status(409)
 }
 
-fn write(world: &mut World, spec: &LeaseSpec) -> LeaseRecord {
+fn write(world: &mut World, spec: &LeaseSpec, at: Duration) -> LeaseRecord {
+    world
+        .writes
+        .push((at, spec.holder.clone(), spec.renew_time.clone()));
     world.version += 1;
     let record = LeaseRecord {
         resource_version: format!("w{}", world.version),
@@ -311,12 +361,12 @@ impl LeaseApi for Scenario {
         _: &str,
         spec: &LeaseSpec,
     ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
-        let spec = spec.clone();
+        let (spec, now) = (spec.clone(), self.time.now());
         self.lease(move |world| {
             if world.record.is_some() {
                 Err(conflict())
             } else {
-                Ok(write(world, &spec))
+                Ok(write(world, &spec, now))
             }
         })
     }
@@ -328,12 +378,12 @@ impl LeaseApi for Scenario {
         resource_version: &str,
         spec: &LeaseSpec,
     ) -> impl Future<Output = Result<LeaseRecord, TransportError>> + Send {
-        let (spec, version) = (spec.clone(), resource_version.to_owned());
+        let (spec, version, now) = (spec.clone(), resource_version.to_owned(), self.time.now());
         self.lease(move |world| {
             if world.record.as_ref().map(|r| r.resource_version.as_str()) != Some(version.as_str()) {
                 Err(conflict())
             } else {
-                Ok(write(world, &spec))
+                Ok(write(world, &spec, now))
             }
         })
     }
@@ -351,17 +401,37 @@ impl PodLister for Scenario {
 
 impl Executor for Scenario {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let mut world = self.world.lock().unwrap();
+        if let Some((at, duration)) = world.suspend_before_exec
+            && at == world.execs.len()
+        {
+            self.time.suspend(duration);
+        }
+        if let Some((at, flag)) = &world.cancel_during_exec
+            && *at == world.execs.len()
+        {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let now = self.time.now();
-        self.world
-            .lock()
-            .unwrap()
+        world
             .execs
             .push((request.pod.clone(), request.stdin.clone(), now));
+        world.commands.push(request.command.clone());
+        if request.stdin.starts_with("KILL QUERY") {
+            let (exit_code, stdout) = world.stop_answer.clone();
+            return Box::pin(std::future::ready(Ok(ExecOutput {
+                stdout,
+                stderr: String::new(),
+                exit_code,
+            })))
+                as Pin<Box<dyn Future<Output = Result<ExecOutput, TransportError>> + Send>>;
+        }
+        drop(world);
         let sleep = self.time.sleep(self.statement_time);
-        async move {
+        Box::pin(async move {
             sleep.await;
             Ok(ExecOutput::default())
-        }
+        })
     }
 }
 
@@ -381,6 +451,15 @@ fn run_apply(
     skew_seconds: i64,
     props: serde_json::Value,
 ) -> Result<(), clickhouse_schema_core::ClickHouseSchemaError> {
+    run_apply_cancellable(scenario, skew_seconds, props, &NeverCancelled)
+}
+
+fn run_apply_cancellable(
+    scenario: &Scenario,
+    skew_seconds: i64,
+    props: serde_json::Value,
+    cancel: &dyn Cancel,
+) -> Result<(), clickhouse_schema_core::ClickHouseSchemaError> {
     let clock = DeployerClock {
         time: scenario.time.clone(),
         skew_seconds,
@@ -389,7 +468,7 @@ fn run_apply(
         transport: scenario,
         clock: &clock,
         cluster_id: None,
-        cancel: &NeverCancelled,
+        cancel,
         events: &NoEvents,
     };
     scenario
@@ -487,6 +566,167 @@ fn a_holder_that_stops_renewing_is_taken_over_one_duration_later_whatever_the_cl
         assert!(
             first >= Duration::from_secs(8) && first <= Duration::from_secs(9),
             "taker {taker_skew:+} s, holder {holder_skew:+} s: took it at {first:?}"
+        );
+    }
+}
+
+/// The deploying machine is suspended for a minute (a laptop's lid closed
+/// mid-deploy) while it holds a lease of 6 s: its monotonic clock stops,
+/// everyone else's runs on, so by the time it resumes its lease has expired
+/// for every other deployer, which may hold it by then. Before, the holder
+/// measured its renew deadline on that monotonic clock: it woke up believing
+/// it still had time, renewed the lease and ran its remaining statements. Now
+/// no further statement starts, no renewal is sent, and the call fails with
+/// `E_LEASE_LOST`.
+#[test]
+fn a_holder_suspended_past_its_renew_deadline_stops_and_does_not_renew() {
+    let time = VirtualTime::default();
+    let scenario = Scenario::new(&time, Api::Prompt, Duration::from_secs(1), None);
+    // Suspended as statement 1 starts (1 s after the lease was taken), for a minute.
+    scenario.world.lock().unwrap().suspend_before_exec = Some((1, Duration::from_secs(60)));
+    let err = run_apply(&scenario, 0, props(20, 6, 30_000)).expect_err("the lease is lost");
+    assert_eq!(err.kind, ErrorKind::LeaseLost, "{err:?}");
+    assert!(
+        err.message.contains("no renewal succeeded within 4000 ms"),
+        "{}",
+        err.message
+    );
+    let execs = scenario.execs();
+    // Statement 0 before the suspend, statement 1 as it began; nothing after the resume.
+    assert_eq!(execs.len(), 2, "{execs:?}");
+    let writes = scenario.world.lock().unwrap().writes.clone();
+    let resumed = Duration::from_secs(61);
+    let renewals: Vec<_> = writes
+        .iter()
+        .filter(|(at, holder, _)| *at >= resumed && holder.is_some())
+        .collect();
+    assert!(renewals.is_empty(), "renewed after the resume: {renewals:?}");
+    // What it still sends is the release (no holder), written only because nobody took it meanwhile.
+    assert!(
+        writes
+            .iter()
+            .any(|(at, holder, _)| *at >= resumed && holder.is_none()),
+        "{writes:?}"
+    );
+}
+
+/// A deploy cancelled while its statement runs (`statement_time` a minute):
+/// the exec is closed, but on a real cluster the statement goes on in the
+/// pod. Returns the error, the statement's query id (from its argv) and the
+/// scenario, for what each test checks.
+fn cancel_mid_statement(
+    stop_answer: (i32, &str),
+) -> (clickhouse_schema_core::ClickHouseSchemaError, String, Scenario) {
+    let time = VirtualTime::default();
+    let scenario = Scenario::new(&time, Api::Prompt, Duration::from_secs(60), None);
+    let flag = Flag::default();
+    {
+        let mut world = scenario.world.lock().unwrap();
+        world.cancel_during_exec = Some((0, flag.0.clone()));
+        world.stop_answer = (stop_answer.0, stop_answer.1.to_owned());
+    }
+    let mut p = props(2, 6, 30_000);
+    // The pod-side bound: 20 s, `timeout` a second later, its KILL 2 s after: the exec's 24 s.
+    p["statementTimeoutMs"] = json!(20_000);
+    let err = run_apply_cancellable(&scenario, 0, p, &flag).expect_err("cancelled");
+    assert_eq!(err.kind, ErrorKind::Cancelled, "{err:?}");
+    let commands = scenario.world.lock().unwrap().commands.clone();
+    let query_id = commands[0][2]
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("--query_id='"))
+        .and_then(|w| w.strip_suffix('\''))
+        .expect("the statement runs under a query id")
+        .to_owned();
+    (err, query_id, scenario)
+}
+
+/// The statement is still running when the deploy is cancelled: before the
+/// lease is released, the deploy kills it on its pod by its query id in an
+/// exec of its own, and sees it gone from system.processes. Before, the
+/// lease was released at once while the statement ran on, so the next
+/// deploy's statements could run beside it.
+#[test]
+fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
+    let (err, query_id, scenario) =
+        cancel_mid_statement((0, "finished\tq\tdefault\t\nclickhouse-schema-still-running\t0\n"));
+    assert!(
+        query_id.starts_with("clickhouse-schema-") && query_id.ends_with("-0-chi-0"),
+        "{query_id}"
+    );
+    let execs = scenario.execs();
+    assert_eq!(execs.len(), 2, "the statement, then the stop: {execs:?}");
+    let (pod, stop, stopped_at) = &execs[1];
+    assert_eq!(pod, "chi-0");
+    assert!(
+        stop.starts_with(&format!("KILL QUERY WHERE query_id IN ('{query_id}') SYNC;"))
+            && stop.contains(&format!("FROM system.processes WHERE query_id IN ('{query_id}')")),
+        "{stop}"
+    );
+    // The stop's command is the product's (the password from the pod's environment, in a pipe).
+    let command = scenario.world.lock().unwrap().commands[1][2].clone();
+    assert!(
+        command.contains("${CLICKHOUSE_PASSWORD:-}") && !command.contains("--password"),
+        "{command}"
+    );
+    let writes = scenario.world.lock().unwrap().writes.clone();
+    let (released_at, ..) = writes
+        .iter()
+        .find(|(_, holder, _)| holder.is_none())
+        .expect("released");
+    assert!(
+        released_at >= stopped_at,
+        "released at {released_at:?}, before the stop at {stopped_at:?}"
+    );
+    assert!(
+        err.message.contains(&format!(
+            "statement 0 on pod chi-0 (query id {query_id}) was stopped with KILL QUERY and is not running any more"
+        )) && err.message.contains("The lease was released after that."),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        (err.statement_index, err.pod.as_deref()),
+        (Some(0), Some("chi-0"))
+    );
+}
+
+/// When the stop cannot confirm the statement is gone (it is still listed in
+/// system.processes, or the stop's exec fails), the lease stays held and
+/// renewed until the statement's pod-side bound has surely ended it, then is
+/// released; the error says so.
+#[test]
+fn a_cancelled_statement_not_confirmed_stopped_keeps_the_lease_until_its_bound() {
+    for (answer, why) in [
+        (
+            (0, "clickhouse-schema-still-running\t1\n"),
+            "1 still in system.processes after KILL QUERY",
+        ),
+        ((1, ""), "KILL QUERY exited with code 1"),
+    ] {
+        let (err, query_id, scenario) = cancel_mid_statement(answer);
+        let writes = scenario.world.lock().unwrap().writes.clone();
+        let (released_at, ..) = *writes
+            .iter()
+            .find(|(_, holder, _)| holder.is_none())
+            .expect("released");
+        // Sent at 0 s: its exec's bound (24 s) has passed before the release.
+        assert!(
+            released_at >= Duration::from_secs(24),
+            "released at {released_at:?}: {writes:?}"
+        );
+        let renewed_meanwhile = writes
+            .iter()
+            .filter(|(at, holder, _)| holder.is_some() && *at > Duration::from_secs(2))
+            .count();
+        assert!(renewed_meanwhile >= 5, "renewed while held: {writes:?}");
+        assert!(
+            err.message.contains(&format!(
+                "statement 0 on pod chi-0 (query id {query_id}) could not be confirmed stopped ({why})"
+            )) && err
+                .message
+                .contains("The lease was kept (renewed) until that bound had passed"),
+            "{}",
+            err.message
         );
     }
 }

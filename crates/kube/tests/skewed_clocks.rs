@@ -49,6 +49,10 @@ impl Clock for SkewedClock {
         self.origin.elapsed()
     }
 
+    fn now_counting_suspend(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
     fn now_iso8601(&self) -> String {
         wall(self.skew_seconds)
     }

@@ -10,11 +10,13 @@ use clickhouse_schema_core::transport::Clock;
 use crate::timers::Timers;
 
 /// Monotonic time from the moment the clock was created (budgets must not
-/// jump with the wall clock), wall time for `appliedAt`, the call's timers for
+/// jump with the wall clock), the same counting suspend for the lease
+/// holder's deadline, wall time for `appliedAt`, the call's timers for
 /// sleeping.
 #[derive(Clone)]
 pub(crate) struct SystemClock {
     origin: Instant,
+    suspend_origin: Duration,
     timers: Timers,
 }
 
@@ -23,6 +25,7 @@ impl SystemClock {
     pub(crate) fn new(timers: Timers) -> Self {
         Self {
             origin: Instant::now(),
+            suspend_origin: counting_suspend(),
             timers,
         }
     }
@@ -33,6 +36,10 @@ impl Clock for SystemClock {
         self.origin.elapsed()
     }
 
+    fn now_counting_suspend(&self) -> Duration {
+        counting_suspend().saturating_sub(self.suspend_origin)
+    }
+
     fn now_iso8601(&self) -> String {
         iso8601(jiff::Timestamp::now())
     }
@@ -41,6 +48,49 @@ impl Clock for SystemClock {
         let timers = self.timers.clone();
         async move { timers.sleep(duration).await }
     }
+}
+
+/// A monotonic reading (from an arbitrary origin) that goes on while the
+/// machine is suspended, which `Instant` does not everywhere:
+///
+/// - Linux and Android: `CLOCK_BOOTTIME` (`Instant` is `CLOCK_MONOTONIC`,
+///   which stops during suspend).
+/// - macOS and iOS: `CLOCK_MONOTONIC`, which on Darwin counts sleep
+///   (`Instant` is `CLOCK_UPTIME_RAW`, which does not).
+/// - Windows: `Instant` itself, QueryPerformanceCounter, which keeps counting
+///   across sleep and hibernation (unlike the "unbiased" interrupt time).
+/// - WebAssembly (WASI): `Instant`, the host's monotonic clock; under Node on
+///   Linux that is `CLOCK_MONOTONIC`, so there a suspend is not counted. No
+///   closer clock is reachable from WASI.
+#[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
+fn counting_suspend() -> Duration {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    const CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
+    #[cfg(target_vendor = "apple")]
+    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is one the platform defines.
+    let rc = unsafe { libc::clock_gettime(CLOCK, &mut ts) };
+    // It cannot fail for a defined clock id and a valid pointer. Were it to,
+    // the reading is the end of time: the holder's deadline passes at once and
+    // the call fails with E_LEASE_LOST, rather than work with no deadline.
+    if rc != 0 {
+        return Duration::MAX;
+    }
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+fn counting_suspend() -> Duration {
+    use std::sync::OnceLock;
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed()
 }
 
 /// RFC 3339 UTC with exactly three fractional digits: `2026-11-29T23:59:01.123Z`.
@@ -82,6 +132,73 @@ mod tests {
         let parsed: jiff::Timestamp = text.parse().expect("round-trips");
         let skew = jiff::Timestamp::now().duration_since(parsed);
         assert!(skew.as_secs() < 5, "{text}");
+    }
+
+    /// The reading counting suspend is CLOCK_BOOTTIME on Linux: never behind
+    /// CLOCK_MONOTONIC (what `Instant` reads there, which stops during
+    /// suspend), and the uptime the kernel reports in /proc/uptime (which is
+    /// CLOCK_BOOTTIME) to within its hundredths of a second. On a machine
+    /// never suspended the two clocks agree, so the test also runs itself in
+    /// a time namespace whose boot clock is an hour ahead of its monotonic
+    /// one, which is what an hour of suspend leaves (`unshare --time`, root):
+    /// there the reading must be the hour ahead.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn counting_suspend_is_the_boot_time_on_linux() {
+        const AHEAD: &str = "CHS_CLOCK_TEST_BOOT_AHEAD_SECS";
+        fn monotonic() -> Duration {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid timespec and a clock Linux defines.
+            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) }, 0);
+            Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+        }
+        fn uptime() -> Duration {
+            let text = std::fs::read_to_string("/proc/uptime").expect("/proc/uptime");
+            let secs = text.split_whitespace().next().expect("uptime seconds");
+            Duration::from_secs_f64(secs.parse().expect("a number"))
+        }
+        let ahead = std::env::var(AHEAD).map_or(0, |v| v.parse::<u64>().expect("seconds"));
+        for _ in 0..100 {
+            let mono = monotonic();
+            let before = uptime();
+            let boot = counting_suspend();
+            let after = uptime();
+            assert!(
+                boot >= mono + Duration::from_secs(ahead),
+                "boot time {boot:?} is not {ahead} s ahead of the monotonic clock {mono:?}"
+            );
+            // /proc/uptime truncates to hundredths.
+            assert!(
+                boot >= before && boot <= after + Duration::from_millis(10),
+                "boot time {boot:?} is not the uptime ({before:?} .. {after:?})"
+            );
+        }
+        let c = SystemClock::new(native_timers());
+        let (a, b) = (c.now_counting_suspend(), c.now_counting_suspend());
+        assert!(b >= a);
+        if ahead == 0 {
+            let exe = std::env::current_exe().expect("the test binary");
+            let out = std::process::Command::new("unshare")
+                .args(["--time", "--boottime", "3600", "--"])
+                .arg(exe)
+                .args([
+                    "--exact",
+                    "clock::tests::counting_suspend_is_the_boot_time_on_linux",
+                ])
+                .env(AHEAD, "3600")
+                .output()
+                .expect("unshare runs (util-linux)");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "in a time namespace an hour ahead:\n{text}");
+            assert!(text.contains("1 passed"), "{text}");
+        }
     }
 
     #[tokio::test]

@@ -69,6 +69,10 @@ struct StartArgs {
     /// chdb-core: a stand-in client per pod, no server process; scripts/install-modern-engine.sh).
     #[arg(long, env = "SANDBOX_ENGINE", default_value = "18.16", value_parser = parse_engine)]
     engine: Engine,
+    /// Leave the process of an exec whose connection dropped running to its end, as a real
+    /// kubelet does (by default it is killed).
+    #[arg(long)]
+    keep_dropped_execs: bool,
     /// Seconds `start` waits for readiness.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
@@ -245,6 +249,7 @@ fn serve(a: StartArgs) -> Result<(), String> {
             },
             exec_protocols: a.exec_protocols.clone(),
             engine: a.engine,
+            keep_dropped_execs: a.keep_dropped_execs,
             ..SandboxOptions::default()
         };
         let begun = Instant::now();

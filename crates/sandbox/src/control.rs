@@ -52,6 +52,10 @@ pub(crate) fn routes() -> Router<Arc<State>> {
         .route("/sandbox/pods/{name}/server/stop", post(stop_server))
         .route("/sandbox/pods/{name}/server/start", post(start_server))
         .route("/sandbox/exec-log", get(exec_log).delete(clear_exec_log))
+        .route(
+            "/sandbox/dropped-execs",
+            get(dropped_execs).put(set_dropped_execs),
+        )
         .route("/sandbox/api-log", get(api_log).delete(clear_api_log))
         .route(
             "/sandbox/faults",
@@ -210,6 +214,26 @@ async fn clear_exec_log(AxState(state): S, headers: HeaderMap) -> Response {
     guard!(state, headers);
     state.clear_exec_log();
     reply(Ok(json!({})))
+}
+
+#[derive(serde::Deserialize)]
+struct DroppedExecs {
+    keep_running: bool,
+}
+
+async fn dropped_execs(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(Ok(json!({"keep_running": state.keeps_dropped_execs()})))
+}
+
+async fn set_dropped_execs(
+    AxState(state): S,
+    headers: HeaderMap,
+    axum::Json(b): axum::Json<DroppedExecs>,
+) -> Response {
+    guard!(state, headers);
+    state.set_keep_dropped_execs(b.keep_running);
+    reply(Ok(json!({"keep_running": state.keeps_dropped_execs()})))
 }
 
 async fn api_log(AxState(state): S, headers: HeaderMap) -> Response {

@@ -281,6 +281,9 @@ pub(crate) fn exit_status(code: i32) -> serde_json::Value {
     }
 }
 
+/// Sends what the process writes on `channel` until it closes the pipe. Once the connection is
+/// gone the output is read and discarded, as a container runtime does: a process left running
+/// (`keep_dropped_execs`) never finds its output's reader gone.
 async fn pump(
     mut from: impl AsyncRead + Unpin,
     channel: u8,
@@ -288,12 +291,13 @@ async fn pump(
     mut first: Option<oneshot::Sender<()>>,
 ) {
     let mut buf = vec![0u8; 32 * 1024];
+    let mut connected = true;
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if tx.send(frame(channel, &buf[..n])).await.is_err() {
-                    break;
+                if connected && tx.send(frame(channel, &buf[..n])).await.is_err() {
+                    connected = false;
                 }
                 if let Some(f) = first.take() {
                     let _ = f.send(());
@@ -318,6 +322,21 @@ impl Session {
         self.state.update_exec(self.id, |r| {
             r.exit_code = exit_code;
             r.outcome = outcome;
+        });
+    }
+
+    /// The connection dropped while the process runs, and the sandbox keeps such processes (as a
+    /// kubelet does): it goes on with its stdin closed (the reader that fed it is gone) and its
+    /// output discarded (`pump`), and its end is logged when it comes.
+    fn leave_running(self, mut child: tokio::process::Child, log_stdin: impl FnOnce(&Session)) {
+        log_stdin(&self);
+        self.finish(None, "left_running");
+        tokio::spawn(async move {
+            let code = child.wait().await.ok().map(|exit| {
+                use std::os::unix::process::ExitStatusExt;
+                exit.code().unwrap_or_else(|| 128 + exit.signal().unwrap_or(0))
+            });
+            self.finish(code, "left_running_exited");
         });
     }
 
@@ -449,6 +468,12 @@ impl Session {
             st = child.wait() => st.ok(),
             _ = &mut gone_rx => None,
             _ = drop_now => {
+                if self.state.keeps_dropped_execs() {
+                    writer.abort();
+                    reader.abort();
+                    self.leave_running(child, sync_log);
+                    return;
+                }
                 kill_group(pid);
                 for p in &pumps { p.abort(); }
                 // Logged before the connection closes, as for a normal end: a
@@ -463,6 +488,12 @@ impl Session {
             }
         };
         let Some(exit) = exited else {
+            if self.state.keeps_dropped_execs() {
+                writer.abort();
+                reader.abort();
+                self.leave_running(child, sync_log);
+                return;
+            }
             kill_group(pid);
             let _ = child.wait().await;
             writer.abort();

@@ -27,11 +27,13 @@ pub struct ExecRecord {
     /// Raw bytes the client sent on stdin (JSON: UTF-8, lossy).
     #[serde(serialize_with = "lossy")]
     pub stdin: Vec<u8>,
-    /// `None` when the process never finished (killed, dropped, stalled).
+    /// `None` when the process never finished (killed, dropped, stalled), or is still running.
     pub exit_code: Option<i32>,
     /// `v5.channel.k8s.io` or `v4.channel.k8s.io`.
     pub protocol: String,
-    /// `completed`, `client_disconnected`, `fault_drop`, `fault_stall`, `spawn_failed`.
+    /// `completed`, `client_disconnected`, `fault_drop`, `fault_stall`, `spawn_failed`; with
+    /// `keep_dropped_execs`, a dropped exec's process is `left_running`, then `left_running_exited`
+    /// (with its exit code) once it ended.
     pub outcome: String,
 }
 

@@ -56,6 +56,11 @@ pub struct SandboxOptions {
     /// Which ClickHouse the pods run (real hosts only): 18.16 servers, or the 26.9 engine whose
     /// pods have a stand-in client and no server (crates/sandbox-hosts, `modern.rs`).
     pub engine: Engine,
+    /// What becomes of the process of an exec whose connection drops (the client closed it, or a
+    /// `drop_exec` fault cut it): `false` (the default) kills it; `true` leaves it running to its
+    /// end with its stdin closed and its output discarded, as a real kubelet does. Also set on a
+    /// running sandbox with `PUT /sandbox/dropped-execs`.
+    pub keep_dropped_execs: bool,
 }
 
 impl Default for SandboxOptions {
@@ -70,6 +75,7 @@ impl Default for SandboxOptions {
             runtime: RuntimeKind::Hosts,
             exec_protocols: ExecProtocol::ALL.to_vec(),
             engine: Engine::default(),
+            keep_dropped_execs: false,
         }
     }
 }
@@ -223,6 +229,7 @@ impl Sandbox {
             passwords,
         );
         state.exec_protocols = opts.exec_protocols.clone();
+        state.set_keep_dropped_execs(opts.keep_dropped_execs);
         let state = Arc::new(state);
         for spec in &specs {
             let name = &spec.name;

@@ -127,6 +127,9 @@ pub(crate) struct State {
     pub(crate) faults: Mutex<Faults>,
     /// Exec subprotocols the server accepts, in its order of preference.
     pub(crate) exec_protocols: Vec<ExecProtocol>,
+    /// Whether the process of an exec whose connection dropped keeps running, as under a real
+    /// kubelet (`SandboxOptions::keep_dropped_execs`); otherwise it is killed.
+    keep_dropped_execs: std::sync::atomic::AtomicBool,
     exec_log: Mutex<Vec<ExecRecord>>,
     api_log: Mutex<Vec<ApiRequest>>,
     next_exec: AtomicU64,
@@ -158,6 +161,7 @@ impl State {
             leases: Leases::default(),
             faults: Mutex::new(Faults::default()),
             exec_protocols: ExecProtocol::ALL.to_vec(),
+            keep_dropped_execs: std::sync::atomic::AtomicBool::new(false),
             exec_log: Mutex::new(Vec::new()),
             api_log: Mutex::new(Vec::new()),
             next_exec: AtomicU64::new(1),
@@ -436,6 +440,15 @@ impl State {
         let id = record.id;
         lock(&self.exec_log).push(record);
         id
+    }
+
+    pub(crate) fn keeps_dropped_execs(&self) -> bool {
+        self.keep_dropped_execs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_keep_dropped_execs(&self, keep: bool) {
+        self.keep_dropped_execs
+            .store(keep, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub(crate) fn update_exec(&self, id: u64, f: impl FnOnce(&mut ExecRecord)) {

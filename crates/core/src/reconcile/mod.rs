@@ -19,10 +19,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::poll_fn;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
+mod abandoned;
 mod messages;
+
+pub(crate) use abandoned::Abandoned;
 
 use crate::command;
 use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
@@ -63,6 +67,11 @@ pub(crate) struct Run<'a, T, C> {
     pub events: &'a dyn Events,
     /// The row each pod gets in the ledger once its statements (and their check) succeeded.
     pub ledger: Option<LedgerWrite<'a>>,
+    /// What names this run in its statements' query ids (made on first use).
+    run_key: OnceLock<String>,
+    /// Statements whose exec a cancellation closed while they ran: they may
+    /// still run in the pod (see `abandoned`).
+    abandoned: Mutex<Vec<Abandoned>>,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
@@ -97,6 +106,8 @@ impl<'a, T, C> Run<'a, T, C> {
             verification: None,
             events: &NoEvents,
             ledger: None,
+            run_key: OnceLock::new(),
+            abandoned: Mutex::new(Vec::new()),
         }
     }
 
@@ -527,15 +538,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// ended without a known outcome: a timed-out or dropped exec may still
     /// have run the statement, so whatever is reported later says so.
     async fn exec(&self, index: usize, statement: &str, pod: &str) -> Result<(ExecOutput, u32), Failure> {
+        let query_id = self.query_id(index, pod);
         let request = ExecRequest {
             namespace: self.target.namespace.clone(),
             pod: pod.to_owned(),
             container: self.target.container.clone(),
-            command: command::render(
+            command: command::render_statement(
                 self.client,
                 self.settings,
                 statement.len(),
                 self.statement_timeout,
+                &query_id,
             ),
             stdin: statement.to_owned(),
             timeout: command::exec_timeout(self.statement_timeout),
@@ -552,7 +565,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         .with_pod(pod),
                 ));
             }
+            let sent = self.clock.now_counting_suspend();
             let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
+                // Closing the exec does not stop the process in the pod: stopped before the
+                // call ends (`stop_abandoned`).
+                self.abandon(Abandoned {
+                    pod: pod.to_owned(),
+                    index,
+                    query_id,
+                    ends_by: sent + request.timeout,
+                });
                 return Err(Failure::Error(
                     self.cancelled(&format!(
                         "while statement {index} was running on pod {pod}; its exec was closed, and whether \

@@ -93,6 +93,10 @@ impl Clock for FakeClock {
         *self.now.lock().unwrap()
     }
 
+    fn now_counting_suspend(&self) -> Duration {
+        self.now()
+    }
+
     fn now_iso8601(&self) -> String {
         format!("2026-01-01T00:00:{:06.3}Z", self.now().as_secs_f64())
     }

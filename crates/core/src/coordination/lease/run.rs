@@ -17,6 +17,12 @@
 //! backoff, cannot stretch it), and at the deadline no further statement
 //! starts and the call fails with `E_LEASE_LOST`. The last third is the
 //! margin for a statement in flight and for the two machines' clock rates.
+//! The holder measures that deadline on a clock that counts while its
+//! machine is suspended (`Clock::now_counting_suspend`): a monotonic clock
+//! that stopped while a laptop's lid was closed would let the holder wake up
+//! believing it still had time, when the lease had long expired for every
+//! other deployer. A taker's watch stays on the monotonic clock: a taker
+//! suspended mid-watch only waits longer.
 //! Transient failures (5xx, resets) are retried with the `retry` policy
 //! within that bound; a refusal (RBAC) fails at once, naming the verbs.
 
@@ -53,8 +59,8 @@ pub(crate) struct Held {
     ttl: Duration,
     acquire_time: String,
     transitions: u32,
-    /// When (monotonic) the write that took the lease was sent: no taker's
-    /// watch of that write started earlier.
+    /// When (`now_counting_suspend`) the write that took the lease was
+    /// sent: no taker's watch of that write started earlier.
     taken_at: Duration,
 }
 
@@ -77,7 +83,9 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// deadline passes without one, `work` is dropped (no further statement
     /// starts; an exec in flight is closed) and the call fails with
     /// `E_LEASE_LOST`. `work` receives whether this call waited
-    /// for another holder (so it may look at what that one did).
+    /// for another holder (so it may look at what that one did). A statement
+    /// a cancellation left running in its pod is stopped before the release,
+    /// or waited out while the lease is still renewed (`settle_abandoned`).
     pub(crate) async fn with_lease<R, F, W>(
         &self,
         config: LeaseConfig,
@@ -88,15 +96,15 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
         F: Future<Output = Result<R, ClickHouseSchemaError>>,
     {
         let (held, waited) = self.take_lease(config).await?;
-        // Until when (monotonic, in ms) the work may go on: moved on by each renewal.
+        // Until when (`now_counting_suspend`, in ms) the work may go on: moved on by each renewal.
         let valid_until = AtomicU64::new(millis(held.taken_at + held.renew_deadline()));
         let outcome = {
-            let mut work = pin!(work(waited));
+            let mut work = pin!(async { self.settle_abandoned(work(waited).await, true).await });
             let mut renewals = pin!(self.keep_renewed(&held, &valid_until));
             poll_fn(|cx| {
                 // Past the renew deadline the work is not polled again, so nothing more starts,
                 // even when the renewals have not been polled since.
-                if millis(self.clock.now()) >= valid_until.load(Ordering::SeqCst) {
+                if millis(self.clock.now_counting_suspend()) >= valid_until.load(Ordering::SeqCst) {
                     return Poll::Ready(Err(self.lease_lost(&held, &self.not_renewed(&held))));
                 }
                 if let Poll::Ready(result) = work.as_mut().poll(cx) {
@@ -153,7 +161,7 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
                 }
             };
             if free {
-                let sent = self.clock.now();
+                let sent = self.clock.now_counting_suspend();
                 let now = micro_time(&now);
                 let spec = LeaseSpec {
                     holder: Some(holder.clone()),
@@ -256,17 +264,20 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// deadline of the last successful write (a failed one is tried again
     /// after a second); moves `valid_until` on with each success. Ends only
     /// when the lease is lost: another holder took it, or the deadline passed.
+    /// All on the clock that counts suspend: after a resume past the deadline
+    /// no renewal is sent (the lease may be another's by then).
     async fn keep_renewed(&self, held: &Held, valid_until: &AtomicU64) -> Lost {
         let period = held.ttl / 3;
+        let now = || self.clock.now_counting_suspend();
         let mut renewed_at = held.taken_at;
         let mut next = renewed_at + period;
         loop {
-            self.clock.sleep(next.saturating_sub(self.clock.now())).await;
-            let left = (renewed_at + held.renew_deadline()).saturating_sub(self.clock.now());
+            self.clock.sleep(next.saturating_sub(now())).await;
+            let left = (renewed_at + held.renew_deadline()).saturating_sub(now());
             if left.is_zero() {
                 return Lost(self.not_renewed(held));
             }
-            let sent = self.clock.now();
+            let sent = now();
             match first_of(self.renew(held), self.clock.sleep(left)).await {
                 Some(Ok(())) => {
                     renewed_at = sent;
@@ -274,7 +285,7 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
                     next = sent + period;
                 }
                 Some(Err(Some(lost))) => return lost,
-                Some(Err(None)) => next = self.clock.now() + RENEW_RETRY.min(period),
+                Some(Err(None)) => next = now() + RENEW_RETRY.min(period),
                 None => return Lost(self.not_renewed(held)),
             }
         }
