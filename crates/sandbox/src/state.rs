@@ -15,6 +15,7 @@ use crate::auth::Authorizer;
 use crate::exec_log::ExecRecord;
 use crate::exec_protocol::ExecProtocol;
 use crate::faults::{Fault, Faults};
+use crate::images::Images;
 use crate::leases::store::Leases;
 use crate::pods::{Backing, Container, Phase, Pod};
 use crate::runtime::{PodRuntime, RuntimeError};
@@ -127,6 +128,8 @@ pub(crate) struct State {
     pub(crate) faults: Mutex<Faults>,
     /// Exec subprotocols the server accepts, in its order of preference.
     pub(crate) exec_protocols: Vec<ExecProtocol>,
+    /// The shims of the images' userlands (`images.rs`).
+    pub(crate) images: Images,
     exec_log: Mutex<Vec<ExecRecord>>,
     api_log: Mutex<Vec<ApiRequest>>,
     next_exec: AtomicU64,
@@ -144,6 +147,7 @@ impl State {
         namespace: String,
         cluster_name: String,
         passwords: Passwords,
+        images: Images,
     ) -> Self {
         Self {
             auth,
@@ -158,6 +162,7 @@ impl State {
             leases: Leases::default(),
             faults: Mutex::new(Faults::default()),
             exec_protocols: ExecProtocol::ALL.to_vec(),
+            images,
             exec_log: Mutex::new(Vec::new()),
             api_log: Mutex::new(Vec::new()),
             next_exec: AtomicU64::new(1),
@@ -186,6 +191,7 @@ impl State {
                     self.passwords.writer.clone(),
                 ),
             ],
+            userland: Default::default(),
         }]
     }
 
