@@ -272,6 +272,11 @@ export declare const enum ClickHouseSchemaErrorCode {
   E_PODS_NOT_READY = 'E_PODS_NOT_READY',
   /** A matching pod has no container named by `target.container`. */
   E_CONTAINER_MISSING = 'E_CONTAINER_MISSING',
+  /**
+   * The container's image cannot run the exec command: it has no shell (ClickHouse's
+   * `-distroless` images). Not retried.
+   */
+  E_IMAGE_UNSUPPORTED = 'E_IMAGE_UNSUPPORTED',
   /** Fanout could not reach its exit predicate (churn, empty window). */
   E_POD_SET_UNSTABLE = 'E_POD_SET_UNSTABLE',
   /** `onDelete: 'run'` against another cluster than the one recorded. */

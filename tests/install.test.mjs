@@ -17,6 +17,7 @@
 // table dropped by hand, its repair, and destroy, each command timed.
 // Nothing of this repository is on the projects' module path.
 import { after, before, describe, test } from './lib/engine.mjs';
+import { test as nodeTest } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -32,11 +33,15 @@ import { packRelease } from './lib/release.mjs';
 const root = fileURLToPath(new URL('..', import.meta.url));
 // See tests/lib/sandbox-dir.mjs.
 const dir = sandboxDir('install');
+// The deploys run once more on a sandbox of the 26.9 engine (README, "The second engine"): the
+// packages step runs this file once, whatever SANDBOX_ENGINE says, so both sandboxes are named.
+const modernDir = sandboxDir('install-modern');
 const work = mkdtempSync(join(tmpdir(), 'ch-schema-install-'));
 const projects = { native: join(work, 'native'), wasm: join(work, 'wasm') };
 // npm install of alchemy is large; a hang must still fail the test.
 const timeout = 600_000;
 let sandbox;
+let modernSandbox;
 let registry;
 let release;
 const pods = ['chi-sandbox-sandbox-0-0-0', 'chi-sandbox-sandbox-0-1-0'];
@@ -129,7 +134,8 @@ console.log('RESULT ' + JSON.stringify(result ?? null));
 `;
 
 before(async () => {
-  sandbox = startSandbox(dir, 2);
+  sandbox = startSandbox(dir, 2, { engine: '18.16' });
+  modernSandbox = startSandbox(modernDir, 2, { engine: 'modern' });
   release = packRelease(work);
   registry = await startRegistry([release.main.tarball, ...release.platforms.values()]);
 
@@ -203,6 +209,7 @@ function readmeStack() {
 after(async () => {
   await registry?.close();
   stopSandbox(dir);
+  stopSandbox(modernDir);
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -258,14 +265,17 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
     assert.notEqual(r.status, 0, `found ${r.stdout}`);
   });
 
-  for (const [flavour, binding] of [
-    ['native', 'native'],
+  for (const [flavour, binding, engine] of [
+    ['native', 'native', '18.16'],
     // No switch set: the loader finds no native package and takes the WASI one.
-    ['wasm', 'wasm32-wasi'],
+    ['wasm', 'wasm32-wasi', '18.16'],
+    ['native', 'native', '26.9'],
+    ['wasm', 'wasm32-wasi', '26.9'],
   ]) {
-    test(`the ${flavour} project deploys the stack to every pod with the ${binding} addon, and destroys it`, async () => {
+    nodeTest(`the ${flavour} project deploys the stack to every pod with the ${binding} addon, and destroys it [${engine}]`, async () => {
       const project = projects[flavour];
-      const deployed = await runAsync('node', ['stack.mjs', 'deploy', sandbox.kubeconfig], {
+      const on = engine === '26.9' ? modernSandbox : sandbox;
+      const deployed = await runAsync('node', ['stack.mjs', 'deploy', on.kubeconfig], {
         cwd: project,
         env: userEnv,
       });
@@ -273,11 +283,11 @@ describe('installed by name from a registry into fresh projects', { timeout }, (
       const outputs = JSON.parse(/^RESULT (.*)$/m.exec(deployed)[1]);
       assert.deepEqual(outputs.podNames, pods);
       for (const pod of pods) {
-        assert.deepEqual(sandbox.tablesOn(pod, 'shop'), ['orders'], pod);
+        assert.deepEqual(on.tablesOn(pod, 'shop'), ['orders'], pod);
       }
-      await runAsync('node', ['stack.mjs', 'destroy', sandbox.kubeconfig], { cwd: project, env: userEnv });
+      await runAsync('node', ['stack.mjs', 'destroy', on.kubeconfig], { cwd: project, env: userEnv });
       for (const pod of pods) {
-        assert.equal(sandbox.query(pod, "SELECT count() FROM system.databases WHERE name = 'shop'"), '0', pod);
+        assert.equal(on.query(pod, "SELECT count() FROM system.databases WHERE name = 'shop'"), '0', pod);
       }
     });
   }

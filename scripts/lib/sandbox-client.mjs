@@ -19,13 +19,16 @@ export function stopSandbox(dir) {
 
 /**
  * Starts a fresh sandbox from `dir` (stopping and wiping any previous one):
- * `layout` is a number of pods in one shard, or replicas per shard ('2,2').
+ * `layout` is a number of pods in one shard, or replicas per shard ('2,2');
+ * `engine` ('18.16' or 'modern') overrides SANDBOX_ENGINE, which the sandbox
+ * binary reads when it is not given.
  */
-export function startSandbox(dir, layout = 3) {
+export function startSandbox(dir, layout = 3, { engine } = {}) {
   stopSandbox(dir);
   rmSync(dir, { recursive: true, force: true });
   const size = typeof layout === 'number' ? ['--pods', String(layout)] : ['--layout', layout];
-  const started = spawnSync(sandboxBin, ['start', '--dir', dir, ...size], { encoding: 'utf8' });
+  const pick = engine ? ['--engine', engine] : [];
+  const started = spawnSync(sandboxBin, ['start', '--dir', dir, ...size, ...pick], { encoding: 'utf8' });
   if (started.status !== 0) throw new Error(`sandbox start failed:\n${started.stdout}\n${started.stderr}`);
   return openSandbox(dir);
 }

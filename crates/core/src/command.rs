@@ -5,13 +5,14 @@
 //!
 //! ```text
 //! exec 3<&0
-//! t=; command -v timeout >/dev/null 2>&1 && t='timeout -k 2 <S+1>'
+//! t=; if timeout -k 2 1 true >/dev/null 2>&1; then t='timeout -k 2 <S+1>'
+//!     elif timeout 1 true >/dev/null 2>&1; then t='timeout <S+1>'; fi
 //! { printf '<?xml version="1.0"?><yandex><password>'
 //!   printf '%s' "${<passwordEnv>:-}" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
 //!   printf '</password></yandex>\n'
 //! } | { exec 4<&0
-//!       head -c <N> <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --user=... \
-//!         --database=... --port=... [--query_id=...] --<setting>=... --max_execution_time=<S> 3<&-; }
+//!       head -c <N> <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --host=localhost \
+//!         --user=... --database=... --port=... [--query_id=...] --<setting>=... --max_execution_time=<S> 3<&-; }
 //! ```
 //!
 //! Why each part:
@@ -47,6 +48,19 @@
 //!   statement and the pod, nothing secret; the same id for a retry of the
 //!   same statement on the same pod makes the server refuse the retry while
 //!   an earlier attempt still runs (code 216) instead of running it twice.
+//! - Which `timeout` the image has is found out by running it once on `true`:
+//!   GNU coreutils and BusyBox from 1.35 take `-k` (KILL after the grace);
+//!   BusyBox 1.30 to 1.34 (Alpine images before 3.16) refuse `-k` and print
+//!   their usage, so there the bound is `timeout <S+1>` alone (TERM; a client
+//!   that ignores it is left to the caller's exec timeout); an image with no
+//!   `timeout`, or one that takes neither form, runs the client unbounded in
+//!   the pod. The probe costs two short processes per exec.
+//! - `--host=localhost` names the pod's own server, which is what the client
+//!   reaches without a host too, but only while nothing else names one: a
+//!   current client (25.7+) takes `CLICKHOUSE_HOST` from the container's
+//!   environment when argv and the configuration give no host, and would send
+//!   the statements and the password there. `localhost` is the default both
+//!   clients already use, so the server they reach is the same as before.
 //! - `exec` makes clickhouse-client's (or `timeout`'s) exit status the exec's.
 //! - Every value-bearing option is one argv word, `--name=value`, with the
 //!   value single-quoted for `sh`: a user name, database or setting value
@@ -64,6 +78,9 @@ pub(crate) const POD_GRACE_SECS: u64 = 1;
 
 /// Seconds between `timeout`'s TERM and its KILL in the pod.
 pub(crate) const POD_KILL_AFTER_SECS: u64 = 2;
+
+/// The server the client is told to reach: the pod's own (see the module header).
+pub(crate) const LOCAL_SERVER: &str = "localhost";
 
 /// The ClickHouse setting that bounds a statement on the server.
 pub(crate) const SERVER_TIME_LIMIT_SETTING: &str = "max_execution_time";
@@ -152,7 +169,7 @@ fn render_with(
     let secs = bound_secs(statement_timeout);
     let pod_secs = pod_timeout_secs(statement_timeout);
     let mut client_args = format!(
-        "--config-file=/dev/fd/4 --user={} --database={} --port={}{flags}",
+        "--config-file=/dev/fd/4 --host={LOCAL_SERVER} --user={} --database={} --port={}{flags}",
         shell_quote(&client.user),
         shell_quote(&client.database),
         client.port,
@@ -166,7 +183,9 @@ fn render_with(
     }
     let script = format!(
         "exec 3<&0; \
-         t=; command -v timeout >/dev/null 2>&1 && t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; \
+         t=; if timeout -k {POD_KILL_AFTER_SECS} 1 true >/dev/null 2>&1; \
+         then t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; \
+         elif timeout 1 true >/dev/null 2>&1; then t='timeout {pod_secs}'; fi; \
          {{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
          printf '%s' \"${{{env}:-}}\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
          printf '</password></yandex>\\n'; }} | \
@@ -221,7 +240,7 @@ mod tests {
         assert_eq!(argv[..2], ["sh", "-c"]);
         assert!(
             argv[2].contains(
-                "head -c 42 <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --user='default' \
+                "head -c 42 <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --host=localhost --user='default' \
                  --database='default' --port=9000 --a_mode='x y' --distributed_ddl_task_timeout='300' \
                  --max_execution_time=300 3<&-"
             ),
@@ -229,6 +248,7 @@ mod tests {
             argv[2]
         );
         assert!(argv[2].contains("t='timeout -k 2 301'"), "{}", argv[2]);
+        assert!(argv[2].contains("t='timeout 301'"), "{}", argv[2]);
         assert!(!argv[2].contains("--password"), "{}", argv[2]);
     }
 
@@ -280,6 +300,16 @@ mod tests {
     /// prints its argv (one word a line), then `--`, then the config file it
     /// was given, then `--`, then its stdin.
     fn run_with_fake_client(password: Option<&str>, user: &str, statement: &str) -> (String, i32) {
+        run_with_fakes(password, user, statement, &[])
+    }
+
+    /// [`run_with_fake_client`] with more stand-in programs, `(name, sh script)`, first on PATH.
+    fn run_with_fakes(
+        password: Option<&str>,
+        user: &str,
+        statement: &str,
+        programs: &[(&str, &str)],
+    ) -> (String, i32) {
         let dir = std::env::temp_dir().join(format!(
             "chs-command-{}-{}",
             std::process::id(),
@@ -297,8 +327,16 @@ mod tests {
              echo --; cat\n",
         )
         .expect("fake client");
-        let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
-        assert!(chmod.is_ok_and(|s| s.success()));
+        for (name, script) in programs {
+            std::fs::write(dir.join(name), script).expect("fake program");
+        }
+        for name in std::iter::once("clickhouse-client").chain(programs.iter().map(|(n, _)| *n)) {
+            let chmod = std::process::Command::new("chmod")
+                .arg("+x")
+                .arg(dir.join(name))
+                .status();
+            assert!(chmod.is_ok_and(|s| s.success()));
+        }
         let mut c = client();
         c.user = user.into();
         c.password_env = "TEST_CH_PASSWORD".into();
@@ -350,6 +388,39 @@ mod tests {
              end</password></yandex>\n"
         );
         assert_eq!(stdin, "SELECT 1", "exactly the statement's bytes");
+    }
+
+    #[test]
+    fn the_client_is_told_the_local_server_whatever_the_environment_names() {
+        // A current client reads CLICKHOUSE_HOST when argv names no host; the exec's environment
+        // is the container's, so the command must name the server itself.
+        let (out, code) = run_with_fakes(None, "default", "SELECT 1", &[]);
+        assert_eq!(code, 0, "{out}");
+        let argv = out.split("--\n").next().expect("argv");
+        assert!(argv.lines().any(|a| a == "--host=localhost"), "{argv}");
+    }
+
+    #[test]
+    fn a_busybox_timeout_without_kill_after_still_bounds_the_client() {
+        // BusyBox 1.30-1.34: `timeout [-s SIG] SECS PROG ARGS`, and `-k` is refused with its usage.
+        let busybox = "#!/bin/sh\n\
+             case \"$1\" in -k*) echo \"timeout: invalid option -- 'k'\" >&2; \
+             echo 'BusyBox v1.34.1 multi-call binary. Usage: timeout [-s SIG] SECS PROG ARGS' >&2; exit 1;; esac\n\
+             secs=$1; shift; printf 'timeout %s\\n' \"$secs\"; exec \"$@\"\n";
+        let (out, code) = run_with_fakes(None, "default", "SELECT 3", &[("timeout", busybox)]);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.starts_with("timeout 301\n--config-file=/dev/fd/4\n"), "{out}");
+        assert!(out.ends_with("--\nSELECT 3"), "{out}");
+    }
+
+    #[test]
+    fn an_image_without_timeout_runs_the_client_unbounded_in_the_pod() {
+        // A `timeout` that takes no form at all stands for none: sh finds no program either way.
+        let none = "#!/bin/sh\necho 'timeout: not found' >&2; exit 127\n";
+        let (out, code) = run_with_fakes(None, "default", "SELECT 4", &[("timeout", none)]);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.starts_with("--config-file=/dev/fd/4\n"), "{out}");
+        assert!(out.ends_with("--\nSELECT 4"), "{out}");
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub enum ErrorKind {
     PodsNotReady,
     /// A matching pod has no container named by `target.container`.
     ContainerMissing,
+    /// The container's image cannot run the exec command: it has no shell (ClickHouse's
+    /// `-distroless` images). Not retried.
+    ImageUnsupported,
     /// Fanout could not reach its exit predicate (churn, empty window).
     PodSetUnstable,
     /// `onDelete: 'run'` against a cluster other than the one recorded.
@@ -60,13 +63,14 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for tests that check other lists against this one.
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::InvalidConfig,
         ErrorKind::StatementFailed,
         ErrorKind::Transport,
         ErrorKind::KubernetesApi,
         ErrorKind::PodsNotReady,
         ErrorKind::ContainerMissing,
+        ErrorKind::ImageUnsupported,
         ErrorKind::PodSetUnstable,
         ErrorKind::ClusterMismatch,
         ErrorKind::NothingApplied,
@@ -91,6 +95,7 @@ impl ErrorKind {
             ErrorKind::KubernetesApi => "E_KUBERNETES_API",
             ErrorKind::PodsNotReady => "E_PODS_NOT_READY",
             ErrorKind::ContainerMissing => "E_CONTAINER_MISSING",
+            ErrorKind::ImageUnsupported => "E_IMAGE_UNSUPPORTED",
             ErrorKind::PodSetUnstable => "E_POD_SET_UNSTABLE",
             ErrorKind::ClusterMismatch => "E_CLUSTER_MISMATCH",
             ErrorKind::NothingApplied => "E_NOTHING_APPLIED",

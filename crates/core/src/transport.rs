@@ -85,6 +85,10 @@ pub enum TransportErrorKind {
     /// code outside 0..=255, say). The command may have run, so it is not
     /// retried; the fault is the transport's, not the statement's.
     InvalidResponse,
+    /// The container runtime could not start the command because the image
+    /// has no such program (no `sh` in a `-distroless` image): nothing ran,
+    /// and another attempt meets the same image.
+    ProgramMissing,
 }
 
 impl TransportErrorKind {
@@ -422,6 +426,15 @@ impl ExecStatus {
             .filter(|m| !m.is_empty())
             .unwrap_or("no message");
         let reason = self.reason.as_deref();
+        if let Some(program) = missing_program(message) {
+            return Err(TransportError::new(
+                TransportErrorKind::ProgramMissing,
+                crate::kubernetes::redact::redact(&format!(
+                    "the container has no `{program}`: its image has none (ClickHouse's `-distroless` images \
+                     have no shell), so the command could not start: {message}"
+                )),
+            ));
+        }
         let kind = match (reason, self.code) {
             // kubelet's word for "the runtime failed", the exec analogue of a 500.
             (Some("InternalError"), _) => TransportErrorKind::Transient,
@@ -440,6 +453,22 @@ impl ExecStatus {
             crate::kubernetes::redact::redact(&message),
         ))
     }
+}
+
+/// The program a container runtime's "not found" error names, when `message` is one: runc
+/// (containerd, CRI-O) says `exec: "sh": executable file not found in $PATH`, crun says
+/// ``executable file `sh` not found in $PATH``. Kubelet passes either on inside its
+/// `InternalError` status. `None` for any other failure.
+fn missing_program(message: &str) -> Option<&str> {
+    if let Some(at) = message.find("\": executable file not found") {
+        let start = message[..at]
+            .rfind("exec: \"")
+            .map_or(0, |i| i + "exec: \"".len());
+        return Some(&message[start..at]);
+    }
+    let rest = &message[message.find("executable file `")? + "executable file `".len()..];
+    let end = rest.find("` not found")?;
+    Some(&rest[..end])
 }
 
 /// The failure of an exec whose connection ended before a status frame came:
@@ -665,10 +694,10 @@ mod tests {
             frame(unreadable).exit_code().expect_err("no exit code").kind,
             TransportErrorKind::Refused
         );
-        let internal = r#"{"status":"Failure","reason":"InternalError","message":"exec: \"sh\": executable file not found; TOKEN=abc123"}"#;
+        let internal = r#"{"status":"Failure","reason":"InternalError","message":"Internal error occurred: failed to exec in container: task 7 not found; TOKEN=abc123"}"#;
         let e = frame(internal).exit_code().expect_err("did not run");
         assert_eq!(e.kind, TransportErrorKind::Transient);
-        assert!(e.message.contains("executable file not found"), "{}", e.message);
+        assert!(e.message.contains("task 7 not found"), "{}", e.message);
         assert!(!e.message.contains("abc123"), "redacted: {}", e.message);
         let forbidden = r#"{"status":"Failure","code":403,"message":"forbidden"}"#;
         assert_eq!(
@@ -679,6 +708,26 @@ mod tests {
             frame("{}").exit_code().expect_err("empty").kind,
             TransportErrorKind::Refused
         );
+    }
+
+    #[test]
+    fn an_image_without_the_program_is_not_retried_and_names_it() {
+        // What kubelet sends when containerd's runc cannot find `sh` (a `-distroless` image),
+        // and crun's wording of the same; the container id stands for a real one.
+        let runc = r#"{"metadata":{},"status":"Failure","message":"Internal error occurred: error executing command in container: failed to exec in container: failed to start exec \"2f0c9a\": OCI runtime exec failed: exec failed: unable to start container process: exec: \"sh\": executable file not found in $PATH: unknown","reason":"InternalError","details":{"causes":[{"message":"error executing command in container: failed to exec in container: failed to start exec \"2f0c9a\": OCI runtime exec failed: exec failed: unable to start container process: exec: \"sh\": executable file not found in $PATH: unknown"}]},"code":500}"#;
+        let crun = r#"{"status":"Failure","reason":"InternalError","code":500,"message":"Internal error occurred: error executing command in container: executable file `sh` not found in $PATH: No such file or directory: OCI runtime attempted to invoke a command that was not found"}"#;
+        for status in [runc, crun] {
+            let e = frame(status).exit_code().expect_err("did not run");
+            assert_eq!(e.kind, TransportErrorKind::ProgramMissing, "{}", e.message);
+            assert!(!e.is_retryable());
+            assert!(
+                e.message
+                    .starts_with("the container has no `sh`: its image has none"),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains("-distroless"), "{}", e.message);
+        }
     }
 
     #[test]

@@ -626,6 +626,69 @@ fn a_transport_failure_is_retried_with_backoff() {
 }
 
 #[test]
+fn an_image_without_a_shell_fails_once_naming_the_pod_and_the_shell() {
+    // What the kube transport makes of kubelet's status when runc finds no `sh` (transport.rs).
+    let status: clickhouse_schema_core::transport::ExecStatus = serde_json::from_str(
+        r#"{"status":"Failure","reason":"InternalError","code":500,"message":"Internal error occurred: error executing command in container: failed to exec in container: failed to start exec \"9c1e\": OCI runtime exec failed: exec failed: unable to start container process: exec: \"sh\": executable file not found in $PATH: unknown"}"#,
+    )
+    .unwrap();
+    let missing = status.exit_code().unwrap_err();
+    let cluster =
+        FakeCluster::new(vec![pod("chi-orders-0-1-0", "u1")]).on_exec(move |_, _| Some(Err(missing.clone())));
+    let clock = FakeClock::default();
+    let err = run_apply(fanout_props(), None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ImageUnsupported);
+    assert_eq!(err.code(), "E_IMAGE_UNSUPPORTED");
+    assert_eq!(err.pod.as_deref(), Some("chi-orders-0-1-0"));
+    assert_eq!(err.statement_index, Some(0));
+    assert!(
+        err.message.starts_with(
+            "ClickHouseSchema 'orders-schema': statement 0 could not run on pod chi-orders-0-1-0: the container has \
+             no `sh`: its image has none (ClickHouse's `-distroless` images have no shell)"
+        ),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("it was not retried"), "{}", err.message);
+    assert_eq!(
+        cluster.exec_attempts(),
+        1,
+        "one attempt: the image is the same the next time"
+    );
+    assert!(clock.sleeps.lock().unwrap().is_empty(), "no backoff");
+}
+
+#[test]
+fn on_cluster_refused_in_a_replicated_database_says_so_with_its_index() {
+    // The modern server's refusal (InterpreterCreateQuery; not run here: neither engine of the
+    // tests can create a Replicated database).
+    let cluster = FakeCluster::new(three_pods()).on_exec(|req, _| {
+        req.stdin.contains("orders.events").then(|| {
+            Ok(clickhouse_schema_core::transport::ExecOutput {
+                stdout: String::new(),
+                stderr: "Received exception from server (version 25.8.2):\nCode: 80. DB::Exception: Received from \
+                         localhost:9000. DB::Exception: ON CLUSTER is not allowed for Replicated database. \
+                         (INCORRECT_QUERY)\n"
+                    .into(),
+                exit_code: 80,
+            })
+        })
+    });
+    let err = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::StatementFailed);
+    assert_eq!(err.statement_index, Some(1));
+    assert_eq!(err.clickhouse_code, Some(80));
+    assert!(
+        err.message.contains(
+            "statement 1's database is a Replicated database: it replicates every DDL to its replicas by \
+             itself and refuses ON CLUSTER"
+        ),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
 fn a_transport_failure_that_persists_fails_after_max_attempts() {
     let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
         Some(Err(TransportError::new(

@@ -1209,7 +1209,8 @@ fn a_fanout_replicated_table_needing_a_uuid_is_refused_with_what_to_write() {
         json!({ "mode": "onCluster", "cluster": "main" }),
     );
     assert!(validate("orders-schema", &on_cluster).is_ok());
-    // In a Replicated database the server supplies it.
+    // In a Replicated database the server supplies it, but a fanout there is refused for another
+    // reason: the database replicates the statement by itself (see the next test).
     let replicated_db = with(
         base(),
         "/statements",
@@ -1218,7 +1219,33 @@ fn a_fanout_replicated_table_needing_a_uuid_is_refused_with_what_to_write() {
             argless
         ]),
     );
-    assert!(validate("orders-schema", &replicated_db).is_ok());
+    let err = assert_issue(replicated_db, "statements[1]", "object of database orders");
+    assert!(!err.to_string().contains("{uuid}"), "{err}");
+}
+
+#[test]
+fn a_fanout_into_a_replicated_database_is_refused_at_its_index_saying_why() {
+    let props = with(
+        base(),
+        "/statements",
+        json!([
+            "CREATE DATABASE IF NOT EXISTS orders ENGINE = Replicated('/db/orders', '{shard}', '{replica}')",
+            "CREATE TABLE IF NOT EXISTS orders.t (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id",
+            "ALTER TABLE orders.t ADD COLUMN IF NOT EXISTS note String",
+        ]),
+    );
+    let err = assert_issue(
+        props,
+        "statements[1]",
+        "which the statements create with ENGINE = Replicated",
+    );
+    let text = err.to_string();
+    assert!(text.contains("statements[2]"), "{text}");
+    assert!(text.contains("DDL log once per pod"), "{text}");
+    assert!(
+        !text.contains("statements[0]"),
+        "the database itself runs on every pod: {text}"
+    );
 }
 
 #[test]

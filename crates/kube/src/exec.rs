@@ -240,8 +240,12 @@ mod tests {
         let mut s = failure("InternalError", vec![]);
         s.message = Some("exec: \"sh\": executable file not found in $PATH".into());
         let e = exit_code(&s).expect_err("did not run");
-        assert_eq!(e.kind, TransportErrorKind::Transient);
+        assert_eq!(e.kind, TransportErrorKind::ProgramMissing);
         assert!(e.message.contains("executable file not found"), "{}", e.message);
+
+        s.message = Some("failed to exec in container: container is stopping".into());
+        let e = exit_code(&s).expect_err("did not run");
+        assert_eq!(e.kind, TransportErrorKind::Transient);
 
         let s = Status {
             status: Some("Failure".into()),

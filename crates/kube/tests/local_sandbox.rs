@@ -393,6 +393,7 @@ async fn refusals_are_refused_with_the_apis_words() {
             name: "server".into(),
             image: "clickhouse/clickhouse-server:24.8".into(),
             env: vec![],
+            userland: Default::default(),
         }],
     )
     .expect("set");

@@ -31,6 +31,9 @@ pub enum ClickHouseSchemaErrorCode {
     E_PODS_NOT_READY,
     /// A matching pod has no container named by `target.container`.
     E_CONTAINER_MISSING,
+    /// The container's image cannot run the exec command: it has no shell (ClickHouse's
+    /// `-distroless` images). Not retried.
+    E_IMAGE_UNSUPPORTED,
     /// Fanout could not reach its exit predicate (churn, empty window).
     E_POD_SET_UNSTABLE,
     /// `onDelete: 'run'` against another cluster than the one recorded.
@@ -70,6 +73,7 @@ impl ClickHouseSchemaErrorCode {
             ErrorKind::KubernetesApi => Self::E_KUBERNETES_API,
             ErrorKind::PodsNotReady => Self::E_PODS_NOT_READY,
             ErrorKind::ContainerMissing => Self::E_CONTAINER_MISSING,
+            ErrorKind::ImageUnsupported => Self::E_IMAGE_UNSUPPORTED,
             ErrorKind::PodSetUnstable => Self::E_POD_SET_UNSTABLE,
             ErrorKind::ClusterMismatch => Self::E_CLUSTER_MISMATCH,
             ErrorKind::NothingApplied => Self::E_NOTHING_APPLIED,

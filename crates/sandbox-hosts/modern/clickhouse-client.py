@@ -7,9 +7,12 @@ the modern client talking to a server does, because that is what the product mee
 
 - the option table: client options, and every server setting as `--name=value`; anything else is
   refused as the modern client refuses it (code 552, UNRECOGNIZED_ARGUMENTS);
-- the client configuration file from `--config-file` (XML, also when it is a pipe), then argv, then
-  the CLICKHOUSE_USER / CLICKHOUSE_PASSWORD variables, give user and password, checked against the
-  pod's users (the same users.xml its 18.16 twin would serve): a wrong one fails with code 516;
+- argv, then the client configuration file from `--config-file` (XML, also when it is a pipe),
+  then the CLICKHOUSE_HOST / CLICKHOUSE_USER / CLICKHOUSE_PASSWORD variables (as a 25.7+ client
+  reads them), give host, user and password; a host that is not one of the pod's own names is
+  refused as a connection (code 210: no modern pod runs a server another pod could reach), and
+  user and password are checked against the pod's users (the same users.xml its 18.16 twin would
+  serve): a wrong one fails with code 516;
 - results as TabSeparated (or `--format`) on stdout; errors as the client prints a server's
   exception on stderr, exit status the code mod 256 (a multiple of 256 gives 255);
 - several statements in one input run one by one (multi-statement input is the modern default), the

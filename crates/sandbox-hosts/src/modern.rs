@@ -93,7 +93,8 @@ pub(crate) fn is_running(paths: &ServerPaths) -> bool {
 
 /// Everything a modern pod needs besides what `clickhouse::write_config` writes (its users.xml is
 /// the stand-in's user table): the engine's configuration (ZooKeeper and the pod's macros, so
-/// Replicated tables and databases can be created; the cluster, so Distributed tables can: with no
+/// Replicated tables can be created (not Replicated databases: chdb has no interserver address,
+/// code 139); the cluster, so Distributed tables can: with no
 /// `<distributed_ddl>`, ON CLUSTER is refused with code 392), the names its client accepts as
 /// `--host`, and the wrapper that is its `clickhouse-client`. Rewritten with the cluster.
 pub(crate) fn write_pod(

@@ -130,7 +130,7 @@ fn the_rendered_command_against_a_real_server() {
     // Scanned for as long as the command runs, however late a busy machine starts the client.
     while child.try_wait().expect("try_wait").is_none() {
         for line in command_lines() {
-            if line.contains("clickhouse-client --config-file=/dev/fd/4 --user=writer") {
+            if line.contains("clickhouse-client --config-file=/dev/fd/4 --host=localhost --user=writer") {
                 saw_client = true;
             }
             if line.contains("Zq9marker") {

@@ -27,6 +27,7 @@ use crate::auth::Attributes;
 use crate::exec_log::ExecRecord;
 use crate::exec_protocol::ExecProtocol;
 use crate::faults::{DropPoint, ExecFault};
+use crate::images;
 use crate::pods::{Backing, Phase};
 use crate::runtime::local_command;
 use crate::state::State;
@@ -42,12 +43,9 @@ const CLOSE: u8 = 255;
 const STDIN_LOG_LIMIT: usize = 16 << 20;
 
 /// The environment an image gives every process but the pod spec does not list.
-fn image_env(pod: &str) -> Vec<(String, String)> {
+fn image_env(pod: &str, path: String) -> Vec<(String, String)> {
     vec![
-        (
-            "PATH".into(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-        ),
+        ("PATH".into(), path),
         ("HOSTNAME".into(), pod.into()),
         ("HOME".into(), "/root".into()),
     ]
@@ -187,7 +185,7 @@ pub(crate) async fn handle(
     };
 
     let fault = state.faults().take_exec(&name);
-    let mut env = image_env(&name);
+    let mut env = image_env(&name, state.images.path(container.userland));
     env.extend(container.env.iter().cloned());
     let stderr = q.stderr && !q.tty;
     let record = ExecRecord {
@@ -204,6 +202,8 @@ pub(crate) async fn handle(
         outcome: "running".to_string(),
     };
     let id = state.log_exec(record);
+    // Kubelet upgrades first and reports a command the runtime cannot start on the error channel.
+    let cannot_start = images::cannot_start(container.userland, &q.command[0], id);
     let session = Session {
         state: state.clone(),
         id,
@@ -216,6 +216,7 @@ pub(crate) async fn handle(
         stderr,
         v5: protocol == ExecProtocol::V5,
         fault,
+        cannot_start,
     };
     tokio::spawn(async move {
         match on_upgrade.await {
@@ -257,6 +258,8 @@ struct Session {
     stderr: bool,
     v5: bool,
     fault: Option<ExecFault>,
+    /// Why the container runtime cannot start the command (`images::cannot_start`).
+    cannot_start: Option<String>,
 }
 
 fn frame(channel: u8, data: &[u8]) -> Message {
@@ -341,6 +344,9 @@ impl Session {
     }
 
     fn command(&self) -> Result<std::process::Command, String> {
+        if let Some(why) = &self.cannot_start {
+            return Err(why.clone());
+        }
         match self.backing {
             Backing::Host => self.state.runtime.command(&self.pod, &self.argv, &self.env),
             Backing::Local => local_command(&self.argv, &self.env),
@@ -384,11 +390,15 @@ impl Session {
         let mut child = match spawned {
             Ok(c) => c,
             Err(message) => {
-                let st = json!({"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError",
-                                "details": {"causes": [{"message": message}]}});
+                // Kubelet's `apierrors.NewInternalError` of the runtime's error.
+                let st = json!({"metadata": {}, "status": "Failure",
+                                "message": format!("Internal error occurred: {message}"),
+                                "reason": "InternalError",
+                                "details": {"causes": [{"message": message}]}, "code": 500});
+                // Logged before the status goes out, as for a normal end.
+                self.finish(None, "spawn_failed");
                 let _ = sink.send(frame(ERROR, st.to_string().as_bytes())).await;
                 let _ = sink.send(close_normal()).await;
-                self.finish(None, "spawn_failed");
                 return;
             }
         };

@@ -47,6 +47,25 @@ pub struct Container {
     /// PATH/HOME/HOSTNAME, which a real container also has but the spec does not show).
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// What the image has besides ClickHouse, which decides what an exec in it can start.
+    #[serde(default)]
+    pub userland: Userland,
+}
+
+/// The programs a container's image has besides ClickHouse's own (`exec.rs` acts on it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Userland {
+    /// A shell and GNU tools (`sh`, `timeout -k`, `head`, `sed`): the Ubuntu-based images.
+    #[default]
+    #[serde(rename = "standard")]
+    Standard,
+    /// Only ClickHouse's programs, no shell: the `-distroless` tags (25.8 and later). An exec of
+    /// any other program fails as the container runtime fails it (`executable file not found`).
+    #[serde(rename = "distroless")]
+    Distroless,
+    /// BusyBox before 1.35 (Alpine images before 3.16): its `timeout` refuses `-k`.
+    #[serde(rename = "busybox-1.34")]
+    Busybox134,
 }
 
 /// How a pod's exec processes run: on a ClickHouse host of the runtime, or on this machine.

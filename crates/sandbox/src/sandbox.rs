@@ -11,6 +11,7 @@ use crate::auth::{Authorizer, Tokens, default_users};
 use crate::exec_log::ExecRecord;
 use crate::exec_protocol::ExecProtocol;
 use crate::faults::Fault;
+use crate::images::Images;
 use crate::kubeconfig::{self, KubeconfigInput};
 use crate::pods::{Container, Pod};
 use crate::runtime::{HostsConfig, HostsRuntime, LocalProcess, PodRuntime, RuntimeError};
@@ -227,6 +228,7 @@ impl Sandbox {
             opts.namespace.clone(),
             opts.cluster_name.clone(),
             passwords,
+            Images::install(&dir)?,
         );
         state.exec_protocols = opts.exec_protocols.clone();
         state.set_keep_dropped_execs(opts.keep_dropped_execs);

@@ -15,6 +15,7 @@ use crate::auth::Authorizer;
 use crate::exec_log::ExecRecord;
 use crate::exec_protocol::ExecProtocol;
 use crate::faults::{Fault, Faults};
+use crate::images::Images;
 use crate::leases::store::Leases;
 use crate::pods::{Backing, Container, Phase, Pod};
 use crate::runtime::{PodRuntime, RuntimeError};
@@ -130,6 +131,8 @@ pub(crate) struct State {
     /// Whether the process of an exec whose connection dropped keeps running, as under a real
     /// kubelet (`SandboxOptions::keep_dropped_execs`); otherwise it is killed.
     keep_dropped_execs: std::sync::atomic::AtomicBool,
+    /// The shims of the images' userlands (`images.rs`).
+    pub(crate) images: Images,
     exec_log: Mutex<Vec<ExecRecord>>,
     api_log: Mutex<Vec<ApiRequest>>,
     next_exec: AtomicU64,
@@ -147,6 +150,7 @@ impl State {
         namespace: String,
         cluster_name: String,
         passwords: Passwords,
+        images: Images,
     ) -> Self {
         Self {
             auth,
@@ -162,6 +166,7 @@ impl State {
             faults: Mutex::new(Faults::default()),
             exec_protocols: ExecProtocol::ALL.to_vec(),
             keep_dropped_execs: std::sync::atomic::AtomicBool::new(false),
+            images,
             exec_log: Mutex::new(Vec::new()),
             api_log: Mutex::new(Vec::new()),
             next_exec: AtomicU64::new(1),
@@ -190,6 +195,7 @@ impl State {
                     self.passwords.writer.clone(),
                 ),
             ],
+            userland: Default::default(),
         }]
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clickhouse_schema_sandbox::{
-    AddPod, Container, DropPoint, ExecProtocol, Fault, PodState, Sandbox, SandboxOptions,
+    AddPod, Container, DropPoint, ExecProtocol, Fault, PodState, Sandbox, SandboxOptions, Userland,
 };
 use common::*;
 use futures_util::StreamExt;
@@ -185,6 +185,7 @@ async fn exec_is_refused_like_kubernetes() {
             name: "server".into(),
             image: "clickhouse/clickhouse-server:24.8".into(),
             env: vec![],
+            userland: Default::default(),
         }],
     )
     .unwrap();
@@ -194,6 +195,76 @@ async fn exec_is_refused_like_kubernetes() {
     assert!(err.to_string().contains("400"), "{err}");
     let p = pods(&c).get("chi-sandbox-sandbox-0-2-0").await.unwrap();
     assert!(p.metadata.deletion_timestamp.is_some());
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_images_userland_decides_what_an_exec_can_start() {
+    let sb = local().await;
+    let c = client(&sb, "sandbox-minimal").await;
+    let with = |userland| {
+        vec![Container {
+            name: "clickhouse".into(),
+            image: "clickhouse/clickhouse-server:25.8-distroless".into(),
+            env: vec![],
+            userland,
+        }]
+    };
+    // No shell: kubelet's InternalError with runc's words on the error channel, nothing ran.
+    sb.set_containers("chi-sandbox-sandbox-0-0-0", with(Userland::Distroless))
+        .unwrap();
+    let no_shell = kube_exec(
+        &c,
+        "chi-sandbox-sandbox-0-0-0",
+        "clickhouse",
+        &["sh", "-c", "true"],
+        b"",
+    )
+    .await
+    .unwrap();
+    let st = no_shell.status.as_ref().expect("a status frame");
+    assert_eq!(st.reason.as_deref(), Some("InternalError"), "{st:?}");
+    assert_eq!(st.code, Some(500), "{st:?}");
+    let message = st.message.as_deref().unwrap_or_default();
+    assert!(
+        message.starts_with("Internal error occurred: error executing command in container:")
+            && message.ends_with("exec: \"sh\": executable file not found in $PATH: unknown"),
+        "{message}"
+    );
+    assert_eq!(
+        sb.exec_log().last().map(|r| r.outcome.as_str()),
+        Some("spawn_failed")
+    );
+
+    // BusyBox 1.34: `timeout -k` is refused with its usage; `timeout SECS PROG` runs PROG.
+    sb.set_containers("chi-sandbox-sandbox-0-1-0", with(Userland::Busybox134))
+        .unwrap();
+    let script = "timeout -k 2 1 true; echo \"k:$?\"; timeout 5 echo ran";
+    let busybox = kube_exec(
+        &c,
+        "chi-sandbox-sandbox-0-1-0",
+        "clickhouse",
+        &["sh", "-c", script],
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(busybox.stdout, "k:1\nran\n", "{}", busybox.stderr);
+    assert!(
+        busybox.stderr.contains("timeout: invalid option -- 'k'"),
+        "{}",
+        busybox.stderr
+    );
+    let standard = kube_exec(
+        &c,
+        "chi-sandbox-sandbox-0-2-0",
+        "clickhouse",
+        &["sh", "-c", script],
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(standard.stdout, "k:0\nran\n", "{}", standard.stderr);
     sb.shutdown().await.unwrap();
 }
 

@@ -805,6 +805,11 @@ fn check_statement_rules(
         if let Err(reason) = statement_rules::on_cluster_in_replicated_database(sql, &declared, database) {
             issues.push(issue(path.clone(), reason));
         }
+        if fanout
+            && let Err(reason) = statement_rules::fanout_in_replicated_database(sql, &declared, database)
+        {
+            issues.push(issue(path.clone(), reason));
+        }
         if fanout && let Err(reason) = statement_rules::replicated_path_without_uuid(sql, &declared, database)
         {
             issues.push(issue(path, reason));

@@ -100,6 +100,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             {
                 return Err(Failure::Vanished);
             }
+            Some(Err((err, _))) if err.kind == TransportErrorKind::ProgramMissing => {
+                return Err(Failure::Error(self.image_unsupported(
+                    "the live-schema check",
+                    pod,
+                    &err.message,
+                )));
+            }
             Some(Err((err, attempts))) => {
                 return Err(Failure::Error(self.verification_failed(
                     pod,

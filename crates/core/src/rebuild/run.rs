@@ -773,6 +773,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     ))
                     .with_pod(at.pod));
             }
+            Some(Err((err, _))) if err.kind == TransportErrorKind::ProgramMissing => {
+                return Err(self.image_unsupported(
+                    &format!("step {} of rebuilding {}", at.step, at.plan.key()),
+                    at.pod,
+                    &err.message,
+                ));
+            }
             Some(Err((err, attempts))) => {
                 let gone = err.kind == TransportErrorKind::Refused && err.http_status == Some(404);
                 return Err(self.rebuild_error(

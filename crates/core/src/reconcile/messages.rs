@@ -15,6 +15,9 @@ use crate::sql::declared::DeclarationForm;
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{ExecOutput, PodInfo, TransportError, TransportErrorKind};
 
+/// ClickHouse's INCORRECT_QUERY, what a Replicated database answers ON CLUSTER with.
+const INCORRECT_QUERY: u32 = 80;
+
 impl<T, C> Run<'_, T, C> {
     pub(crate) fn prefix(&self) -> String {
         format!("ClickHouseSchema '{}'", self.resource_id)
@@ -226,6 +229,15 @@ impl<T, C> Run<'_, T, C> {
             message.push('\n');
             message.push_str(redacted.text.trim_end());
         }
+        if redacted.clickhouse_code == Some(INCORRECT_QUERY) && redacted.text.contains("Replicated database")
+        {
+            message.push_str(&format!(
+                "\nstatement {index}'s database is a Replicated database: it replicates every DDL to its \
+                 replicas by itself and refuses ON CLUSTER. Remove ON CLUSTER from statement {index}; a \
+                 fanout runs statements there once per pod, which this resource refuses too, so create \
+                 that database's objects outside this resource."
+            ));
+        }
         self.error(ErrorKind::StatementFailed, message)
             .with_statement_index(index)
             .with_pod(pod)
@@ -297,6 +309,11 @@ impl<T, C> Run<'_, T, C> {
         // redact it against the statement anyway, so nothing that might echo
         // the request can carry a literal out.
         let detail = redact_clickhouse_output(&err.message, statement).text;
+        if err.kind == TransportErrorKind::ProgramMissing {
+            return self
+                .image_unsupported(&format!("statement {index}"), pod, &detail)
+                .with_statement_index(index);
+        }
         let message = match err.kind {
             TransportErrorKind::Refused => format!(
                 "{}: the Kubernetes API refused to run statement {index} on pod {pod} in namespace '{}': \
@@ -320,7 +337,7 @@ impl<T, C> Run<'_, T, C> {
                  list.",
                 self.prefix()
             ),
-            TransportErrorKind::Transient => format!(
+            TransportErrorKind::Transient | TransportErrorKind::ProgramMissing => format!(
                 "{}: statement {index} failed to complete on pod {pod} after {attempts} attempt(s): {detail}. \
                  Its outcome is unknown: an attempt whose connection dropped after the statement was sent may \
                  have run it. Nothing is recorded; the next converge re-runs the list. Check the connection \
@@ -335,6 +352,25 @@ impl<T, C> Run<'_, T, C> {
         self.error(kind, message)
             .with_statement_index(index)
             .with_pod(pod)
+    }
+
+    /// An exec the pod's image cannot start (its runtime found no `sh`): one error whatever the
+    /// step (`what`: a statement, the live-schema check, the ledger, a rebuild step), since every
+    /// step runs the same command and every attempt meets the same image. `detail` is the
+    /// transport's redacted text, which names the missing program.
+    pub(crate) fn image_unsupported(&self, what: &str, pod: &str, detail: &str) -> ClickHouseSchemaError {
+        self.error(
+            ErrorKind::ImageUnsupported,
+            format!(
+                "{}: {what} could not run on pod {pod}: {detail}. Nothing ran there and nothing is recorded; \
+                 it was not retried, as every attempt meets the same image. Every exec runs `sh -c` with \
+                 `head`, `sed` and `clickhouse-client` in container '{}': use an image that has a shell (the \
+                 same ClickHouse version's tag without `-distroless`).",
+                self.prefix(),
+                self.target.container
+            ),
+        )
+        .with_pod(pod)
     }
 
     pub(super) fn list_failed(&self, err: &TransportError, attempts: u32) -> ClickHouseSchemaError {

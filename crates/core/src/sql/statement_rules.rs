@@ -15,6 +15,12 @@
 //!   otherwise the server's own error stands.
 //! - `ON CLUSTER` on an object of a `Replicated` database is refused by the server (code 80): such
 //!   a database replicates its DDL by itself. Refused here when the statements create it so.
+//! - For the same reason a fanout statement on an object of a `Replicated` database is refused
+//!   when the statements create it so: every pod's server would put the statement in the
+//!   database's DDL log once more (before it checks `IF NOT EXISTS`), and each pod's answer is a
+//!   table of every replica's status. Running such statements once per database is not built
+//!   (neither engine the tests run can create a Replicated database: 18.16 has no such engine,
+//!   chdb has no interserver address), so it is refused rather than guessed at.
 //!
 //! Like the onCluster check, these read tokens, never raw text.
 
@@ -177,9 +183,120 @@ pub fn on_cluster_in_replicated_database(
     }
 }
 
+/// The database of the object a DDL statement acts on (`CREATE`/`ATTACH` of a table, view or
+/// dictionary; `ALTER TABLE`, `DROP TABLE|VIEW|DICTIONARY`, `TRUNCATE TABLE`, `RENAME TABLE` and
+/// `EXCHANGE TABLES` of their first name), `None` for any other statement, databases included.
+fn object_database(sql: &str, default_database: &str) -> Option<String> {
+    if let StatementClass::Declares(d) = classify(sql, default_database) {
+        return (d.kind != ObjectKind::Database).then_some(d.database);
+    }
+    let tokens: Vec<Token> = significant(sql).collect();
+    let kw = |i: usize, word: &str| tokens.get(i).is_some_and(|t| t.is_keyword(sql, word));
+    let dropped = kw(0, "DROP") && (kw(1, "TABLE") || kw(1, "VIEW") || kw(1, "DICTIONARY"));
+    let renamed = (kw(0, "RENAME") && kw(1, "TABLE")) || (kw(0, "EXCHANGE") && kw(1, "TABLES"));
+    let mut at = if kw(0, "ALTER") || kw(0, "TRUNCATE") {
+        usize::from(kw(1, "TABLE")) + 1
+    } else if dropped || renamed {
+        2
+    } else {
+        return None;
+    };
+    if kw(at, "TEMPORARY") {
+        return None;
+    }
+    if kw(at, "IF") && kw(at + 1, "EXISTS") {
+        at += 2;
+    }
+    let name = |t: &Token| {
+        let text = t.text(sql);
+        text.strip_prefix('`')
+            .and_then(|s| s.strip_suffix('`'))
+            .or_else(|| text.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
+            .unwrap_or(text)
+            .to_string()
+    };
+    let first = tokens.get(at)?;
+    if tokens.get(at + 1).is_some_and(|t| t.is_punct(sql, ".")) {
+        Some(name(first))
+    } else {
+        Some(default_database.to_string())
+    }
+}
+
+/// `Err(reason)` when `sql`, run on every pod without `ON CLUSTER`, acts on an object of a
+/// database the statements create with the `Replicated` engine (see the module header).
+pub fn fanout_in_replicated_database(
+    sql: &str,
+    statements: &[&str],
+    default_database: &str,
+) -> Result<(), String> {
+    let tokens: Vec<Token> = significant(sql).collect();
+    if tokens
+        .windows(2)
+        .any(|w| w[0].is_keyword(sql, "ON") && w[1].is_keyword(sql, "CLUSTER"))
+    {
+        return Ok(()); // on_cluster_in_replicated_database speaks for it
+    }
+    let Some(database) = object_database(sql, default_database) else {
+        return Ok(());
+    };
+    match database_engine(statements, &database, default_database) {
+        Some(engine) if engine == "Replicated" => Err(format!(
+            "acts on an object of database {database}, which the statements create with ENGINE = \
+             Replicated: such a database replicates every DDL to all its replicas by itself, so running \
+             this statement on every pod (execution.mode 'fanout') would put it in the database's DDL \
+             log once per pod; this resource does not run statements once per Replicated database: \
+             create the database's objects outside this resource, or use a database of another engine \
+             with Replicated tables"
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fanout_ddl_in_a_replicated_database_is_refused_naming_the_database() {
+        let db = "CREATE DATABASE IF NOT EXISTS rdb ENGINE = Replicated('/db/rdb', '{shard}', '{replica}')";
+        let all = |sql| [db, sql];
+        for sql in [
+            "CREATE TABLE IF NOT EXISTS rdb.t (id UInt64) ENGINE = ReplicatedMergeTree ORDER BY id",
+            "CREATE VIEW `rdb`.v AS SELECT 1",
+            "ALTER TABLE rdb.t ADD COLUMN IF NOT EXISTS x UInt8",
+            "DROP TABLE IF EXISTS rdb.t",
+            "RENAME TABLE rdb.t TO rdb.u",
+            "TRUNCATE TABLE rdb.t",
+        ] {
+            let err = fanout_in_replicated_database(sql, &all(sql), "default").unwrap_err();
+            assert!(err.contains("object of database rdb"), "{sql}: {err}");
+            assert!(err.contains("DDL log once per pod"), "{sql}: {err}");
+        }
+        // A table in the default database, when `client.database` is the Replicated one.
+        let bare = "CREATE TABLE t (id UInt64) ENGINE = Memory";
+        assert!(fanout_in_replicated_database(bare, &all(bare), "rdb").is_err());
+        // The database itself, ON CLUSTER (the other rule's), other databases, other statements: fine.
+        for sql in [
+            db,
+            "CREATE TABLE rdb.t ON CLUSTER main (id UInt64) ENGINE = Memory",
+            "CREATE TABLE app.t (id UInt64) ENGINE = Memory",
+            "ALTER TABLE t ADD COLUMN x UInt8",
+            "INSERT INTO rdb.t VALUES (1)",
+            "DROP DATABASE IF EXISTS rdb",
+        ] {
+            assert_eq!(
+                fanout_in_replicated_database(sql, &all(sql), "default"),
+                Ok(()),
+                "{sql}"
+            );
+        }
+        // An Atomic database of the same name, or none declared: the server decides.
+        let atomic = "CREATE DATABASE rdb ENGINE = Atomic";
+        let t = "CREATE TABLE rdb.t (id UInt64) ENGINE = Memory";
+        assert_eq!(fanout_in_replicated_database(t, &[atomic, t], "default"), Ok(()));
+        assert_eq!(fanout_in_replicated_database(t, &[t], "default"), Ok(()));
+    }
 
     #[test]
     fn on_cluster_in_a_replicated_database_is_refused_naming_the_object() {

@@ -84,6 +84,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             {
                 return Err(Failure::Vanished);
             }
+            Some(Err((err, _))) if err.kind == TransportErrorKind::ProgramMissing => {
+                return Err(Failure::Error(self.image_unsupported(
+                    "the ledger write",
+                    &pod.name,
+                    &err.message,
+                )));
+            }
             Some(Err((err, attempts))) => {
                 return Err(Failure::Error(self.ledger_failed(
                     config,
@@ -203,6 +210,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(self
                     .cancelled(&format!("during the ledger read on pod {pod}"))
                     .with_pod(pod));
+            }
+            Some(Err((err, _))) if err.kind == TransportErrorKind::ProgramMissing => {
+                return Err(self.image_unsupported("the ledger read", pod, &err.message));
             }
             Some(Err((err, attempts))) => {
                 return Err(self.ledger_failed(
