@@ -202,8 +202,11 @@ fn table_clauses_indexes_and_projections_on_26_9() {
         [
             "ALTER TABLE `app`.`t` MODIFY COLUMN `v` String CODEC(ZSTD(1)), ADD INDEX iv v TYPE bloom_filter \
              GRANULARITY 1, MATERIALIZE INDEX `iv`, ADD PROJECTION p (SELECT id, v ORDER BY v), MATERIALIZE \
-             PROJECTION `p`, DROP INDEX `old`, MODIFY SETTING merge_with_ttl_timeout = 3600, RESET SETTING \
-             min_bytes_for_wide_part, MODIFY COMMENT 'events', MODIFY TTL at + toIntervalDay(30)"
+             PROJECTION `p`, DROP INDEX `old`, MODIFY COMMENT 'events', MODIFY TTL at + toIntervalDay(30)",
+            // A command taking a list ends its statement (26.9 refused `MODIFY SETTING a = 1, RESET
+            // SETTING b` with a syntax error at the second SETTING).
+            "ALTER TABLE `app`.`t` MODIFY SETTING merge_with_ttl_timeout = 3600",
+            "ALTER TABLE `app`.`t` RESET SETTING min_bytes_for_wide_part",
         ]
     );
 }

@@ -32,8 +32,9 @@
 //!
 //! An object with any refused difference is not altered at all: a half-converged table is harder
 //! to reason about than one that fails by name. The ALTERs of one table are one statement (the
-//! server applies its commands in order; `MODIFY TTL` goes last since its expression list would
-//! swallow a following command).
+//! server applies its commands in order), except that a command taking a list (`MODIFY SETTING`,
+//! `RESET SETTING`, `MODIFY TTL`) must end its statement, or it would read the next command as an
+//! element: the first of them ends the table's ALTER, each other one is an ALTER of its own.
 //!
 //! What the server accepts was tried on ClickHouse 18.16 and on 26.9 (chdb-core): 18.16 has
 //! `ADD COLUMN ... AFTER`, `MODIFY COLUMN` (type, default), `COMMENT COLUMN` and `MODIFY ORDER BY`
@@ -42,9 +43,11 @@
 //! REPLACE VIEW`; 26.9 has all of them. Servers from 22.1 on are treated as 26.9, older ones as
 //! 18.16 (refusing more than they could do, never less).
 
+mod run;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use run::Converge;
 
 use serde::Serialize;
 
@@ -226,7 +229,6 @@ pub fn plan_pod(
 }
 
 /// One line per refusal of `pod_plan`, for messages.
-#[allow(dead_code)]
 pub(crate) fn refusal_lines(pod_plan: &PodPlan) -> Vec<String> {
     pod_plan
         .objects
@@ -511,12 +513,13 @@ fn plan_table(
                 let removed: Vec<&String> = live
                     .iter()
                     .filter(|(n, v)| {
-                        !declared.iter().any(|(dn, _)| dn == n) && !(n == "index_granularity" && v == "8192")
+                        let server_added = n == "index_granularity" && v == "8192";
+                        !declared.iter().any(|(dn, _)| dn == n) && !server_added
                     })
                     .map(|(n, _)| n)
                     .collect();
                 if !changed.is_empty() {
-                    commands.push(format!(
+                    last.push(format!(
                         "MODIFY SETTING {}",
                         changed
                             .iter()
@@ -529,7 +532,7 @@ fn plan_table(
                 }
                 if !removed.is_empty() {
                     let names: Vec<&str> = removed.iter().map(|n| n.as_str()).collect();
-                    commands.push(format!("RESET SETTING {}", names.join(", ")));
+                    last.push(format!("RESET SETTING {}", names.join(", ")));
                     plan.changes
                         .extend(names.iter().map(|n| format!("reset setting {n}")));
                 }
@@ -554,12 +557,19 @@ fn plan_table(
             )),
         }
     }
-    commands.extend(last);
+    // A command that takes a list (`MODIFY SETTING`, `RESET SETTING`, `MODIFY TTL`) would read
+    // a following `, COMMAND` as its next element: it ends its statement, and the next one starts
+    // a statement of its own.
+    let mut last = last.into_iter();
+    if let Some(first_list) = last.next() {
+        commands.push(first_list);
+    }
+    let alter = |commands: &[String]| format!("ALTER TABLE {target}{on_cluster} {}", commands.join(", "));
     if !commands.is_empty() {
-        plan.statements.push(format!(
-            "ALTER TABLE {target}{on_cluster} {}",
-            commands.join(", ")
-        ));
+        plan.statements.push(alter(&commands));
+    }
+    for command in last {
+        plan.statements.push(alter(&[command]));
     }
 }
 
@@ -692,7 +702,7 @@ fn plan_column(
             ident(input.name),
             d.ty.0
         );
-        if options.allow_type_change.iter().any(|c| *c == qualified) {
+        if options.allow_type_change.contains(&qualified) {
             commands.push(format!("MODIFY COLUMN {column} {}", d.ty.0));
             plan.changes.push(format!(
                 "change the type of {name} from {} to {} (a mutation: every part of the table is rewritten)",

@@ -63,6 +63,8 @@ pub(crate) struct Run<'a, T, C> {
     pub events: &'a dyn Events,
     /// The row each pod gets in the ledger once its statements (and their check) succeeded.
     pub ledger: Option<LedgerWrite<'a>>,
+    /// Brings what the check finds different to the declaration, where an ALTER can (apply only).
+    pub converge: Option<crate::converge::Converge<'a>>,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
@@ -97,7 +99,14 @@ impl<'a, T, C> Run<'a, T, C> {
             verification: None,
             events: &NoEvents,
             ledger: None,
+            converge: None,
         }
+    }
+
+    /// The same run, converging what its check finds different (see [`crate::converge`]).
+    pub(crate) fn with_converge(mut self, converge: Option<crate::converge::Converge<'a>>) -> Self {
+        self.converge = converge;
+        self
     }
 
     /// The same run, writing `ledger`'s row on each pod it completes.
