@@ -26,6 +26,11 @@ export interface ObjectPlan {
   /** Index of the statement that declares it. */
   statementIndex: number
   /**
+   * For a `Replicated` table, its ZooKeeper path with the pod's macros expanded: the replica
+   * set it belongs to. Its ALTERs run on one replica of the set, and replicate.
+   */
+  replicaPath?: string
+  /**
    * The statements that bring it to the declaration, in order (one ALTER for a table; the
    * replacement of a view). Empty when anything is refused.
    */
@@ -377,7 +382,8 @@ export declare const enum ClickHouseSchemaErrorCode {
  *   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply;
  * - `converge` (under `converge: 'additive'`): on `pod`, the `object`'s ALTERs ran (`action`
  *   `alter`, `changes` in words), its live `column` the declaration lacks is kept
- *   (`keptColumn`), or a difference was left as it is (`refused`).
+ *   (`keptColumn`), a difference was left as it is (`refused`), or another replica of its
+ *   set ran its ALTERs and this pod waits for them to replicate (`replicated`).
  *
  * Events carry no statement text and no server or transport output; only
  * indices, pod names, exit codes, timings and the redacted differences of a
@@ -412,7 +418,7 @@ export interface ClickHouseSchemaEvent {
   partition?: string
   rows?: number
   object?: string
-  action?: 'alter' | 'keptColumn' | 'refused'
+  action?: 'alter' | 'keptColumn' | 'refused' | 'replicated'
   changes?: Array<string>
   column?: string
 }

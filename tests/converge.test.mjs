@@ -2,7 +2,7 @@
 // shard of three replicas, with ZooKeeper) and, with SANDBOX_ENGINE=modern, the 26.9 engine. A
 // declaration that differs from the live table in ways an ALTER can make is brought there after
 // the statements ran, with rows kept; what no ALTER may make is refused by name.
-import { after, before, describe, modern, test } from './lib/engine.mjs';
+import { after, before, describe, modern, test, test1816 } from './lib/engine.mjs';
 
 import assert from 'node:assert/strict';
 
@@ -114,7 +114,7 @@ describe('convergence', () => {
       const { events } = await applyWithEvents('c3', converging(declared), state);
       assert.ok(events.some((e) => e.action === 'alter'));
       for (const pod of pods) {
-        const ddl = query(pod, "SELECT create_table_query FROM system.tables WHERE database = 'c3' AND name = 't'");
+        const ddl = query(pod, "SELECT create_table_query FROM system.tables WHERE database = 'c3' AND name = 't' FORMAT TabSeparatedRaw");
         for (const part of ['CODEC(ZSTD(1))', 'INDEX iv v TYPE bloom_filter', 'PROJECTION p', 'TTL at + toIntervalDay(30)', 'merge_with_ttl_timeout = 3600', "COMMENT 'events'"]) {
           assert.ok(ddl.includes(part), `${pod}: ${part} in ${ddl}`);
         }
@@ -233,6 +233,26 @@ describe('convergence', () => {
     assert.deepEqual(events.filter((e) => e.action === 'alter').map((e) => [e.pod, e.changes]), [[victim, ['add column n after id']]]);
     assert.equal(query(victim, 'SELECT id, n FROM c11.t FORMAT TSV'), '1\t3');
     assert.equal((await verify('c11', converging(declared), result.state)).drifted, false);
+  });
+
+  test1816('replication of ALTERs', 'a replicated table is altered on one replica of its set, and every replica gets the column', { timeout }, async () => {
+    const table = (columns) =>
+      `CREATE TABLE IF NOT EXISTS c12.t (${columns}) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/c12/t', '{replica}') ORDER BY id`;
+    const base = ['CREATE DATABASE IF NOT EXISTS c12', table('id UInt64')];
+    const { state } = await apply('c12', props(base));
+    query(pods[0], 'INSERT INTO c12.t VALUES (1)');
+    await sandbox.clearLogs();
+    const { result, events } = await applyWithEvents('c12', converging([base[0], table('id UInt64, n UInt8 DEFAULT 4')]), state);
+    assert.deepEqual(result.appliedTo, pods);
+    const execs = await sandbox.control('GET', '/sandbox/exec-log');
+    const alters = execs.filter((e) => e.stdin.includes('clickhouse_schema_converge'));
+    assert.equal(alters.length, 1, 'one ALTER exec for the replica set');
+    assert.deepEqual(events.filter((e) => e.action === 'alter').map((e) => e.pod), [alters[0].pod]);
+    // The other replicas either found the column already replicated, or waited for it.
+    for (const e of events.filter((e) => e.action === 'replicated')) assert.notEqual(e.pod, alters[0].pod);
+    for (const pod of pods) {
+      assert.deepEqual(columns(pod, 'c12', 't').map((c) => c[0]), ['id', 'n'], pod);
+    }
   });
 
   test('converge needs the check', { timeout }, async () => {

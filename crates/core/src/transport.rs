@@ -325,7 +325,8 @@ pub enum Event {
         pod: String,
         /// `database.name`.
         object: String,
-        /// `alter`, `keptColumn` or `refused`.
+        /// `alter`, `keptColumn`, `refused` or `replicated` (another replica of the table's set
+        /// runs its ALTERs).
         action: String,
         /// What the ALTERs change, in words (`add column m after id`), for `alter`.
         changes: Vec<String>,

@@ -90,7 +90,8 @@ pub(crate) struct LifecycleOptions {
 ///   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply;
 /// - `converge` (under `converge: 'additive'`): on `pod`, the `object`'s ALTERs ran (`action`
 ///   `alter`, `changes` in words), its live `column` the declaration lacks is kept
-///   (`keptColumn`), or a difference was left as it is (`refused`).
+///   (`keptColumn`), a difference was left as it is (`refused`), or another replica of its
+///   set ran its ALTERs and this pod waits for them to replicate (`replicated`).
 ///
 /// Events carry no statement text and no server or transport output; only
 /// indices, pod names, exit codes, timings and the redacted differences of a
@@ -129,7 +130,7 @@ pub(crate) struct ClickHouseSchemaEvent {
     pub partition: Option<String>,
     pub rows: Option<f64>,
     pub object: Option<String>,
-    #[napi(ts_type = "'alter' | 'keptColumn' | 'refused'")]
+    #[napi(ts_type = "'alter' | 'keptColumn' | 'refused' | 'replicated'")]
     pub action: Option<String>,
     pub changes: Option<Vec<String>>,
     pub column: Option<String>,

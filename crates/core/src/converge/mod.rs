@@ -138,6 +138,9 @@ pub struct ObjectPlan {
     /// Index of the statement that declares it.
     #[cfg_attr(feature = "napi", napi(ts_type = "number"))]
     pub statement_index: usize,
+    /// For a `Replicated` table, its ZooKeeper path with the pod's macros expanded: the replica
+    /// set it belongs to. Its ALTERs run on one replica of the set, and replicate.
+    pub replica_path: Option<String>,
     /// The statements that bring it to the declaration, in order (one ALTER for a table; the
     /// replacement of a view). Empty when anything is refused.
     pub statements: Vec<String>,
@@ -218,6 +221,7 @@ pub fn plan_pod(
                 options,
             );
             planned.statement_index = o.statement_index;
+            planned.replica_path = replica_path(&d.live, &d.database, &d.name, stdout);
             Some(planned)
         })
         .collect();
@@ -226,6 +230,29 @@ pub fn plan_pod(
         server_version,
         objects,
     }
+}
+
+/// A `Replicated` table's ZooKeeper path (its first engine argument) with `{database}`,
+/// `{table}` and the pod's macros (the check's `macro` rows) expanded.
+fn replica_path(live: &Definition, database: &str, name: &str, stdout: &str) -> Option<String> {
+    let (engine, args) = crate::sql::definition::engine_parts(&live.clause("ENGINE")?.text)?;
+    if !crate::sql::definition::is_replicated(&engine) {
+        return None;
+    }
+    let first = args.first().map(|a| a.text.trim().to_owned()).unwrap_or_default();
+    let mut path = first.trim_matches('\'').to_owned();
+    if path.is_empty() {
+        // The server's default path: one set per table.
+        path = format!("{{default}}/{database}/{name}");
+    }
+    path = path.replace("{database}", database).replace("{table}", name);
+    for line in stdout.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if let ["macro", macro_name, value, ..] = fields.as_slice() {
+            path = path.replace(&format!("{{{macro_name}}}"), value);
+        }
+    }
+    Some(path)
 }
 
 /// One line per refusal of `pod_plan`, for messages.

@@ -52,13 +52,56 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let pod_plan = plan_pod(plan, &report, scratch, stdout, converge.options());
         let pod = report.pod.clone();
         self.report_plan(&pod_plan);
-        let report = if pod_plan.statements().next().is_none() {
-            report
-        } else {
-            self.run_converge(&pod_plan, &pod).await?;
-            self.verify_pod_output(plan, &pod).await?.0
-        };
-        Ok((accept(report, &pod_plan), pod_plan))
+        // A replicated table's ALTER runs on one replica of its set; another replica of the set
+        // leaves it to replication and waits for it.
+        let mut own = pod_plan.clone();
+        let mut waiting: Vec<String> = Vec::new();
+        {
+            let mut claims = self
+                .converge_claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for object in own.objects.iter_mut().filter(|o| !o.statements.is_empty()) {
+                if let Some(path) = &object.replica_path
+                    && !claims.insert(path.clone())
+                {
+                    object.statements.clear();
+                    waiting.push(object.object.clone());
+                }
+            }
+        }
+        for object in &waiting {
+            self.events.emit(Event::Converge {
+                pod: pod.clone(),
+                object: object.clone(),
+                action: "replicated".to_owned(),
+                changes: Vec::new(),
+                column: None,
+                message: format!(
+                    "{object} on {pod}: another replica of its set runs the ALTERs; waiting for them to replicate"
+                ),
+            });
+        }
+        if own.statements().next().is_none() && waiting.is_empty() {
+            return Ok((accept(report, &pod_plan), pod_plan));
+        }
+        if own.statements().next().is_some() {
+            self.run_converge(&own, &pod).await?;
+        }
+        let deadline = self.clock.now() + self.statement_timeout;
+        loop {
+            let report = accept(self.verify_pod_output(plan, &pod).await?.0, &pod_plan);
+            let arrived = report
+                .objects
+                .iter()
+                .filter(|o| waiting.contains(&o.name))
+                .all(|o| o.status == ObjectStatus::Ok);
+            if arrived || self.clock.now() >= deadline {
+                return Ok((report, pod_plan));
+            }
+            self.unless_cancelled(self.clock.sleep(crate::reconcile::POLL_INTERVAL))
+                .await;
+        }
     }
 
     /// What convergence would do on each of `pods` (each Ready and with the container), from

@@ -65,6 +65,9 @@ pub(crate) struct Run<'a, T, C> {
     pub ledger: Option<LedgerWrite<'a>>,
     /// Brings what the check finds different to the declaration, where an ALTER can (apply only).
     pub converge: Option<crate::converge::Converge<'a>>,
+    /// The replica sets (ZooKeeper paths) a pod of this run has converged: another replica of
+    /// the same set waits for the ALTER to replicate instead of running it again.
+    pub converge_claims: std::sync::Mutex<BTreeSet<String>>,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
@@ -100,6 +103,7 @@ impl<'a, T, C> Run<'a, T, C> {
             events: &NoEvents,
             ledger: None,
             converge: None,
+            converge_claims: std::sync::Mutex::new(BTreeSet::new()),
         }
     }
 
