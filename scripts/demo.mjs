@@ -44,7 +44,9 @@ async function measured(step) {
   // A rebuild's scripts name its receipts table, its cut-over or the live partitions.
   const isRebuild = (e) =>
     /clickhouse_schema_rebuild_receipts|__rebuild_|__new`|^SELECT toUnixTimestamp|^SELECT partition_id|^SELECT toString\(toUInt64/.test(e.stdin);
-  const statements = execs.filter((e) => !isCheck(e) && !isLedger(e) && !isRebuild(e));
+  // Convergence's exec starts with its first marker.
+  const isConverge = (e) => e.stdin.startsWith("SELECT 'clickhouse_schema_converge'");
+  const statements = execs.filter((e) => !isCheck(e) && !isLedger(e) && !isRebuild(e) && !isConverge(e));
   const perPod = {};
   for (const e of statements) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
@@ -52,7 +54,8 @@ async function measured(step) {
   say(
     `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${statements.length} statement exec(s) [${where}], ` +
       `${execs.filter(isCheck).length} live-schema check(s)${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}` +
-      `${execs.some(isRebuild) ? `, ${execs.filter(isRebuild).length} rebuild script(s)` : ''}`,
+      `${execs.some(isRebuild) ? `, ${execs.filter(isRebuild).length} rebuild script(s)` : ''}` +
+      `${execs.some(isConverge) ? `, ${execs.filter(isConverge).length} convergence exec(s)` : ''}`,
   );
   return result;
 }
