@@ -19,6 +19,35 @@ export interface DifferenceReport {
   live: string
 }
 
+/** The plan for one object on one pod. */
+export interface ObjectPlan {
+  /** `database.name`. */
+  object: string
+  /** Index of the statement that declares it. */
+  statementIndex: number
+  /**
+   * For a `Replicated` table, its ZooKeeper path with the pod's macros expanded: the replica
+   * set it belongs to. Its ALTERs run on one replica of the set, and replicate.
+   */
+  replicaPath?: string
+  /**
+   * The statements that bring it to the declaration, in order (one ALTER for a table; the
+   * replacement of a view). Empty when anything is refused.
+   */
+  statements: Array<string>
+  /** Each change in words (`add column x after id`), in order. */
+  changes: Array<string>
+  /** Live columns the declaration lacks: kept with their data, and reported. */
+  keptColumns: Array<string>
+  /** What no ALTER this resource runs can make, or what it may not. */
+  refused: Array<Refusal>
+  /**
+   * Parts (as the check names them) that still differ after the statements by design: kept
+   * columns, the `PRIMARY KEY` the server keeps after `MODIFY ORDER BY`.
+   */
+  accepted: Array<string>
+}
+
 /** One declared object on one pod. */
 export interface ObjectReport {
   /** `database.name`, or the database's name. */
@@ -88,6 +117,12 @@ export interface PlanResult {
    * empty when it would not run.
    */
   statements: Array<PlannedStatement>
+  /**
+   * Under `converge: 'additive'`, when an apply would run: per pod, what convergence would
+   * do to the objects that differ today (the ALTERs and replacements, the columns it keeps,
+   * what it refuses), from one live-schema check per pod. Empty otherwise.
+   */
+  converge: Array<PodPlan>
 }
 
 /** One pod's ledger entry for this resource. */
@@ -119,6 +154,16 @@ export interface PodLedgerStatus {
   current: boolean
 }
 
+/** What convergence would do on one pod. */
+export interface PodPlan {
+  /** The pod's name. */
+  pod: string
+  /** The server's `version()`, when the check printed it. */
+  serverVersion?: string
+  /** Every object that differs, in statement order. */
+  objects: Array<ObjectPlan>
+}
+
 /** One covered pod object. */
 export interface PodRef {
   /** Pod name. */
@@ -143,6 +188,16 @@ export interface RecordedTarget {
   podSelector: Record<string, string>
   /** Server container the statements ran in. */
   container: string
+}
+
+/** Why one difference is left as it is. */
+export interface Refusal {
+  /** The part, as the check names it (`column v`, `ENGINE`, ...). */
+  clause: string
+  /** Why, in words. */
+  why: string
+  /** The ALTER that would make it, when one exists but is not allowed (a type change). */
+  alter?: string
 }
 
 /**
@@ -337,14 +392,18 @@ export declare const enum ClickHouseSchemaErrorCode {
  *   of `waitForPod` are left;
  * - `leaseTaken`: this call took the `lease` after `waitedMs`;
  * - `rebuild`: a step of a `table`'s rebuild: `step` (`check`, `prepare`, `dualWrite`,
- *   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply.
+ *   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply;
+ * - `converge` (under `converge: 'additive'`): on `pod`, the `object`'s ALTERs ran (`action`
+ *   `alter`, `changes` in words), its live `column` the declaration lacks is kept
+ *   (`keptColumn`), a difference was left as it is (`refused`), or another replica of its
+ *   set ran its ALTERs and this pod waits for them to replicate (`replicated`).
  *
  * Events carry no statement text and no server or transport output; only
  * indices, pod names, exit codes, timings and the redacted differences of a
  * `schemaMismatch`.
  */
 export interface ClickHouseSchemaEvent {
-  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'podDone' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'
+  kind: 'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'podDone' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild' | 'converge'
   message: string
   pod?: string
   pods?: Array<string>
@@ -371,6 +430,10 @@ export interface ClickHouseSchemaEvent {
   step?: string
   partition?: string
   rows?: number
+  object?: string
+  action?: 'alter' | 'keptColumn' | 'refused' | 'replicated'
+  changes?: Array<string>
+  column?: string
 }
 
 /** A warning about valid props: where, and why it matters. */

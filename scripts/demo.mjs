@@ -44,7 +44,9 @@ async function measured(step) {
   // A rebuild's scripts name its receipts table, its cut-over or the live partitions.
   const isRebuild = (e) =>
     /clickhouse_schema_rebuild_receipts|__rebuild_|__new`|^SELECT toUnixTimestamp|^SELECT partition_id|^SELECT toString\(toUInt64/.test(e.stdin);
-  const statements = execs.filter((e) => !isCheck(e) && !isLedger(e) && !isRebuild(e));
+  // Convergence's exec starts with its first marker.
+  const isConverge = (e) => e.stdin.startsWith("SELECT 'clickhouse_schema_converge'");
+  const statements = execs.filter((e) => !isCheck(e) && !isLedger(e) && !isRebuild(e) && !isConverge(e));
   const perPod = {};
   for (const e of statements) perPod[e.pod] = (perPod[e.pod] ?? 0) + 1;
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
@@ -52,7 +54,8 @@ async function measured(step) {
   say(
     `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${statements.length} statement exec(s) [${where}], ` +
       `${execs.filter(isCheck).length} live-schema check(s)${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}` +
-      `${execs.some(isRebuild) ? `, ${execs.filter(isRebuild).length} rebuild script(s)` : ''}`,
+      `${execs.some(isRebuild) ? `, ${execs.filter(isRebuild).length} rebuild script(s)` : ''}` +
+      `${execs.some(isConverge) ? `, ${execs.filter(isConverge).length} convergence exec(s)` : ''}`,
   );
   return result;
 }
@@ -105,7 +108,7 @@ say(
   '5. Two deploys at once, then a lost state. A second schema, \'audit-schema\', turns on `lease` and `ledger`;\n' +
     '   two deploys of it start at the same moment (a laptop and CI, say)',
 );
-const { apply } = await import('../dist/index.js');
+const { apply, plan } = await import('../dist/index.js');
 const audit = {
   target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
   statements: ['CREATE DATABASE IF NOT EXISTS audit', 'CREATE TABLE audit.log (at DateTime, what String) ENGINE = MergeTree ORDER BY at'],
@@ -179,7 +182,28 @@ for (const pod of rebuilt.appliedTo) {
   detail(`${pod}: ORDER BY ${query(pod, "SELECT sorting_key FROM system.tables WHERE database = 'metrics' AND name = 'samples'")}; rows per day ${samples(pod, 'samples')}; the old table, kept: ${samples(pod, 'samples__old')}`);
 }
 
-say("7. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
+say(
+  "7. A column added by declaration. 'metrics-schema' now declares a 'region' column the table lacks, between host\n" +
+    "   and value, with converge: 'additive': no ALTER to write; the deploy adds the column on every pod, where the\n" +
+    '   declaration puts it, and the rows already there read the declared default',
+);
+const withRegion = (extra = {}) => {
+  const p = metrics('(host, at)', extra);
+  p.statements[1] = p.statements[1].replace('host String,', "host String, region String DEFAULT 'eu',");
+  return p;
+};
+const planned = await plan('metrics-schema', withRegion({ converge: 'additive' }), rebuilt.state);
+detail(`plan first, nothing runs: ${planned.converge.map((p) => `${p.pod}: ${p.objects.map((o) => o.changes.join(', ')).join('; ')}`).join(' | ')}`);
+const converged = await measured(() =>
+  apply('metrics-schema', withRegion({ converge: 'additive' }), rebuilt.state, {
+    onEvent: (e) => e.kind === 'converge' && detail(e.message),
+  }),
+);
+for (const pod of converged.appliedTo) {
+  detail(`${pod}: columns ${query(pod, "SELECT groupArray(name) FROM system.columns WHERE database = 'metrics' AND table = 'samples'")}; rows per region ${query(pod, 'SELECT region, count() FROM metrics.samples GROUP BY region FORMAT TSV').replace(/\t/g, ': ')}`);
+}
+
+say("8. Destroy the stack: onDelete is 'retain' (the default), so Alchemy drops the state and the cluster is not touched");
 await measured(() => destroyStack(stack));
 detail(`${info.pods[0]} still has tables: ${tables(info.pods[0])}`);
 

@@ -120,7 +120,28 @@ const planned = (result: PlanResult): string => {
   const where = result.everyPod
     ? 'every selected pod'
     : result.pods.map((p) => `${p.pod} (${p.why === 'newPod' ? 'new pod' : 'replaced pod'})`).join(', ');
-  return `statements [${statements}] on ${where}`;
+  return `statements [${statements}] on ${where}${converged(result)}`;
+};
+
+/**
+ * Convergence's part of the plan (converge: 'additive'), per pod: what each object that differs
+ * gets (its changes, in words), the live columns kept, and what is refused.
+ */
+const converged = (result: PlanResult): string => {
+  const pods = result.converge
+    .map((pod) => {
+      const objects = pod.objects.map((o) => {
+        const parts = [
+          ...o.changes,
+          ...o.keptColumns.map((c) => `keep column ${c}`),
+          ...o.refused.map((r) => `refused ${r.clause}: ${r.why}`),
+        ];
+        return `${o.object}: ${parts.join(', ')}`;
+      });
+      return objects.length === 0 ? '' : `${pod.pod} {${objects.join('; ')}}`;
+    })
+    .filter(Boolean);
+  return pods.length === 0 ? '' : `; converge ${pods.join(' ')}`;
 };
 
 /**

@@ -262,6 +262,7 @@ test('plan answers whether apply would run anything, at the cost of its no-op ch
     everyPod: false,
     pods: [],
     statements: [],
+    converge: [],
   });
   assert.equal(same.calls.lists.length, 1);
   assert.equal(same.calls.execs.length, 0);

@@ -36,6 +36,16 @@ export type ClickHouseSchemaLease =
       ttlSeconds?: number;
     };
 /**
+ * What the apply does when the live-schema check finds a declared object different from its declaration after the statements ran. 'off' (default): nothing, the check decides as today. 'additive': the declaration is the schema; on each pod where an object differs only in ways an ALTER can make, the ALTERs run (a declared column the table lacks is added at its declared place; a column's DEFAULT, COMMENT, CODEC or TTL, the table's TTL, SETTINGS and COMMENT, skip indexes and projections are modified, added, materialized or dropped; an ORDER BY that only appends new columns is modified with them; a changed plain view is replaced), then the check verifies. A column the table has and the declaration lacks is kept and reported, never dropped; a column's type change is refused unless allowTypeChange names it; anything else (the engine, PARTITION BY, another ORDER BY) is left to the rebuild prop or fails as without convergence. Needs verify 'fail' or 'warn'. Not part of the fingerprint.
+ */
+export type ClickHouseSchemaConverge = "off" | "additive";
+/**
+ * Columns whose type convergence may change, as 'database.table.column'. A type change is a mutation: the server rewrites the column in every part of the table, which takes time and disk in proportion to the table. Only with converge 'additive'. Not part of the fingerprint.
+ *
+ * @maxItems 1000
+ */
+export type ClickHouseSchemaAllowTypeChange = string[];
+/**
  * Which cluster to talk to. Omit to use the ambient kubeconfig (KUBECONFIG or ~/.kube/config, current context). Either kubeconfig options, or an Alchemy Kubernetes connection: Kubernetes.KubeConfig(...), a Kubernetes.Connection, or a cluster resource whose attributes carry one as `connection` (AWS.EKS.Cluster). Recorded with the props (delete needs it), so it never holds a credential; not in the outputs and not part of the fingerprint.
  */
 export type ClickHouseSchemaKubeConfig =
@@ -74,6 +84,8 @@ export interface ClickHouseSchemaProps {
   lease?: ClickHouseSchemaLease;
   ledger?: ClickHouseSchemaLedger;
   rebuild?: ClickHouseSchemaRebuild;
+  converge?: ClickHouseSchemaConverge;
+  allowTypeChange?: ClickHouseSchemaAllowTypeChange;
   kubeConfig?: ClickHouseSchemaKubeConfig;
   /**
    * Ordering-only input: pass an Output derived from the ClickHouse instance so Alchemy deploys it first. Only the resolved boolean is persisted; it is not part of the fingerprint.

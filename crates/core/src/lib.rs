@@ -23,6 +23,7 @@
 
 pub mod command;
 pub mod config;
+pub mod converge;
 pub mod coordination;
 pub(crate) mod error;
 pub mod kubernetes;

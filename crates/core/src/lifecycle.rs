@@ -6,7 +6,8 @@
 //! next converge starts over with the whole list.
 
 use crate::config::fingerprint::fingerprint;
-use crate::config::{Execution, OnDelete, ResolvedConfig};
+use crate::config::{ConvergeMode, Execution, OnDelete, ResolvedConfig};
+use crate::converge::Converge;
 use crate::coordination::ledger::LedgerWrite;
 use crate::coordination::ownership::{ledger_covered, ledger_destroyed};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
@@ -214,6 +215,10 @@ pub struct PlanOutcome {
     /// Every statement an apply would run, in order (every one of them runs on each pod);
     /// empty when it would not run.
     pub statements: Vec<PlannedStatement>,
+    /// Under `converge: 'additive'`, when an apply would run: per pod, what convergence would
+    /// do to the objects that differ today (the ALTERs and replacements, the columns it keeps,
+    /// what it refuses), from one live-schema check per pod. Empty otherwise.
+    pub converge: Vec<crate::converge::PodPlan>,
 }
 
 /// Would an apply run anything, where, and why? Makes exactly the calls the no-op check of
@@ -244,6 +249,32 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
     )
     .await?;
     let statements = || planned_statements(config);
+    // Convergence's plan: one check per pod, only when an apply would run (an unchanged
+    // resource costs what it did: a pod list under fanout, no exec).
+    let converge = match (&decision, config.converge) {
+        (Decision::Unchanged, _) | (_, ConvergeMode::Off) => Vec::new(),
+        (_, ConvergeMode::Additive) => {
+            let verify_plan =
+                VerifyPlan::new(&config.statements, &config.client.database).with_server_version();
+            let pods: Vec<PodInfo> = match &decision {
+                Decision::NewPodsOnly { live, .. } => live.clone(),
+                _ => run.list_matching().await?,
+            };
+            let mut ready: Vec<PodInfo> = pods
+                .into_iter()
+                .filter(|p| p.ready && p.has_container(&config.target.container))
+                .collect();
+            if let Execution::OnCluster { .. } = config.execution {
+                ready.truncate(1);
+            }
+            if verify_plan.is_empty() {
+                Vec::new()
+            } else {
+                run.plan_converge(&verify_plan, converge_options(config), &ready)
+                    .await?
+            }
+        }
+    };
     Ok(match decision {
         Decision::Unchanged => PlanOutcome {
             changed: false,
@@ -252,6 +283,7 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
             every_pod: false,
             pods: Vec::new(),
             statements: Vec::new(),
+            converge,
         },
         Decision::ApplyAll { reason, why } => PlanOutcome {
             changed: true,
@@ -260,6 +292,7 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
             every_pod: true,
             pods: Vec::new(),
             statements: statements(),
+            converge,
         },
         Decision::NewPodsOnly {
             reason,
@@ -283,8 +316,20 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
                 })
                 .collect(),
             statements: statements(),
+            converge,
         },
     })
+}
+
+/// Convergence's options from the props.
+fn converge_options(config: &ResolvedConfig) -> Converge<'_> {
+    Converge {
+        allow_type_change: &config.allow_type_change,
+        on_cluster: match &config.execution {
+            Execution::OnCluster { cluster } => Some(cluster.as_str()),
+            Execution::Fanout => None,
+        },
+    }
 }
 
 /// Each statement with what it declares (see [`crate::sql::declared`]).
@@ -331,7 +376,11 @@ pub async fn apply<T: PodLister + Executor + LeaseApi, C: Clock>(
     cluster: &Cluster<'_, T, C>,
 ) -> Result<(SchemaState, ApplyOutcome), ClickHouseSchemaError> {
     let fingerprint = fingerprint(config);
-    let verify_plan = VerifyPlan::new(&config.statements, &config.client.database);
+    let converging = config.converge == ConvergeMode::Additive;
+    let mut verify_plan = VerifyPlan::new(&config.statements, &config.client.database);
+    if converging {
+        verify_plan = verify_plan.with_server_version();
+    }
     let run = Run::new(
         resource_id,
         config,
@@ -345,6 +394,7 @@ pub async fn apply<T: PodLister + Executor + LeaseApi, C: Clock>(
         plan: &verify_plan,
         mode: config.verify,
     })
+    .with_converge(converging.then(|| converge_options(config)))
     .with_ledger(config.ledger.as_ref().map(|ledger| LedgerWrite {
         config: ledger,
         fingerprint: &fingerprint,

@@ -321,6 +321,24 @@ pub enum Event {
         /// One line.
         message: String,
     },
+    /// Convergence (`converge: 'additive'`, see `crate::converge`) on a pod: an object's ALTERs
+    /// run (`alter`, with `changes` in words), a live column the declaration lacks is kept
+    /// (`keptColumn`), or a difference is left as it is (`refused`, the message says why).
+    Converge {
+        /// The pod.
+        pod: String,
+        /// `database.name`.
+        object: String,
+        /// `alter`, `keptColumn`, `refused` or `replicated` (another replica of the table's set
+        /// runs its ALTERs).
+        action: String,
+        /// What the ALTERs change, in words (`add column m after id`), for `alter`.
+        changes: Vec<String>,
+        /// The column, for `keptColumn` and a column's refusal.
+        column: Option<String>,
+        /// One line.
+        message: String,
+    },
     /// A step of a table's rebuild (see `crate::rebuild`) started or finished.
     Rebuild {
         /// `database.table`.

@@ -50,6 +50,8 @@ fn quick_start_gets_every_default() {
         lease: None,
         ledger: None,
         rebuild: Default::default(),
+        converge: Default::default(),
+        allow_type_change: Vec::new(),
         kube_config: None,
         ready_barrier: None,
     };

@@ -87,7 +87,11 @@ pub(crate) struct LifecycleOptions {
 ///   of `waitForPod` are left;
 /// - `leaseTaken`: this call took the `lease` after `waitedMs`;
 /// - `rebuild`: a step of a `table`'s rebuild: `step` (`check`, `prepare`, `dualWrite`,
-///   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply.
+///   `backfill`, `verify`, `swap`, `abandon`), with `pod`, `partition` and `rows` where they apply;
+/// - `converge` (under `converge: 'additive'`): on `pod`, the `object`'s ALTERs ran (`action`
+///   `alter`, `changes` in words), its live `column` the declaration lacks is kept
+///   (`keptColumn`), a difference was left as it is (`refused`), or another replica of its
+///   set ran its ALTERs and this pod waits for them to replicate (`replicated`).
 ///
 /// Events carry no statement text and no server or transport output; only
 /// indices, pod names, exit codes, timings and the redacted differences of a
@@ -96,7 +100,7 @@ pub(crate) struct LifecycleOptions {
 #[napi(object, object_to_js = false, object_from_js = false)]
 pub(crate) struct ClickHouseSchemaEvent {
     #[napi(
-        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'podDone' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild'"
+        ts_type = "'podsSelected' | 'waiting' | 'statementStarted' | 'statementFinished' | 'podDone' | 'retry' | 'relist' | 'verified' | 'schemaMismatch' | 'verificationFailed' | 'leaseWaiting' | 'leaseTaken' | 'rebuild' | 'converge'"
     )]
     pub kind: String,
     pub message: String,
@@ -125,6 +129,11 @@ pub(crate) struct ClickHouseSchemaEvent {
     pub step: Option<String>,
     pub partition: Option<String>,
     pub rows: Option<f64>,
+    pub object: Option<String>,
+    #[napi(ts_type = "'alter' | 'keptColumn' | 'refused' | 'replicated'")]
+    pub action: Option<String>,
+    pub changes: Option<Vec<String>>,
+    pub column: Option<String>,
 }
 
 type EventCallback = ThreadsafeFunction<serde_json::Value, (), serde_json::Value, Status, false>;

@@ -95,6 +95,12 @@ pub struct ResolvedConfig {
     /// Tables the apply may rebuild, by `database.table`; outside the fingerprint.
     #[serde(default)]
     pub rebuild: BTreeMap<String, RebuildTable>,
+    /// What a difference an ALTER can make does after the statements ran; outside the fingerprint.
+    #[serde(default)]
+    pub converge: ConvergeMode,
+    /// Columns (`database.table.column`) whose type convergence may change; outside the fingerprint.
+    #[serde(default)]
+    pub allow_type_change: Vec<String>,
     /// Which cluster to reach. Carries file paths and cluster endpoints, so
     /// callers must leave it out of the outputs; it is also outside the fingerprint.
     pub kube_config: Option<KubeConfig>,
@@ -253,6 +259,17 @@ impl VerifyMode {
             VerifyMode::Off => "off",
         }
     }
+}
+
+/// What the apply does with a difference the live-schema check finds (see `crate::converge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ConvergeMode {
+    /// Nothing: the check decides.
+    #[default]
+    Off,
+    /// The ALTERs that make the declaration, where the server has them.
+    Additive,
 }
 
 /// The Lease against concurrent applies and destroys of the same resource.
@@ -507,6 +524,10 @@ struct Props {
     #[serde(default)]
     rebuild: BTreeMap<String, PropsRebuildTable>,
     #[serde(default)]
+    converge: Option<ConvergeMode>,
+    #[serde(default)]
+    allow_type_change: Vec<String>,
+    #[serde(default)]
     kube_config: Option<KubeConfig>,
     #[serde(default)]
     ready_barrier: Option<bool>,
@@ -677,6 +698,8 @@ pub(crate) fn resolve(props: &Value) -> Result<ResolvedConfig, String> {
                 (table, resolved)
             })
             .collect(),
+        converge: props.converge.unwrap_or_default(),
+        allow_type_change: props.allow_type_change,
         kube_config: props.kube_config,
         ready_barrier: props.ready_barrier,
     })

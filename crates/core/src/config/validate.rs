@@ -146,6 +146,8 @@ const PROP_ORDER: &[&str] = &[
     "lease",
     "ledger",
     "rebuild",
+    "converge",
+    "allowTypeChange",
     "kubeConfig",
     "executor",
     "readyBarrier",
@@ -663,6 +665,7 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
     }
 
     check_rebuild(props, issues);
+    check_converge(props, issues);
 
     let fanout = on_cluster_name(props).is_none();
     check_statement_rules(props, "statements", max_bytes, fanout, issues);
@@ -711,6 +714,28 @@ fn check_rebuild(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) {
                 issues.push(issue(format!("rebuild[{}]{sub}", quote(key)), reason));
             }
         }
+    }
+}
+
+/// Convergence plans from the live-schema check, so it needs one; an allow list means nothing
+/// without it.
+fn check_converge(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) {
+    let additive = props.get("converge").and_then(Value::as_str) == Some("additive");
+    if additive && props.get("verify").and_then(Value::as_str) == Some("off") {
+        issues.push(issue(
+            "converge",
+            "'additive' plans from the live-schema check and verifies with it: set verify to 'fail' or 'warn'",
+        ));
+    }
+    let allows = props
+        .get("allowTypeChange")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if allows && !additive {
+        issues.push(issue(
+            "allowTypeChange",
+            "only applies with converge: 'additive' (without it no column is altered)",
+        ));
     }
 }
 

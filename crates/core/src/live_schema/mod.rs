@@ -207,6 +207,8 @@ impl PodReport {
 #[derive(Debug, Clone, Default)]
 pub struct VerifyPlan {
     checks: Vec<Check>,
+    /// The script also prints the server's version (convergence needs it; see `crate::converge`).
+    version: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -214,6 +216,8 @@ struct Check {
     statement_index: usize,
     declaration: Declaration,
     how: How,
+    /// The statement after the object's name.
+    body: String,
 }
 
 #[derive(Debug, Clone)]
@@ -263,10 +267,13 @@ impl VerifyPlan {
                 StatementClass::Declares(declaration) => {
                     checks.retain(|c| c.declaration.qualified_name() != declaration.qualified_name());
                     let how = how(sql, &declaration, default_database);
+                    let tokens: Vec<Token> = significant(sql).collect();
+                    let body = body(sql, &tokens, definition::after_name(sql, &tokens));
                     checks.push(Check {
                         statement_index: index,
                         declaration,
                         how,
+                        body,
                     });
                 }
                 StatementClass::Other { verb } => {
@@ -287,7 +294,17 @@ impl VerifyPlan {
                 }
             }
         }
-        Self { checks }
+        Self {
+            checks,
+            version: false,
+        }
+    }
+
+    /// The same plan, whose script also prints the server's `version()`: what ALTERs the server
+    /// has depends on it (see [`crate::converge`]).
+    pub fn with_server_version(mut self) -> Self {
+        self.version = true;
+        self
     }
 
     /// Whether there is anything to verify.
@@ -365,6 +382,9 @@ impl VerifyPlan {
                 "SELECT 'setting', name, value, '' FROM system.server_settings WHERE name IN ('default_replica_path', 'default_replica_name') FORMAT TabSeparated;"
             );
         }
+        if self.version {
+            let _ = writeln!(out, "SELECT 'version', version(), '', '' FORMAT TabSeparated;");
+        }
         let _ = writeln!(out, "DROP DATABASE {scratch};");
         let _ = writeln!(out, "SELECT 'end', '', '', '' FORMAT TabSeparated;");
         out
@@ -422,6 +442,54 @@ impl VerifyPlan {
         })
     }
 
+    /// For convergence: each compared object's declaration (as the server printed its scratch
+    /// copy, or as written where it was compared as text) and its live definition, from the
+    /// script's output; objects that are missing or only checked for existence are left out.
+    pub fn definitions(&self, scratch: &str, stdout: &str) -> Vec<ObjectDefinitions> {
+        let mut live: BTreeMap<(String, String), String> = BTreeMap::new();
+        for line in stdout.lines() {
+            let fields: Vec<String> = line.split('\t').map(unescape).collect();
+            if fields.len() == 4 && fields[0] == "table" {
+                live.insert((fields[1].clone(), fields[2].clone()), fields[3].clone());
+            }
+        }
+        let mut out = Vec::new();
+        for (i, check) in self.checks.iter().enumerate() {
+            let d = &check.declaration;
+            let (Some(name), How::Compare { declared, .. }) = (&d.name, &check.how) else {
+                continue;
+            };
+            let Some(live_sql) = live.get(&(d.database.clone(), name.clone())) else {
+                continue;
+            };
+            let declared = match live.get(&(scratch.to_string(), format!("o{i}"))) {
+                Some(copy) => definition::parse(copy),
+                None => declared.clone(),
+            };
+            out.push(ObjectDefinitions {
+                statement_index: check.statement_index,
+                database: d.database.clone(),
+                name: name.clone(),
+                kind: d.kind.as_sql().to_string(),
+                declared,
+                live: definition::parse(live_sql),
+                declared_body: check.body.clone(),
+            });
+        }
+        out
+    }
+
+    /// The server's version the script printed, when it was asked to (see
+    /// [`Self::with_server_version`]).
+    pub fn server_version(stdout: &str) -> Option<String> {
+        stdout.lines().find_map(|line| {
+            let mut fields = line.split('\t');
+            (fields.next() == Some("version"))
+                .then(|| fields.next().map(unescape))
+                .flatten()
+        })
+    }
+
     /// The statement that declares `object`, and how (for messages).
     pub(crate) fn declaration_of(&self, object: &ObjectReport) -> Option<&Declaration> {
         self.checks
@@ -429,6 +497,25 @@ impl VerifyPlan {
             .find(|c| c.statement_index == object.statement_index)
             .map(|c| &c.declaration)
     }
+}
+
+/// One compared object's two definitions (see [`VerifyPlan::definitions`]).
+#[derive(Debug, Clone)]
+pub struct ObjectDefinitions {
+    /// Index of the statement that declares it.
+    pub statement_index: usize,
+    /// Its database.
+    pub database: String,
+    /// Its name in the database.
+    pub name: String,
+    /// `TABLE`, `VIEW`, ...
+    pub kind: String,
+    /// The declaration: the scratch copy as the server printed it, or the statement as written.
+    pub declared: Definition,
+    /// The live object as the server printed it.
+    pub live: Definition,
+    /// The declaring statement after the object's name (what a replaced view is created from).
+    pub declared_body: String,
 }
 
 /// Why a verification's output says nothing about the objects.

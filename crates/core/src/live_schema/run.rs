@@ -18,7 +18,25 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         verification: Verification<'_>,
         pod: &str,
     ) -> Result<(), Failure> {
-        let outcome = match self.verify_pod(verification.plan, pod).await {
+        let checked = match (
+            self.converge,
+            self.verify_pod_output(verification.plan, pod).await,
+        ) {
+            // Convergence: what differs is brought to the declaration where an ALTER can, and
+            // checked again; what it leaves is reported below as without it.
+            (Some(converge), Ok((report, scratch, stdout))) if !report.is_ok() => self
+                .converge_pod(verification.plan, converge, report, &scratch, &stdout)
+                .await
+                .map(|(report, pod_plan)| (report, Some(pod_plan))),
+            (_, result) => result.map(|(report, ..)| (report, None)),
+        };
+        let refusals = checked
+            .as_ref()
+            .ok()
+            .and_then(|(_, pod_plan)| pod_plan.as_ref())
+            .map(crate::converge::refusal_lines)
+            .unwrap_or_default();
+        let outcome = match checked.map(|(report, _)| report) {
             Ok(report) if report.is_ok() => {
                 self.events.emit(Event::Verified {
                     pod: pod.to_owned(),
@@ -37,7 +55,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         };
         match (verification.mode, outcome) {
             (VerifyMode::Fail, Err(report)) => {
-                Err(Failure::Error(self.schema_mismatch(verification.plan, &report)))
+                let mut err = self.schema_mismatch(verification.plan, &report);
+                for line in &refusals {
+                    err.message.push_str("\nConvergence left it: ");
+                    err.message.push_str(line);
+                }
+                Err(Failure::Error(err))
             }
             (VerifyMode::Fail, Ok(err)) => Err(Failure::Error(err)),
             (_, Err(report)) => {
@@ -65,6 +88,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
     /// Looks up every object of `plan` on `pod` in one exec (see [`crate::live_schema`]).
     pub(crate) async fn verify_pod(&self, plan: &VerifyPlan, pod: &str) -> Result<PodReport, Failure> {
+        self.verify_pod_output(plan, pod).await.map(|(report, ..)| report)
+    }
+
+    /// [`Self::verify_pod`], with the scratch database's name and the script's output (what
+    /// convergence plans from).
+    pub(crate) async fn verify_pod_output(
+        &self,
+        plan: &VerifyPlan,
+        pod: &str,
+    ) -> Result<(PodReport, String, String), Failure> {
         let scratch = scratch_database(&format!(
             "{}/{}/{}/{}",
             self.resource_id,
@@ -115,11 +148,15 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             Some(Ok(output)) => output,
         };
-        plan.read(pod, &scratch, &output.stdout).map_err(|why| {
-            let stderr = redact_clickhouse_output(&output.stderr, &request.stdin).text;
-            Failure::Error(
-                self.verification_failed(pod, &self.unreadable_text(why, output.exit_code, &stderr)),
-            )
-        })
+        match plan.read(pod, &scratch, &output.stdout) {
+            Ok(report) => Ok((report, scratch, output.stdout)),
+            Err(why) => {
+                let stderr = redact_clickhouse_output(&output.stderr, &request.stdin).text;
+                Err(Failure::Error(self.verification_failed(
+                    pod,
+                    &self.unreadable_text(why, output.exit_code, &stderr),
+                )))
+            }
+        }
     }
 }

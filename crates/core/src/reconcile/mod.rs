@@ -72,6 +72,11 @@ pub(crate) struct Run<'a, T, C> {
     /// Statements whose exec a cancellation closed while they ran: they may
     /// still run in the pod (see `abandoned`).
     abandoned: Mutex<Vec<Abandoned>>,
+    /// Brings what the check finds different to the declaration, where an ALTER can (apply only).
+    pub converge: Option<crate::converge::Converge<'a>>,
+    /// The replica sets (ZooKeeper paths) a pod of this run has converged: another replica of
+    /// the same set waits for the ALTER to replicate instead of running it again.
+    pub converge_claims: std::sync::Mutex<BTreeSet<String>>,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
@@ -108,7 +113,15 @@ impl<'a, T, C> Run<'a, T, C> {
             ledger: None,
             run_key: OnceLock::new(),
             abandoned: Mutex::new(Vec::new()),
+            converge: None,
+            converge_claims: std::sync::Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// The same run, converging what its check finds different (see [`crate::converge`]).
+    pub(crate) fn with_converge(mut self, converge: Option<crate::converge::Converge<'a>>) -> Self {
+        self.converge = converge;
+        self
     }
 
     /// The same run, writing `ledger`'s row on each pod it completes.

@@ -1,0 +1,871 @@
+//! Convergence: the ALTERs that bring a live object to its declaration, or why none can.
+//!
+//! Without it, a user who adds a column to `CREATE TABLE IF NOT EXISTS` gets a schema mismatch and
+//! writes the `ALTER TABLE ... ADD COLUMN` by hand, in the right order, for ever after. With the
+//! `converge: 'additive'` prop the declaration is the schema: after the statements ran on a pod, the
+//! live-schema check (`crate::live_schema`) names what differs, this module turns each difference
+//! into the ALTER that makes it, and the check then verifies the result.
+//!
+//! The planner is pure: it reads two definitions as the server prints them (the scratch copy of the
+//! declaration and the live object, parsed by [`crate::sql::definition`]) and the differences the
+//! check found in them, and returns the statements for the object, or the reasons it leaves the
+//! object alone. What it does per difference:
+//! - a declared column the table lacks: `ADD COLUMN` at its declared place (`AFTER x`, or `FIRST`
+//!   where the server has it); a live column the declaration lacks is kept, never dropped, and
+//!   reported;
+//! - a column's DEFAULT, COMMENT, CODEC or TTL: the matching `MODIFY COLUMN` / `COMMENT COLUMN`;
+//!   its type: refused (a mutation that rewrites the column in every part), naming the ALTER it
+//!   would take, unless the column is in the allow list;
+//! - skip indexes, projections and constraints: added (an index or projection then materialized,
+//!   so existing parts have it too), dropped when undeclared, replaced when changed;
+//! - the table's TTL, SETTINGS and COMMENT: `MODIFY TTL` / `REMOVE TTL`, `MODIFY SETTING` /
+//!   `RESET SETTING`, `MODIFY COMMENT`;
+//! - an ORDER BY that only appends columns the table lacks: those `ADD COLUMN`s and
+//!   `MODIFY ORDER BY` (the server then keeps the old key as `PRIMARY KEY`, which the check
+//!   accepts);
+//! - a plain view whose definition changed: replaced, with `CREATE OR REPLACE VIEW` where the
+//!   server has it, otherwise `DROP TABLE` and `CREATE VIEW` in one script;
+//! - anything else (the engine, PARTITION BY, PRIMARY KEY, SAMPLE BY, another ORDER BY, the
+//!   column order, a materialized view's query, a dictionary): no ALTER makes it; the object is
+//!   left alone and the check reports it as it does without convergence (a `rebuild` entry
+//!   handles the table changes before the statements run).
+//!
+//! An object with any refused difference is not altered at all: a half-converged table is harder
+//! to reason about than one that fails by name. The ALTERs of one table are one statement (the
+//! server applies its commands in order), except that a command taking a list (`MODIFY SETTING`,
+//! `RESET SETTING`, `MODIFY TTL`) must end its statement, or it would read the next command as an
+//! element: the first of them ends the table's ALTER, each other one is an ALTER of its own.
+//!
+//! What the server accepts was tried on ClickHouse 18.16 and on 26.9 (chdb-core): 18.16 has
+//! `ADD COLUMN ... AFTER`, `MODIFY COLUMN` (type, default), `COMMENT COLUMN` and `MODIFY ORDER BY`
+//! (with added columns that have no default), and none of `FIRST`, `IF NOT EXISTS`, codecs, skip
+//! indexes, projections, `MODIFY TTL`/`SETTING`/`COMMENT`, `REMOVE`, `RESET SETTING` or `CREATE OR
+//! REPLACE VIEW`; 26.9 has all of them. Servers from 22.1 on are treated as 26.9, older ones as
+//! 18.16 (refusing more than they could do, never less).
+
+mod run;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use run::Converge;
+
+use serde::Serialize;
+
+use crate::live_schema::{DifferenceReport, ObjectStatus, PodReport, VerifyPlan};
+use crate::sql::clickhouse_text::ident;
+use crate::sql::definition::{Definition, Part};
+use crate::sql::lexer::{Token, significant};
+
+/// What a server can ALTER, from its version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Server {
+    /// 22.1 and later: `FIRST`, `IF NOT EXISTS`, codecs, column TTLs, skip indexes, projections,
+    /// constraints, `MODIFY TTL`/`SETTING`/`COMMENT`, `REMOVE ...`, `RESET SETTING`,
+    /// `CREATE OR REPLACE VIEW`.
+    pub modern: bool,
+}
+
+impl Server {
+    /// The server that printed `version()` (`18.16.1`, `26.9.2.1`); an unreadable version is
+    /// treated as the oldest.
+    pub fn from_version(version: &str) -> Self {
+        let major: u32 = version
+            .trim()
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        Server { modern: major >= 22 }
+    }
+}
+
+/// One declared object and what the check found on one pod.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectInput<'a> {
+    /// `database.name`, as reports name it.
+    pub database: &'a str,
+    /// The object's name in its database.
+    pub name: &'a str,
+    /// `TABLE`, `VIEW`, `MATERIALIZED VIEW`, ...
+    pub kind: &'a str,
+    /// The declaration as the server prints it (its scratch copy), or as written when it was
+    /// compared as text.
+    pub declared: &'a Definition,
+    /// The live object as the server prints it.
+    pub live: &'a Definition,
+    /// The check's differences for the object.
+    pub differences: &'a [DifferenceReport],
+    /// The declaring statement's body after the object's name (its columns, clauses, `AS` query):
+    /// what a replaced view is created from.
+    pub declared_body: &'a str,
+}
+
+/// What convergence may do, from the props.
+#[derive(Debug, Clone, Copy)]
+pub struct Options<'a> {
+    /// Columns whose type may change, as `database.table.column`.
+    pub allow_type_change: &'a [String],
+    /// `ON CLUSTER <name>` on every statement, under onCluster.
+    pub on_cluster: Option<&'a str>,
+}
+
+/// Why one difference is left as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
+pub struct Refusal {
+    /// The part, as the check names it (`column v`, `ENGINE`, ...).
+    pub clause: String,
+    /// Why, in words.
+    pub why: String,
+    /// The ALTER that would make it, when one exists but is not allowed (a type change).
+    pub alter: Option<String>,
+}
+
+/// The plan for one object on one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
+pub struct ObjectPlan {
+    /// `database.name`.
+    pub object: String,
+    /// Index of the statement that declares it.
+    #[cfg_attr(feature = "napi", napi(ts_type = "number"))]
+    pub statement_index: usize,
+    /// For a `Replicated` table, its ZooKeeper path with the pod's macros expanded: the replica
+    /// set it belongs to. Its ALTERs run on one replica of the set, and replicate.
+    pub replica_path: Option<String>,
+    /// The statements that bring it to the declaration, in order (one ALTER for a table; the
+    /// replacement of a view). Empty when anything is refused.
+    pub statements: Vec<String>,
+    /// Each change in words (`add column x after id`), in order.
+    pub changes: Vec<String>,
+    /// Live columns the declaration lacks: kept with their data, and reported.
+    pub kept_columns: Vec<String>,
+    /// What no ALTER this resource runs can make, or what it may not.
+    pub refused: Vec<Refusal>,
+    /// Parts (as the check names them) that still differ after the statements by design: kept
+    /// columns, the `PRIMARY KEY` the server keeps after `MODIFY ORDER BY`.
+    pub accepted: Vec<String>,
+}
+
+impl ObjectPlan {
+    /// Whether the object is left as it is (nothing to run).
+    pub fn is_empty(&self) -> bool {
+        self.statements.is_empty()
+    }
+}
+
+/// What convergence would do on one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
+pub struct PodPlan {
+    /// The pod's name.
+    pub pod: String,
+    /// The server's `version()`, when the check printed it.
+    pub server_version: Option<String>,
+    /// Every object that differs, in statement order.
+    pub objects: Vec<ObjectPlan>,
+}
+
+impl PodPlan {
+    /// The statements to run on the pod, in order: each object's, objects in statement order.
+    pub fn statements(&self) -> impl Iterator<Item = (&ObjectPlan, &String)> {
+        self.objects
+            .iter()
+            .flat_map(|o| o.statements.iter().map(move |s| (o, s)))
+    }
+}
+
+/// The plan for every object `report` (the check's findings on a pod, from `stdout`, the output
+/// of `plan`'s script with scratch database `scratch`) finds different.
+pub fn plan_pod(
+    plan: &VerifyPlan,
+    report: &PodReport,
+    scratch: &str,
+    stdout: &str,
+    options: Options<'_>,
+) -> PodPlan {
+    let server_version = VerifyPlan::server_version(stdout);
+    let server = Server::from_version(server_version.as_deref().unwrap_or_default());
+    let definitions = plan.definitions(scratch, stdout);
+    let objects = report
+        .objects
+        .iter()
+        .filter(|o| o.status == ObjectStatus::Differs)
+        .filter_map(|o| {
+            let d = definitions
+                .iter()
+                .find(|d| d.statement_index == o.statement_index)?;
+            let mut planned = plan_object(
+                ObjectInput {
+                    database: &d.database,
+                    name: &d.name,
+                    kind: &o.kind,
+                    declared: &d.declared,
+                    live: &d.live,
+                    differences: &o.differences,
+                    declared_body: &d.declared_body,
+                },
+                server,
+                options,
+            );
+            planned.statement_index = o.statement_index;
+            planned.replica_path = replica_path(&d.live, &d.database, &d.name, stdout);
+            Some(planned)
+        })
+        .collect();
+    PodPlan {
+        pod: report.pod.clone(),
+        server_version,
+        objects,
+    }
+}
+
+/// A `Replicated` table's ZooKeeper path (its first engine argument) with `{database}`,
+/// `{table}` and the pod's macros (the check's `macro` rows) expanded.
+fn replica_path(live: &Definition, database: &str, name: &str, stdout: &str) -> Option<String> {
+    let (engine, args) = crate::sql::definition::engine_parts(&live.clause("ENGINE")?.text)?;
+    if !crate::sql::definition::is_replicated(&engine) {
+        return None;
+    }
+    let first = args.first().map(|a| a.text.trim().to_owned()).unwrap_or_default();
+    let mut path = first.trim_matches('\'').to_owned();
+    if path.is_empty() {
+        // The server's default path: one set per table.
+        path = format!("{{default}}/{database}/{name}");
+    }
+    path = path.replace("{database}", database).replace("{table}", name);
+    for line in stdout.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if let ["macro", macro_name, value, ..] = fields.as_slice() {
+            path = path.replace(&format!("{{{macro_name}}}"), value);
+        }
+    }
+    Some(path)
+}
+
+/// One line per refusal of `pod_plan`, for messages.
+pub(crate) fn refusal_lines(pod_plan: &PodPlan) -> Vec<String> {
+    pod_plan
+        .objects
+        .iter()
+        .flat_map(|o| {
+            o.refused.iter().map(move |r| {
+                let mut line = format!("{} on {}: {}: {}", o.object, pod_plan.pod, r.clause, r.why);
+                if let Some(alter) = &r.alter {
+                    line.push_str(&format!(" (it would take: {alter})"));
+                }
+                line
+            })
+        })
+        .collect()
+}
+
+/// The statements that bring `input`'s live object to its declaration on `server`, or why not.
+pub fn plan_object(input: ObjectInput<'_>, server: Server, options: Options<'_>) -> ObjectPlan {
+    let mut plan = ObjectPlan {
+        object: format!("{}.{}", input.database, input.name),
+        ..ObjectPlan::default()
+    };
+    let target = format!("{}.{}", ident(input.database), ident(input.name));
+    let on_cluster = options
+        .on_cluster
+        .map(|c| format!(" ON CLUSTER {}", ident(c)))
+        .unwrap_or_default();
+    match input.kind {
+        "TABLE" => plan_table(input, server, options, &target, &on_cluster, &mut plan),
+        "VIEW" => {
+            let replace = input
+                .differences
+                .iter()
+                .all(|d| d.clause == "AS" || d.clause.starts_with("column "));
+            if replace && !input.declared_body.trim().is_empty() {
+                if server.modern {
+                    plan.statements.push(format!(
+                        "CREATE OR REPLACE VIEW {target}{on_cluster} {}",
+                        input.declared_body
+                    ));
+                } else {
+                    plan.statements
+                        .push(format!("DROP TABLE IF EXISTS {target}{on_cluster}"));
+                    plan.statements.push(format!(
+                        "CREATE VIEW {target}{on_cluster} {}",
+                        input.declared_body
+                    ));
+                }
+                plan.changes.push("replace the view".to_owned());
+            } else {
+                for d in input
+                    .differences
+                    .iter()
+                    .filter(|d| d.clause != "AS" && !d.clause.starts_with("column "))
+                {
+                    plan.refused.push(refusal(
+                        &d.clause,
+                        "no statement this resource runs changes it on a view",
+                    ));
+                }
+            }
+        }
+        kind => {
+            for d in input.differences {
+                plan.refused.push(refusal(
+                    &d.clause,
+                    &format!("a {kind} is not altered by convergence"),
+                ));
+            }
+        }
+    }
+    if !plan.refused.is_empty() {
+        plan.statements.clear();
+        plan.changes.clear();
+    }
+    plan
+}
+
+fn refusal(clause: &str, why: &str) -> Refusal {
+    Refusal {
+        clause: clause.to_owned(),
+        why: why.to_owned(),
+        alter: None,
+    }
+}
+
+/// One entry of a column list, split into the parts an ALTER changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct ColumnParts {
+    /// The type as written, and its comparison key.
+    ty: (String, String),
+    /// `DEFAULT`/`MATERIALIZED`/`ALIAS`/`EPHEMERAL` and the expression.
+    default: Option<(String, String, String)>,
+    comment: Option<(String, String)>,
+    codec: Option<(String, String)>,
+    ttl: Option<(String, String)>,
+}
+
+const COLUMN_WORDS: &[&str] = &[
+    "DEFAULT",
+    "MATERIALIZED",
+    "ALIAS",
+    "EPHEMERAL",
+    "COMMENT",
+    "CODEC",
+    "TTL",
+    "STATISTICS",
+    "SETTINGS",
+];
+
+/// Splits a column entry (`` `v` String DEFAULT 'a' COMMENT 'c' ``) into its parts.
+fn column_parts(text: &str) -> ColumnParts {
+    let tokens: Vec<Token> = significant(text).collect();
+    let mut sections: Vec<(String, usize, usize)> = vec![("TYPE".to_owned(), 1, tokens.len())];
+    let mut depth = 0usize;
+    for (i, t) in tokens.iter().enumerate().skip(1) {
+        if t.is_punct(text, "(") || t.is_punct(text, "[") {
+            depth += 1;
+        } else if t.is_punct(text, ")") || t.is_punct(text, "]") {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0
+            && let Some(word) = COLUMN_WORDS.iter().find(|w| t.is_keyword(text, w))
+        {
+            if let Some(last) = sections.last_mut() {
+                last.2 = i;
+            }
+            sections.push(((*word).to_owned(), i + 1, tokens.len()));
+        }
+    }
+    let source = |from: usize, to: usize| -> (String, String) {
+        match (tokens.get(from), to.checked_sub(1).and_then(|l| tokens.get(l))) {
+            (Some(first), Some(last)) if to > from => (
+                text[first.start..last.end].to_owned(),
+                tokens[from..to]
+                    .iter()
+                    .map(|t| t.text(text))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            _ => (String::new(), String::new()),
+        }
+    };
+    let mut parts = ColumnParts::default();
+    for (word, from, to) in sections {
+        let value = source(from, to);
+        match word.as_str() {
+            "TYPE" => parts.ty = value,
+            "DEFAULT" | "MATERIALIZED" | "ALIAS" | "EPHEMERAL" => {
+                parts.default = Some((word, value.0, value.1));
+            }
+            "COMMENT" => parts.comment = Some(value),
+            "CODEC" => parts.codec = Some(value),
+            "TTL" => parts.ttl = Some(value),
+            _ => {}
+        }
+    }
+    parts
+}
+
+/// The column (not an index, projection or constraint) names of `d`, in order.
+fn plain_columns(d: &Definition) -> Vec<&str> {
+    d.columns
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|n| entry_kind(n).is_none())
+        .collect()
+}
+
+/// `INDEX`, `PROJECTION` or `CONSTRAINT` for such an entry's name.
+fn entry_kind(name: &str) -> Option<(&'static str, &str)> {
+    ["INDEX", "PROJECTION", "CONSTRAINT"].into_iter().find_map(|k| {
+        name.strip_prefix(k)
+            .and_then(|r| r.strip_prefix(' '))
+            .map(|r| (k, r))
+    })
+}
+
+fn entry<'d>(d: &'d Definition, name: &str) -> Option<&'d Part> {
+    d.columns.iter().find(|c| c.name == name).map(|c| &c.part)
+}
+
+fn plan_table(
+    input: ObjectInput<'_>,
+    server: Server,
+    options: Options<'_>,
+    target: &str,
+    on_cluster: &str,
+    plan: &mut ObjectPlan,
+) {
+    let mut commands: Vec<String> = Vec::new();
+    let mut last: Vec<String> = Vec::new();
+    let declared_columns = plain_columns(input.declared);
+    for d in input.differences {
+        let Some(name) = d.clause.strip_prefix("column ") else {
+            continue;
+        };
+        if let Some((kind, entry_name)) = entry_kind(name) {
+            plan_entry(input, server, kind, entry_name, name, &mut commands, plan);
+            continue;
+        }
+        let declared = entry(input.declared, name);
+        let live = entry(input.live, name);
+        match (declared, live) {
+            (Some(declared), None) => {
+                let at = declared_columns.iter().position(|c| *c == name).unwrap_or(0);
+                let place = match at.checked_sub(1) {
+                    Some(before) => format!(" AFTER {}", ident(declared_columns[before])),
+                    None if server.modern => " FIRST".to_owned(),
+                    None => {
+                        plan.refused.push(refusal(
+                            &d.clause,
+                            "it is declared first, and this server has no ADD COLUMN ... FIRST",
+                        ));
+                        continue;
+                    }
+                };
+                let if_not_exists = if server.modern { "IF NOT EXISTS " } else { "" };
+                commands.push(format!("ADD COLUMN {if_not_exists}{}{place}", declared.text));
+                plan.changes.push(format!(
+                    "add column {name}{}",
+                    place.to_ascii_lowercase().replace("`", "")
+                ));
+            }
+            (None, Some(_)) => {
+                plan.kept_columns.push(name.to_owned());
+                plan.accepted.push(d.clause.clone());
+            }
+            (Some(declared), Some(live)) => {
+                plan_column(input, server, options, name, declared, live, &mut commands, plan);
+            }
+            (None, None) => plan
+                .refused
+                .push(refusal(&d.clause, "it is in neither definition")),
+        }
+    }
+    let merge_tree = input
+        .declared
+        .clause("ENGINE")
+        .and_then(|e| crate::sql::definition::engine_parts(&e.text))
+        .is_some_and(|(name, _)| name.ends_with("MergeTree"));
+    for d in input.differences {
+        // The texts as the server printed them (a report's may have literals hidden).
+        let text = |def: &Definition| def.clause(&d.clause).map(|p| p.text.clone()).unwrap_or_default();
+        let (declared_text, live_text) = (text(input.declared), text(input.live));
+        match d.clause.as_str() {
+            c if c.starts_with("column ") => {}
+            "ORDER BY" | "TTL" | "SETTINGS" if !merge_tree => plan.refused.push(refusal(
+                &d.clause,
+                "convergence changes it on MergeTree tables only",
+            )),
+            "column order" => plan.refused.push(refusal(
+                &d.clause,
+                &format!(
+                    "the columns are in another order (declared {}; live {}) and convergence moves no column",
+                    d.declared, d.live
+                ),
+            )),
+            "ORDER BY" if !crate::rebuild::rebuild_clauses(input.differences).contains(&"ORDER BY") => {
+                // Only columns the table lacks are appended: they are added above, in this ALTER.
+                commands.push(format!("MODIFY ORDER BY {}", declared_text));
+                plan.changes.push(format!("order by {}", declared_text));
+                if input.declared.clause("PRIMARY KEY").is_none() {
+                    plan.accepted.push("PRIMARY KEY".to_owned());
+                }
+            }
+            "TTL" if server.modern => {
+                if declared_text.is_empty() {
+                    commands.push("REMOVE TTL".to_owned());
+                    plan.changes.push("remove the table TTL".to_owned());
+                } else {
+                    last.push(format!("MODIFY TTL {}", declared_text));
+                    plan.changes.push(format!("TTL {}", declared_text));
+                }
+            }
+            "SETTINGS" if server.modern => {
+                let declared = settings(&declared_text);
+                let live = settings(&live_text);
+                let changed: Vec<&(String, String)> = declared
+                    .iter()
+                    .filter(|(n, v)| !live.iter().any(|(ln, lv)| ln == n && lv == v))
+                    .collect();
+                let removed: Vec<&String> = live
+                    .iter()
+                    .filter(|(n, v)| {
+                        let server_added = n == "index_granularity" && v == "8192";
+                        !declared.iter().any(|(dn, _)| dn == n) && !server_added
+                    })
+                    .map(|(n, _)| n)
+                    .collect();
+                if !changed.is_empty() {
+                    last.push(format!(
+                        "MODIFY SETTING {}",
+                        changed
+                            .iter()
+                            .map(|(n, v)| format!("{n} = {v}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                    plan.changes
+                        .extend(changed.iter().map(|(n, v)| format!("setting {n} = {v}")));
+                }
+                if !removed.is_empty() {
+                    let names: Vec<&str> = removed.iter().map(|n| n.as_str()).collect();
+                    last.push(format!("RESET SETTING {}", names.join(", ")));
+                    plan.changes
+                        .extend(names.iter().map(|n| format!("reset setting {n}")));
+                }
+            }
+            "COMMENT" if server.modern => {
+                commands.push(format!("MODIFY COMMENT {}", or_empty_literal(&declared_text)));
+                plan.changes.push("table comment".to_owned());
+            }
+            "PRIMARY KEY"
+                if declared_text.is_empty() && leaves_key(&live_text, input.declared, input.differences) =>
+            {
+                // The key a `MODIFY ORDER BY` that appended columns leaves; see `accepted`.
+                plan.accepted.push("PRIMARY KEY".to_owned());
+            }
+            "TTL" | "SETTINGS" | "COMMENT" => plan.refused.push(refusal(
+                &d.clause,
+                &format!("this server has no ALTER that changes a table's {}", d.clause),
+            )),
+            other => plan.refused.push(refusal(
+                other,
+                "no ALTER changes it (a `rebuild` entry for the table can, before the statements run)",
+            )),
+        }
+    }
+    // A command that takes a list (`MODIFY SETTING`, `RESET SETTING`, `MODIFY TTL`) would read
+    // a following `, COMMAND` as its next element: it ends its statement, and the next one starts
+    // a statement of its own.
+    let mut last = last.into_iter();
+    if let Some(first_list) = last.next() {
+        commands.push(first_list);
+    }
+    let alter = |commands: &[String]| format!("ALTER TABLE {target}{on_cluster} {}", commands.join(", "));
+    if !commands.is_empty() {
+        plan.statements.push(alter(&commands));
+    }
+    for command in last {
+        plan.statements.push(alter(&[command]));
+    }
+}
+
+/// Whether a live `PRIMARY KEY` (the declaration has none) is what `MODIFY ORDER BY` leaves when
+/// it appends columns: the old sorting key, a strict prefix of the declared (or, before the ALTER,
+/// the appended) `ORDER BY`.
+fn leaves_key(live_key: &str, declared: &Definition, differences: &[DifferenceReport]) -> bool {
+    let Some(order) = declared.clause("ORDER BY") else {
+        return false;
+    };
+    let key = key_items(live_key);
+    let order = key_items(&order.text);
+    let prefix = !key.is_empty() && key.len() < order.len() && order[..key.len()] == key[..];
+    let appendable = !differences.iter().any(|d| d.clause == "ORDER BY")
+        || !crate::rebuild::rebuild_clauses(differences).contains(&"ORDER BY");
+    prefix && appendable
+}
+
+/// A key expression's top-level items, as text without spaces: `(a, b)`, `tuple(a, b)` and
+/// `a, b` are the same two.
+fn key_items(text: &str) -> Vec<String> {
+    let tokens: Vec<Token> = significant(text).collect();
+    let mut inner: &[Token] = &tokens;
+    if let [first, second, .., last] = inner
+        && first.is_keyword(text, "tuple")
+        && second.is_punct(text, "(")
+        && last.is_punct(text, ")")
+    {
+        inner = &inner[2..inner.len() - 1];
+    } else if let [first, .., last] = inner
+        && first.is_punct(text, "(")
+        && last.is_punct(text, ")")
+    {
+        // Only when that parenthesis closes at the end (not `(a) + (b)`).
+        let mut depth = 0usize;
+        let mut closes_at_end = false;
+        for (i, t) in inner.iter().enumerate() {
+            if t.is_punct(text, "(") {
+                depth += 1;
+            } else if t.is_punct(text, ")") {
+                depth -= 1;
+                if depth == 0 {
+                    closes_at_end = i == inner.len() - 1;
+                    break;
+                }
+            }
+        }
+        if closes_at_end {
+            inner = &inner[1..inner.len() - 1];
+        }
+    }
+    let mut items = Vec::new();
+    let mut current = String::new();
+    let mut depth = 0usize;
+    for t in inner {
+        if t.is_punct(text, "(") || t.is_punct(text, "[") {
+            depth += 1;
+        } else if t.is_punct(text, ")") || t.is_punct(text, "]") {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && t.is_punct(text, ",") {
+            items.push(std::mem::take(&mut current));
+            continue;
+        }
+        current.push_str(t.quote(text).map_or(t.text(text), |_| t.body(text)));
+    }
+    if !current.is_empty() {
+        items.push(current);
+    }
+    items
+}
+
+/// `'text'` as given (a printed literal), or `''` when absent.
+fn or_empty_literal(text: &str) -> String {
+    if text.trim().is_empty() {
+        "''".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+/// A `SETTINGS` clause's `name = value` entries, as written.
+fn settings(text: &str) -> Vec<(String, String)> {
+    let tokens: Vec<Token> = significant(text).collect();
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0usize;
+    let mut push = |from: usize, to: usize| {
+        if to <= from {
+            return;
+        }
+        let entry = &text[tokens[from].start..tokens[to - 1].end];
+        if let Some((n, v)) = entry.split_once('=') {
+            out.push((n.trim().to_owned(), v.trim().to_owned()));
+        }
+    };
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_punct(text, "(") || t.is_punct(text, "[") {
+            depth += 1;
+        } else if t.is_punct(text, ")") || t.is_punct(text, "]") {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && t.is_punct(text, ",") {
+            push(start, i);
+            start = i + 1;
+        }
+    }
+    push(start, tokens.len());
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan_column(
+    input: ObjectInput<'_>,
+    server: Server,
+    options: Options<'_>,
+    name: &str,
+    declared: &Part,
+    live: &Part,
+    commands: &mut Vec<String>,
+    plan: &mut ObjectPlan,
+) {
+    let clause = format!("column {name}");
+    let d = column_parts(&declared.text);
+    let l = column_parts(&live.text);
+    let column = ident(name);
+    if d.ty.1 != l.ty.1 {
+        let qualified = format!("{}.{}.{name}", input.database, input.name);
+        let alter = format!(
+            "ALTER TABLE {}.{} MODIFY COLUMN {column} {}",
+            ident(input.database),
+            ident(input.name),
+            d.ty.0
+        );
+        if options.allow_type_change.contains(&qualified) {
+            commands.push(format!("MODIFY COLUMN {column} {}", d.ty.0));
+            plan.changes.push(format!(
+                "change the type of {name} from {} to {} (a mutation: every part of the table is rewritten)",
+                l.ty.0, d.ty.0
+            ));
+        } else {
+            plan.refused.push(Refusal {
+                clause: clause.clone(),
+                why: format!(
+                    "its type changes from {} to {}: a mutation that rewrites the column in every part of the \
+                     table; name '{qualified}' in allowTypeChange to let convergence run it",
+                    l.ty.0, d.ty.0
+                ),
+                alter: Some(alter),
+            });
+            return;
+        }
+    }
+    let key = |p: &Option<(String, String)>| p.as_ref().map(|p| p.1.clone());
+    let default_key = |p: &Option<(String, String, String)>| p.as_ref().map(|p| (p.0.clone(), p.2.clone()));
+    if default_key(&d.default) != default_key(&l.default) {
+        fn kinds(p: &Option<(String, String, String)>) -> Option<&str> {
+            p.as_ref().map(|p| p.0.as_str())
+        }
+        let plain = |k: Option<&str>| matches!(k, None | Some("DEFAULT") | Some("MATERIALIZED"));
+        match &d.default {
+            _ if !plain(kinds(&d.default)) || !plain(kinds(&l.default)) => {
+                plan.refused.push(refusal(
+                    &clause,
+                    "an ALIAS or EPHEMERAL expression is not changed by convergence",
+                ));
+                return;
+            }
+            Some((kind, text, _)) => {
+                commands.push(format!("MODIFY COLUMN {column} {} {kind} {text}", d.ty.0));
+                plan.changes
+                    .push(format!("{} of {name}: {text}", kind.to_ascii_lowercase()));
+            }
+            None if server.modern => {
+                commands.push(format!(
+                    "MODIFY COLUMN {column} REMOVE {}",
+                    l.default.as_ref().map_or("DEFAULT", |p| p.0.as_str())
+                ));
+                plan.changes.push(format!("remove the default of {name}"));
+            }
+            None => {
+                plan.refused
+                    .push(refusal(&clause, "this server cannot remove a column's default"));
+                return;
+            }
+        }
+    }
+    if key(&d.comment) != key(&l.comment) {
+        match &d.comment {
+            Some((text, _)) => {
+                commands.push(format!("COMMENT COLUMN {column} {text}"));
+                plan.changes.push(format!("comment of {name}"));
+            }
+            None if server.modern => {
+                commands.push(format!("MODIFY COLUMN {column} REMOVE COMMENT"));
+                plan.changes.push(format!("remove the comment of {name}"));
+            }
+            None => {
+                plan.refused
+                    .push(refusal(&clause, "this server cannot remove a column's comment"));
+                return;
+            }
+        }
+    }
+    for (word, declared, live) in [("CODEC", &d.codec, &l.codec), ("TTL", &d.ttl, &l.ttl)] {
+        if key(declared) == key(live) {
+            continue;
+        }
+        if !server.modern {
+            plan.refused.push(refusal(
+                &clause,
+                &format!("this server cannot change a column's {word}"),
+            ));
+            return;
+        }
+        match declared {
+            Some((text, _)) => {
+                let gap = if word == "CODEC" { "" } else { " " };
+                commands.push(format!("MODIFY COLUMN {column} {} {word}{gap}{text}", d.ty.0));
+                plan.changes
+                    .push(format!("{} of {name}", word.to_ascii_lowercase()));
+            }
+            None => {
+                commands.push(format!("MODIFY COLUMN {column} REMOVE {word}"));
+                plan.changes
+                    .push(format!("remove the {} of {name}", word.to_ascii_lowercase()));
+            }
+        }
+    }
+}
+
+/// An index, projection or constraint the declaration and the table hold differently.
+fn plan_entry(
+    input: ObjectInput<'_>,
+    server: Server,
+    kind: &str,
+    entry_name: &str,
+    name: &str,
+    commands: &mut Vec<String>,
+    plan: &mut ObjectPlan,
+) {
+    if !server.modern {
+        plan.refused.push(refusal(
+            &format!("column {name}"),
+            &format!("this server has no ALTER for a {}", kind.to_ascii_lowercase()),
+        ));
+        return;
+    }
+    let id = ident(entry_name);
+    let declared = entry(input.declared, name);
+    let live = entry(input.live, name);
+    if live.is_some() {
+        commands.push(format!("DROP {kind} {id}"));
+        if declared.is_none() {
+            plan.changes.push(format!("drop {}", name.to_ascii_lowercase()));
+        }
+    }
+    if let Some(declared) = declared {
+        // The entry's text after its kind word: `ix id TYPE minmax GRANULARITY 1`.
+        let body = declared
+            .text
+            .split_once(char::is_whitespace)
+            .map_or("", |(_, rest)| rest.trim());
+        commands.push(format!("ADD {kind} {body}"));
+        if kind != "CONSTRAINT" {
+            commands.push(format!("MATERIALIZE {kind} {id}"));
+        }
+        plan.changes.push(format!(
+            "{} {}",
+            if live.is_some() { "replace" } else { "add" },
+            name.to_ascii_lowercase()
+        ));
+    }
+}

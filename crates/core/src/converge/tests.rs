@@ -1,0 +1,322 @@
+//! The planner on definitions as the servers print them. The prints below were captured by hand
+//! (2026-12-02) from `system.tables.create_table_query`: ClickHouse 18.16.1 (Debian's server, a
+//! throwaway instance) and 26.9 (chdb-core 26.9.0); the fixtures of
+//! `tests/converge_fixtures.rs` cover the same through the whole check's output.
+
+use super::*;
+use crate::sql::definition::{differences, parse};
+
+const OLD: Server = Server { modern: false };
+const NEW: Server = Server { modern: true };
+
+fn options() -> Options<'static> {
+    Options {
+        allow_type_change: &[],
+        on_cluster: None,
+    }
+}
+
+/// The plan for `declared` (a scratch copy's print) against `live` (the table's print).
+fn plan_with(
+    kind: &str,
+    declared: &str,
+    live: &str,
+    body: &str,
+    server: Server,
+    options: Options<'_>,
+) -> ObjectPlan {
+    let declared = parse(declared);
+    let live = parse(live);
+    let differences: Vec<DifferenceReport> = differences(&declared, &live)
+        .into_iter()
+        .map(|d| DifferenceReport {
+            clause: d.clause,
+            declared: d.declared,
+            live: d.live,
+        })
+        .collect();
+    plan_object(
+        ObjectInput {
+            database: "app",
+            name: "t",
+            kind,
+            declared: &declared,
+            live: &live,
+            differences: &differences,
+            declared_body: body,
+        },
+        server,
+        options,
+    )
+}
+
+fn table(declared: &str, live: &str, server: Server) -> ObjectPlan {
+    plan_with("TABLE", declared, live, "", server, options())
+}
+
+#[test]
+fn columns_are_added_where_they_are_declared() {
+    // 18.16 prints without quotes, with a space before each column.
+    let plan = table(
+        "CREATE TABLE s.o0 ( id UInt64,  m UInt8 DEFAULT 7,  v String,  e String DEFAULT \'x\') ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64,  v String) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    assert_eq!(
+        plan.statements,
+        [
+            "ALTER TABLE `app`.`t` ADD COLUMN m UInt8 DEFAULT 7 AFTER `id`, ADD COLUMN e String DEFAULT 'x' AFTER `v`"
+        ]
+    );
+    assert_eq!(plan.changes, ["add column m after id", "add column e after v"]);
+    assert!(plan.refused.is_empty());
+    // 26.9 quotes every name and has IF NOT EXISTS and FIRST.
+    let plan = table(
+        "CREATE TABLE s.o0 (`f` UInt8, `id` UInt64, `v` String) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t (`id` UInt64, `v` String) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        NEW,
+    );
+    assert_eq!(
+        plan.statements,
+        ["ALTER TABLE `app`.`t` ADD COLUMN IF NOT EXISTS `f` UInt8 FIRST"]
+    );
+}
+
+#[test]
+fn a_first_column_is_refused_where_the_server_has_no_first() {
+    let plan = table(
+        "CREATE TABLE s.o0 ( f UInt8,  id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    assert!(plan.statements.is_empty());
+    assert_eq!(plan.refused[0].clause, "column f");
+    assert!(plan.refused[0].why.contains("FIRST"), "{}", plan.refused[0].why);
+}
+
+#[test]
+fn a_default_and_a_comment_are_modified() {
+    let plan = table(
+        "CREATE TABLE s.o0 ( id UInt64,  v String DEFAULT \'b\' COMMENT \'new\') ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64,  v String DEFAULT \'a\' COMMENT \'old\') ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    assert_eq!(
+        plan.statements,
+        ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` String DEFAULT 'b', COMMENT COLUMN `v` 'new'"]
+    );
+}
+
+#[test]
+fn a_removed_default_or_comment_needs_a_modern_server() {
+    let declared = "CREATE TABLE s.o0 (`id` UInt64, `v` String) ENGINE = MergeTree ORDER BY id";
+    let live =
+        "CREATE TABLE app.t (`id` UInt64, `v` String DEFAULT 'a' COMMENT 'c') ENGINE = MergeTree ORDER BY id";
+    assert_eq!(
+        table(declared, live, NEW).statements,
+        ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` REMOVE DEFAULT, MODIFY COLUMN `v` REMOVE COMMENT"]
+    );
+    assert!(table(declared, live, OLD).statements.is_empty());
+    assert_eq!(table(declared, live, OLD).refused.len(), 1);
+}
+
+#[test]
+fn a_type_change_is_refused_unless_the_column_is_allowed() {
+    let declared = "CREATE TABLE s.o0 ( id UInt64,  v UInt16 DEFAULT 1) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192";
+    let live = "CREATE TABLE app.t ( id UInt64,  v UInt8 DEFAULT 1) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192";
+    let refused = table(declared, live, OLD);
+    assert!(refused.statements.is_empty());
+    assert_eq!(
+        refused.refused,
+        [Refusal {
+            clause: "column v".into(),
+            why:
+                "its type changes from UInt8 to UInt16: a mutation that rewrites the column in every part of \
+                  the table; name 'app.t.v' in allowTypeChange to let convergence run it"
+                    .into(),
+            alter: Some("ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt16".into()),
+        }]
+    );
+    let allowed = ["app.t.v".to_owned()];
+    let plan = plan_with(
+        "TABLE",
+        declared,
+        live,
+        "",
+        OLD,
+        Options {
+            allow_type_change: &allowed,
+            on_cluster: None,
+        },
+    );
+    assert_eq!(
+        plan.statements,
+        ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt16"]
+    );
+    assert!(plan.changes[0].contains("mutation"));
+}
+
+#[test]
+fn a_live_only_column_is_kept_and_reported() {
+    let plan = table(
+        "CREATE TABLE s.o0 ( id UInt64,  n UInt8) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64,  extra String) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    assert_eq!(
+        plan.statements,
+        ["ALTER TABLE `app`.`t` ADD COLUMN n UInt8 AFTER `id`"]
+    );
+    assert_eq!(plan.kept_columns, ["extra"]);
+    assert_eq!(plan.accepted, ["column extra"]);
+    assert!(!plan.statements[0].contains("DROP"));
+}
+
+#[test]
+fn an_order_by_that_appends_new_columns_is_modified_with_them() {
+    // 18.16 after the ALTER prints `PRIMARY KEY id ORDER BY (id, k)`: accepted.
+    let plan = table(
+        "CREATE TABLE s.o0 ( id UInt64,  k UInt8) ENGINE = MergeTree ORDER BY (id, k) SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    assert_eq!(
+        plan.statements,
+        ["ALTER TABLE `app`.`t` ADD COLUMN k UInt8 AFTER `id`, MODIFY ORDER BY (id, k)"]
+    );
+    assert_eq!(plan.accepted, ["PRIMARY KEY"]);
+    let after = table(
+        "CREATE TABLE s.o0 ( id UInt64,  k UInt8) ENGINE = MergeTree ORDER BY (id, k) SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64,  k UInt8) ENGINE = MergeTree PRIMARY KEY id ORDER BY (id, k) SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    // Once converged only the primary key the server kept differs, and nothing is left to run.
+    assert!(after.statements.is_empty());
+    assert!(after.refused.is_empty());
+    assert_eq!(after.accepted, ["PRIMARY KEY"]);
+}
+
+#[test]
+fn changes_no_alter_makes_are_refused_and_nothing_runs() {
+    let plan = table(
+        "CREATE TABLE s.o0 ( id UInt64,  n UInt8) ENGINE = MergeTree PARTITION BY n ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    assert!(plan.statements.is_empty());
+    assert_eq!(plan.refused[0].clause, "PARTITION BY");
+    let reordered = table(
+        "CREATE TABLE s.o0 (`a` UInt8, `b` UInt8) ENGINE = Memory",
+        "CREATE TABLE app.t (`b` UInt8, `a` UInt8) ENGINE = Memory",
+        NEW,
+    );
+    assert_eq!(reordered.refused[0].clause, "column order");
+    let other_key = table(
+        "CREATE TABLE s.o0 (`a` UInt8, `b` UInt8) ENGINE = MergeTree ORDER BY b",
+        "CREATE TABLE app.t (`a` UInt8, `b` UInt8) ENGINE = MergeTree ORDER BY a",
+        NEW,
+    );
+    assert_eq!(other_key.refused[0].clause, "ORDER BY");
+}
+
+#[test]
+fn table_clauses_indexes_and_projections_on_a_modern_server() {
+    // As 26.9 prints them.
+    let declared = "CREATE TABLE s.o0 (`id` UInt64, `at` DateTime, `v` String CODEC(ZSTD(1)), INDEX iv v TYPE \
+                    bloom_filter GRANULARITY 1, PROJECTION p (SELECT id, v ORDER BY v)) ENGINE = MergeTree ORDER BY id \
+                    TTL at + toIntervalDay(30) SETTINGS index_granularity = 8192, merge_with_ttl_timeout = 3600 \
+                    COMMENT 'events'";
+    let live = "CREATE TABLE app.t (`id` UInt64, `at` DateTime, `v` String, INDEX old id TYPE minmax GRANULARITY 1) \
+                ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192, min_bytes_for_wide_part = 0";
+    let plan = table(declared, live, NEW);
+    assert!(plan.refused.is_empty(), "{:?}", plan.refused);
+    assert_eq!(
+        plan.statements,
+        [
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `v` String CODEC(ZSTD(1)), ADD INDEX iv v TYPE bloom_filter \
+             GRANULARITY 1, MATERIALIZE INDEX `iv`, ADD PROJECTION p (SELECT id, v ORDER BY v), MATERIALIZE \
+             PROJECTION `p`, DROP INDEX `old`, MODIFY COMMENT 'events', MODIFY TTL at + toIntervalDay(30)",
+            "ALTER TABLE `app`.`t` MODIFY SETTING merge_with_ttl_timeout = 3600",
+            "ALTER TABLE `app`.`t` RESET SETTING min_bytes_for_wide_part",
+        ]
+    );
+    // 18.16 has none of these ALTERs.
+    let old = table(declared, live, OLD);
+    assert!(old.statements.is_empty());
+    assert!(old.refused.len() >= 5, "{:?}", old.refused);
+}
+
+#[test]
+fn a_changed_view_is_replaced() {
+    let declared = "CREATE VIEW s.o0 (`a` UInt8) AS SELECT 2 AS a";
+    let live = "CREATE VIEW app.t (`a` UInt8) AS SELECT 1 AS a";
+    let body = "AS SELECT 2 AS a";
+    assert_eq!(
+        plan_with("VIEW", declared, live, body, NEW, options()).statements,
+        ["CREATE OR REPLACE VIEW `app`.`t` AS SELECT 2 AS a"]
+    );
+    assert_eq!(
+        plan_with("VIEW", declared, live, body, OLD, options()).statements,
+        [
+            "DROP TABLE IF EXISTS `app`.`t`",
+            "CREATE VIEW `app`.`t` AS SELECT 2 AS a"
+        ]
+    );
+    let on_cluster = plan_with(
+        "VIEW",
+        declared,
+        live,
+        body,
+        NEW,
+        Options {
+            allow_type_change: &[],
+            on_cluster: Some("main"),
+        },
+    );
+    assert_eq!(
+        on_cluster.statements,
+        ["CREATE OR REPLACE VIEW `app`.`t` ON CLUSTER `main` AS SELECT 2 AS a"]
+    );
+}
+
+#[test]
+fn a_materialized_view_or_dictionary_is_not_altered() {
+    let plan = plan_with(
+        "MATERIALIZED VIEW",
+        "CREATE MATERIALIZED VIEW s.o0 TO app.x AS SELECT 2 AS a",
+        "CREATE MATERIALIZED VIEW app.t TO app.x AS SELECT 1 AS a",
+        "TO app.x AS SELECT 2 AS a",
+        NEW,
+        options(),
+    );
+    assert!(plan.statements.is_empty());
+    assert_eq!(plan.refused[0].clause, "AS");
+}
+
+#[test]
+fn the_server_version_says_what_it_has() {
+    assert_eq!(Server::from_version("18.16.1"), OLD);
+    assert_eq!(Server::from_version("26.9.2.1"), NEW);
+    assert_eq!(Server::from_version("22.1.3.7"), NEW);
+    assert_eq!(Server::from_version("21.8.15.7"), OLD);
+    assert_eq!(Server::from_version(""), OLD);
+}
+
+#[test]
+fn on_cluster_goes_after_the_name() {
+    let plan = plan_with(
+        "TABLE",
+        "CREATE TABLE s.o0 ( id UInt64,  n UInt8) ENGINE = MergeTree ORDER BY id",
+        "CREATE TABLE app.t ( id UInt64) ENGINE = MergeTree ORDER BY id",
+        "",
+        OLD,
+        Options {
+            allow_type_change: &[],
+            on_cluster: Some("main"),
+        },
+    );
+    assert_eq!(
+        plan.statements,
+        ["ALTER TABLE `app`.`t` ON CLUSTER `main` ADD COLUMN n UInt8 AFTER `id`"]
+    );
+}

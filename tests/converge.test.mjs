@@ -1,0 +1,263 @@
+// Convergence (converge: 'additive') on real ClickHouse: the 18.16 servers of the sandbox (one
+// shard of three replicas, with ZooKeeper) and, with SANDBOX_ENGINE=modern, the 26.9 engine. A
+// declaration that differs from the live table in ways an ALTER can make is brought there after
+// the statements ran, with rows kept; what no ALTER may make is refused by name.
+import { after, before, describe, modern, test, test1816 } from './lib/engine.mjs';
+
+import assert from 'node:assert/strict';
+
+import { addonTarget, apply, plan, verify } from '../dist/index.js';
+import { assertsTheAddonBuild } from './binding.mjs';
+import { rejection } from './lib/rejection.mjs';
+import { sandboxProps } from './lib/sandbox-props.mjs';
+import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
+
+const dir = sandboxDir('converge');
+const timeout = 180_000;
+let sandbox;
+let pods;
+
+before(() => {
+  sandbox = startSandbox(dir, 3);
+  pods = sandbox.info.pods;
+});
+
+after(() => stopSandbox(dir));
+
+assertsTheAddonBuild(addonTarget);
+
+const query = (pod, sql) => sandbox.query(pod, sql);
+const props = (statements, extra = {}) => sandboxProps(sandbox, statements, extra);
+const converging = (statements, extra = {}) => props(statements, { converge: 'additive', ...extra });
+
+/** Applies `statements` (no convergence) and inserts `rows` into `table` on every pod. */
+async function start(id, statements, table, rows) {
+  const result = await apply(id, props(statements));
+  for (const pod of pods) query(pod, `INSERT INTO ${table} VALUES ${rows}`);
+  return result.state;
+}
+
+/** Every event of an apply, and the apply's result. */
+async function applyWithEvents(id, p, state) {
+  const events = [];
+  const result = await apply(id, p, state, { onEvent: (e) => events.push(e) });
+  return { result, events: events.filter((e) => e.kind === 'converge') };
+}
+
+const columns = (pod, database, table) =>
+  query(pod, `SELECT name, type, default_expression FROM system.columns WHERE database = '${database}' AND name != '' AND table = '${table}' FORMAT TSV`)
+    .split('\n')
+    .map((l) => l.split('\t'));
+
+describe('convergence', () => {
+  test('without the prop, an added column fails the check as before, and nothing is altered', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c0', 'CREATE TABLE IF NOT EXISTS c0.t (id UInt64) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c0', base, 'c0.t', '(1)');
+    const changed = [base[0], base[1].replace('(id UInt64)', '(id UInt64, n UInt8)')];
+    const err = await rejection(apply('c0', props(changed), state));
+    assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+    assert.equal(err.object, 'c0.t');
+    assert.deepEqual(err.differences.map((d) => d.clause), ['column n']);
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c0', 't').map((c) => c[0]), ['id']);
+  });
+
+  test('columns added at the end and in the middle keep every row, with the declared values', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c1', 'CREATE TABLE IF NOT EXISTS c1.t (id UInt64, v String) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c1', base, 'c1.t', "(1, 'a'), (2, 'b')");
+    const declared = [
+      base[0],
+      "CREATE TABLE IF NOT EXISTS c1.t (id UInt64, m UInt8 DEFAULT 7, v String, e String DEFAULT concat(v, '!')) ENGINE = MergeTree ORDER BY id",
+    ];
+    const { result, events } = await applyWithEvents('c1', converging(declared), state);
+    assert.deepEqual(result.appliedTo, pods);
+    for (const pod of pods) {
+      assert.deepEqual(columns(pod, 'c1', 't').map((c) => c[0]), ['id', 'm', 'v', 'e'], pod);
+      assert.equal(query(pod, 'SELECT id, m, v, e FROM c1.t ORDER BY id FORMAT TSV'), '1\t7\ta\ta!\n2\t7\tb\tb!', pod);
+    }
+    const alters = events.filter((e) => e.action === 'alter');
+    assert.deepEqual(alters.map((e) => e.pod).sort(), pods);
+    assert.deepEqual(alters[0].changes, ['add column m after id', 'add column e after v']);
+    assert.equal(alters[0].object, 'c1.t');
+
+    // Converged: the next deploy with the same declaration runs nothing.
+    const again = await apply('c1', converging(declared), result.state);
+    assert.equal(again.changed, false);
+  });
+
+  test('a column default and comment are modified', { timeout }, async () => {
+    const base = [
+      'CREATE DATABASE IF NOT EXISTS c2',
+      "CREATE TABLE IF NOT EXISTS c2.t (id UInt64, v String DEFAULT 'a' COMMENT 'old') ENGINE = MergeTree ORDER BY id",
+    ];
+    const state = await start('c2', base, 'c2.t (id)', '(1)');
+    const declared = [base[0], base[1].replace("DEFAULT 'a' COMMENT 'old'", "DEFAULT 'b' COMMENT 'new'")];
+    await apply('c2', converging(declared), state);
+    for (const pod of pods) {
+      assert.equal(query(pod, "SELECT default_expression, comment FROM system.columns WHERE database = 'c2' AND table = 't' AND name = 'v' FORMAT TabSeparatedRaw"), "'b'\tnew", pod);
+      query(pod, 'INSERT INTO c2.t (id) VALUES (2)');
+      assert.equal(query(pod, 'SELECT v FROM c2.t ORDER BY id FORMAT TSV'), 'a\nb', pod);
+    }
+  });
+
+  if (modern) {
+    test('a table TTL, settings, comment, a codec, a skip index and a projection are modified', { timeout }, async () => {
+      const base = [
+        'CREATE DATABASE IF NOT EXISTS c3',
+        'CREATE TABLE IF NOT EXISTS c3.t (id UInt64, at DateTime, v String, INDEX old id TYPE minmax GRANULARITY 1) ENGINE = MergeTree ORDER BY id SETTINGS min_bytes_for_wide_part = 0',
+      ];
+      const state = await start('c3', base, 'c3.t', "(1, now(), 'a')");
+      const declared = [
+        base[0],
+        "CREATE TABLE IF NOT EXISTS c3.t (id UInt64, at DateTime, v String CODEC(ZSTD(1)), INDEX iv v TYPE bloom_filter GRANULARITY 1, PROJECTION p (SELECT id, v ORDER BY v)) ENGINE = MergeTree ORDER BY id TTL at + INTERVAL 30 DAY SETTINGS merge_with_ttl_timeout = 3600 COMMENT 'events'",
+      ];
+      const { events } = await applyWithEvents('c3', converging(declared), state);
+      assert.ok(events.some((e) => e.action === 'alter'));
+      for (const pod of pods) {
+        const ddl = query(pod, "SELECT create_table_query FROM system.tables WHERE database = 'c3' AND name = 't' FORMAT TabSeparatedRaw");
+        for (const part of ['CODEC(ZSTD(1))', 'INDEX iv v TYPE bloom_filter', 'PROJECTION p', 'TTL at + toIntervalDay(30)', 'merge_with_ttl_timeout = 3600', "COMMENT 'events'"]) {
+          assert.ok(ddl.includes(part), `${pod}: ${part} in ${ddl}`);
+        }
+        assert.ok(!ddl.includes('INDEX old'), ddl);
+        assert.ok(!ddl.includes('min_bytes_for_wide_part'), ddl);
+        assert.equal(query(pod, 'SELECT count() FROM c3.t'), '1');
+      }
+    });
+  }
+
+  test('a changed plain view is replaced', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c4', 'CREATE VIEW IF NOT EXISTS c4.v AS SELECT 1 AS a'];
+    const { state } = await apply('c4', props(base));
+    const declared = [base[0], 'CREATE VIEW IF NOT EXISTS c4.v AS SELECT 2 AS a, 3 AS b'];
+    const { events } = await applyWithEvents('c4', converging(declared), state);
+    assert.deepEqual(events.filter((e) => e.action === 'alter').map((e) => e.changes), pods.map(() => ['replace the view']));
+    for (const pod of pods) assert.equal(query(pod, 'SELECT a, b FROM c4.v FORMAT TSV'), '2\t3', pod);
+  });
+
+  test('a live column the declaration lacks is reported and kept with its data', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c5', 'CREATE TABLE IF NOT EXISTS c5.t (id UInt64, extra String) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c5', base, 'c5.t', "(1, 'keep me')");
+    const declared = [base[0], 'CREATE TABLE IF NOT EXISTS c5.t (id UInt64, n UInt8 DEFAULT 5) ENGINE = MergeTree ORDER BY id'];
+    const { result, events } = await applyWithEvents('c5', converging(declared), state);
+    assert.deepEqual(result.appliedTo, pods);
+    const kept = events.filter((e) => e.action === 'keptColumn');
+    assert.deepEqual(kept.map((e) => [e.pod, e.object, e.column]).sort(), pods.map((p) => [p, 'c5.t', 'extra']));
+    assert.match(kept[0].message, /column extra is not declared; it is kept with its data/);
+    for (const pod of pods) assert.equal(query(pod, 'SELECT id, n, extra FROM c5.t FORMAT TSV'), '1\t5\tkeep me', pod);
+  });
+
+  test('a type change is refused with the ALTER it would take, then allowed per column', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c6', 'CREATE TABLE IF NOT EXISTS c6.t (id UInt64, v UInt8) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c6', base, 'c6.t', '(1, 200)');
+    const declared = [base[0], base[1].replace('v UInt8', 'v UInt16')];
+    const err = await rejection(apply('c6', converging(declared), state));
+    assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+    assert.equal(err.object, 'c6.t');
+    assert.ok(err.message.includes('column v: its type changes from UInt8 to UInt16'), err.message);
+    assert.ok(err.message.includes("name 'c6.t.v' in allowTypeChange"), err.message);
+    assert.ok(err.message.includes('ALTER TABLE `c6`.`t` MODIFY COLUMN `v` UInt16'), err.message);
+    for (const pod of pods) assert.equal(columns(pod, 'c6', 't')[1][1], 'UInt8', pod);
+
+    const { result } = await applyWithEvents('c6', converging(declared, { allowTypeChange: ['c6.t.v'] }), state);
+    assert.deepEqual(result.appliedTo, pods);
+    for (const pod of pods) {
+      assert.equal(columns(pod, 'c6', 't')[1][1], 'UInt16', pod);
+      assert.equal(query(pod, 'SELECT v FROM c6.t'), '200', pod);
+    }
+  });
+
+  test('an ORDER BY that appends a new column is modified with it', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c7', 'CREATE TABLE IF NOT EXISTS c7.t (id UInt64) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c7', base, 'c7.t', '(1), (2)');
+    const declared = [base[0], 'CREATE TABLE IF NOT EXISTS c7.t (id UInt64, k UInt8) ENGINE = MergeTree ORDER BY (id, k)'];
+    const { result } = await applyWithEvents('c7', converging(declared), state);
+    assert.deepEqual(result.appliedTo, pods);
+    for (const pod of pods) {
+      assert.equal(query(pod, "SELECT sorting_key FROM system.tables WHERE database = 'c7' AND name = 't'"), 'id, k', pod);
+      assert.equal(query(pod, 'SELECT count() FROM c7.t'), '2', pod);
+    }
+  });
+
+  test('a change no ALTER makes is refused by name, and nothing is altered', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c8', 'CREATE TABLE IF NOT EXISTS c8.t (id UInt64) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c8', base, 'c8.t', '(1)');
+    const declared = [base[0], 'CREATE TABLE IF NOT EXISTS c8.t (id UInt64, n UInt8) ENGINE = MergeTree PARTITION BY n ORDER BY id'];
+    const err = await rejection(apply('c8', converging(declared), state));
+    assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+    assert.ok(err.message.includes('Convergence left it: c8.t on'), err.message);
+    assert.ok(err.message.includes('PARTITION BY: no ALTER changes it'), err.message);
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c8', 't').map((c) => c[0]), ['id'], pod);
+  });
+
+  test('the plan lists per pod what the apply then runs, and an unchanged resource costs no exec', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c10', 'CREATE TABLE IF NOT EXISTS c10.t (id UInt64, extra String) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c10', base, 'c10.t', "(1, 'x')");
+    const declared = [base[0], 'CREATE TABLE IF NOT EXISTS c10.t (id UInt64, n UInt8, v UInt16) ENGINE = MergeTree ORDER BY id'];
+    const planned = await plan('c10', converging(declared), state);
+    assert.equal(planned.changed, true);
+    assert.deepEqual(planned.converge.map((p) => p.pod), pods);
+    for (const pod of planned.converge) {
+      assert.deepEqual(
+        pod.objects.map((o) => [o.object, o.statementIndex, o.changes, o.keptColumns]),
+        [['c10.t', 1, ['add column n after id', 'add column v after n'], ['extra']]],
+      );
+      assert.deepEqual(pod.objects[0].statements, ['ALTER TABLE `c10`.`t` ' + (modern ? 'ADD COLUMN IF NOT EXISTS `n` UInt8 AFTER `id`, ADD COLUMN IF NOT EXISTS `v` UInt16 AFTER `n`' : 'ADD COLUMN n UInt8 AFTER `id`, ADD COLUMN v UInt16 AFTER `n`')]);
+    }
+    // The plan ran nothing.
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c10', 't').map((c) => c[0]), ['id', 'extra'], pod);
+
+    const { result, events } = await applyWithEvents('c10', converging(declared), state);
+    const ran = Object.fromEntries(events.filter((e) => e.action === 'alter').map((e) => [e.pod, e.changes]));
+    assert.deepEqual(ran, Object.fromEntries(planned.converge.map((p) => [p.pod, p.objects[0].changes])));
+
+    await sandbox.clearLogs();
+    const unchanged = await plan('c10', converging(declared), result.state);
+    assert.equal(unchanged.changed, false);
+    assert.deepEqual(unchanged.converge, []);
+    assert.deepEqual(await sandbox.control('GET', '/sandbox/exec-log'), [], 'no exec');
+  });
+
+  test('a column dropped by hand on one pod comes back through the repair path', { timeout }, async () => {
+    const declared = ['CREATE DATABASE IF NOT EXISTS c11', 'CREATE TABLE IF NOT EXISTS c11.t (id UInt64, n UInt8 DEFAULT 3) ENGINE = MergeTree ORDER BY id'];
+    const { state } = await apply('c11', converging(declared));
+    const [victim] = pods;
+    query(victim, 'INSERT INTO c11.t (id) VALUES (1)');
+    query(victim, 'ALTER TABLE c11.t DROP COLUMN n');
+    const found = await verify('c11', converging(declared), state);
+    assert.equal(found.drifted, true);
+    // What the provider's read does on drift: the pod is left out of the observed state, and the
+    // repair's apply runs on it.
+    const observed = { ...state, pods: state.pods.filter((p) => p.name !== victim), podNames: state.podNames.filter((n) => n !== victim) };
+    const { result, events } = await applyWithEvents('c11', converging(declared), observed);
+    assert.deepEqual(result.appliedTo, [victim]);
+    assert.deepEqual(events.filter((e) => e.action === 'alter').map((e) => [e.pod, e.changes]), [[victim, ['add column n after id']]]);
+    assert.equal(query(victim, 'SELECT id, n FROM c11.t FORMAT TSV'), '1\t3');
+    assert.equal((await verify('c11', converging(declared), result.state)).drifted, false);
+  });
+
+  test1816('replication of ALTERs', 'a replicated table is altered on one replica of its set, and every replica gets the column', { timeout }, async () => {
+    const table = (columns) =>
+      `CREATE TABLE IF NOT EXISTS c12.t (${columns}) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/c12/t', '{replica}') ORDER BY id`;
+    const base = ['CREATE DATABASE IF NOT EXISTS c12', table('id UInt64')];
+    const { state } = await apply('c12', props(base));
+    query(pods[0], 'INSERT INTO c12.t VALUES (1)');
+    await sandbox.clearLogs();
+    const { result, events } = await applyWithEvents('c12', converging([base[0], table('id UInt64, n UInt8 DEFAULT 4')]), state);
+    assert.deepEqual(result.appliedTo, pods);
+    const execs = await sandbox.control('GET', '/sandbox/exec-log');
+    const alters = execs.filter((e) => e.stdin.includes('clickhouse_schema_converge'));
+    assert.equal(alters.length, 1, 'one ALTER exec for the replica set');
+    assert.deepEqual(events.filter((e) => e.action === 'alter').map((e) => e.pod), [alters[0].pod]);
+    // The other replicas either found the column already replicated, or waited for it.
+    for (const e of events.filter((e) => e.action === 'replicated')) assert.notEqual(e.pod, alters[0].pod);
+    for (const pod of pods) {
+      assert.deepEqual(columns(pod, 'c12', 't').map((c) => c[0]), ['id', 'n'], pod);
+    }
+  });
+
+  test('converge needs the check', { timeout }, async () => {
+    const err = await rejection(apply('c9', converging(['SELECT 1'], { verify: 'off' })));
+    assert.equal(err.code, 'E_INVALID_CONFIG');
+    assert.deepEqual(err.issues.map((i) => i.path), ['converge']);
+  });
+});
