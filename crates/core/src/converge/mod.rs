@@ -47,8 +47,6 @@ mod run;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use run::Converge;
-
 use serde::Serialize;
 
 use crate::live_schema::{DifferenceReport, ObjectStatus, PodReport, VerifyPlan};
@@ -184,6 +182,24 @@ impl PodPlan {
         self.objects
             .iter()
             .flat_map(|o| o.statements.iter().map(move |s| (o, s)))
+    }
+}
+
+/// What the props allow convergence to do (`converge: 'additive'`).
+#[derive(Clone, Copy)]
+pub(crate) struct Converge<'a> {
+    /// Columns whose type may change, as `database.table.column`.
+    pub allow_type_change: &'a [String],
+    /// `ON CLUSTER` for every statement, under onCluster.
+    pub on_cluster: Option<&'a str>,
+}
+
+impl Converge<'_> {
+    pub(crate) fn options(&self) -> Options<'_> {
+        Options {
+            allow_type_change: self.allow_type_change,
+            on_cluster: self.on_cluster,
+        }
     }
 }
 

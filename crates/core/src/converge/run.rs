@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Options, PodPlan, plan_pod};
+use super::{Converge, PodPlan, plan_pod};
 use crate::command;
 use crate::error::ClickHouseSchemaError;
 use crate::error::ErrorKind;
@@ -13,24 +13,6 @@ use crate::reconcile::{Failure, Run, bounded};
 use crate::sql::clickhouse_text::literal;
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{Clock, Event, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
-
-/// What the props allow convergence to do (`converge: 'additive'`).
-#[derive(Clone, Copy)]
-pub(crate) struct Converge<'a> {
-    /// Columns whose type may change, as `database.table.column`.
-    pub allow_type_change: &'a [String],
-    /// `ON CLUSTER` for every statement, under onCluster.
-    pub on_cluster: Option<&'a str>,
-}
-
-impl Converge<'_> {
-    fn options(&self) -> Options<'_> {
-        Options {
-            allow_type_change: self.allow_type_change,
-            on_cluster: self.on_cluster,
-        }
-    }
-}
 
 /// A marker printed before each planned statement, so the output says how far the script got.
 const MARKER: &str = "clickhouse_schema_converge";
