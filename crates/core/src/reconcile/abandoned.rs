@@ -25,23 +25,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::{Run, bounded};
+use super::{Abandoned, Run, bounded};
 use crate::command;
 use crate::config::ClientConfig;
 use crate::error::ClickHouseSchemaError;
 use crate::transport::{Clock, ExecRequest, Executor, PodLister};
-
-/// A statement whose exec a cancellation closed while it ran.
-#[derive(Debug, Clone)]
-pub(crate) struct Abandoned {
-    pub pod: String,
-    pub index: usize,
-    pub query_id: String,
-    /// By when (`Clock::now_counting_suspend`) the pod-side bound has ended it
-    /// for sure: when its exec was sent, plus the exec timeout (the pod's
-    /// `timeout`, its KILL grace and a second).
-    pub ends_by: Duration,
-}
 
 /// The longest the stop of one pod's statements may take (the kill and the look).
 const STOP_BOUND: Duration = Duration::from_secs(10);

@@ -26,8 +26,6 @@ use std::time::Duration;
 mod abandoned;
 mod messages;
 
-pub(crate) use abandoned::Abandoned;
-
 use crate::command;
 use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
 use crate::coordination::ledger::LedgerWrite;
@@ -77,6 +75,18 @@ pub(crate) struct Run<'a, T, C> {
     /// The replica sets (ZooKeeper paths) a pod of this run has converged: another replica of
     /// the same set waits for the ALTER to replicate instead of running it again.
     pub converge_claims: std::sync::Mutex<BTreeSet<String>>,
+}
+
+/// A statement whose exec a cancellation closed while it ran.
+#[derive(Debug, Clone)]
+pub(crate) struct Abandoned {
+    pub pod: String,
+    pub index: usize,
+    pub query_id: String,
+    /// By when (`Clock::now_counting_suspend`) the pod-side bound has ended it
+    /// for sure: when its exec was sent, plus the exec timeout (the pod's
+    /// `timeout`, its KILL grace and a second).
+    pub ends_by: Duration,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
