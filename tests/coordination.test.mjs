@@ -5,7 +5,7 @@
 // logs; the lease from its API.
 import { after, before, test, test1816 } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -74,6 +74,19 @@ function kubectlJson(args) {
   } catch {
     return undefined;
   }
+}
+/** `kubectlJson` without blocking the event loop (see `queryAsync`). */
+function kubectlJsonAsync(args) {
+  return new Promise((resolve) => {
+    execFile('kubectl', ['--kubeconfig', sandbox.kubeconfig, ...args], { encoding: 'utf8' }, (error, stdout) => {
+      if (error) return resolve(undefined);
+      try {
+        resolve(JSON.parse(stdout));
+      } catch {
+        resolve(undefined);
+      }
+    });
+  });
 }
 const leaseNameOf = (id) => kubectlJson(['get', 'leases', '-n', 'sandbox', '-o', 'json'])?.items.map((l) => l.metadata.name).find((n) => n.includes(id));
 
@@ -403,8 +416,10 @@ test1816(
     });
     const first = sandbox.info.pods[0];
     // The statement by its text (this query's own text names system.processes, the statement's does not).
-    const running = () =>
-      Number(sandbox.query(first, "SELECT count() FROM system.processes WHERE query LIKE '%sleep(3) FROM system.numbers%' AND query NOT LIKE '%system.processes%'"));
+    // Asynchronous, as everything this test does while the deploy runs: a synchronous child
+    // process would hold back the deploy's lease renewals on the WebAssembly addon.
+    const running = async () =>
+      Number(await sandbox.queryAsync(first, "SELECT count() FROM system.processes WHERE query LIKE '%sleep(3) FROM system.numbers%' AND query NOT LIKE '%system.processes%'"));
     await sandbox.clearLogs();
     await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: true });
     try {
@@ -414,7 +429,7 @@ test1816(
         (error) => error,
       );
       let seen = 0;
-      for (let i = 0; i < 600 && !(seen = running()); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+      for (let i = 0; i < 600 && !(seen = await running()); i++) await new Promise((resolve) => setTimeout(resolve, 50));
       assert.equal(seen, 1, 'the long statement was seen running on the first pod');
       const name = leaseNameOf(id);
       controller.abort();
@@ -424,8 +439,8 @@ test1816(
       const outcome = deploying.finally(() => (settled = true));
       const seenReleasedWhileRunning = [];
       while (!settled) {
-        const holder = kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json'])?.spec.holderIdentity;
-        const still = running();
+        const holder = (await kubectlJsonAsync(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']))?.spec.holderIdentity;
+        const still = await running();
         if (holder === undefined && still > 0) seenReleasedWhileRunning.push(still);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }

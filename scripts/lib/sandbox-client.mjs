@@ -1,7 +1,7 @@
 // The one JavaScript client of the sandbox (crates/sandbox): start and stop
 // it, call its control API, and query a pod's ClickHouse the way an operator
 // would, with kubectl exec. Used by the Node tests, the demo and the benchmark.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
@@ -78,6 +78,30 @@ export function openSandbox(dir) {
     return r.stdout.trim();
   }
 
+  /**
+   * `query` without blocking the event loop: for a test that watches a pod while a deploy runs in
+   * the same process (the WebAssembly addon's Kubernetes calls, lease renewals among them, are
+   * made by JavaScript on this event loop, so a synchronous query would hold them back).
+   */
+  function queryAsync(pod, sql) {
+    return new Promise((resolve, reject) => {
+      const child = spawn(
+        'kubectl',
+        ['--kubeconfig', kubeconfig, 'exec', '-i', pod, '-c', 'clickhouse', '--', 'sh', '-c', 'clickhouse-client --password "$CLICKHOUSE_PASSWORD"'],
+        { stdio: ['pipe', 'pipe', 'pipe'] },
+      );
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (c) => (stdout += c));
+      child.stderr.on('data', (c) => (stderr += c));
+      child.on('error', reject);
+      child.on('close', (status) =>
+        status === 0 ? resolve(stdout.trim()) : reject(new Error(`query on ${pod} failed: ${stderr}`)),
+      );
+      child.stdin.end(sql);
+    });
+  }
+
   /** Table names in `database` on `pod`, sorted. */
   function tablesOn(pod, database) {
     return query(pod, `SELECT name FROM system.tables WHERE database = '${database}' ORDER BY name`)
@@ -90,5 +114,5 @@ export function openSandbox(dir) {
     await control('DELETE', '/sandbox/api-log');
   };
 
-  return { dir, info, kubeconfig, control, query, tablesOn, clearLogs };
+  return { dir, info, kubeconfig, control, query, queryAsync, tablesOn, clearLogs };
 }
