@@ -82,6 +82,29 @@ export interface PlannedPod {
   why: 'newPod' | 'replacedPod'
 }
 
+/**
+ * What an apply would rebuild, as `plan` reports it: a table allowed by the `rebuild` prop that
+ * differs on some pods in a way only a rebuild changes, and whether the check step would refuse.
+ */
+export interface PlannedRebuild {
+  /** `database.table`, as the prop names it. */
+  table: string
+  /** Index of the statement that declares it. */
+  statementIndex: number
+  /** The pods whose table would be rebuilt, in pod-list order. */
+  pods: Array<string>
+  /**
+   * The parts that differ (as the check names them: `ORDER BY`, `ENGINE`, ...), from the
+   * first of those pods.
+   */
+  differences: Array<string>
+  /**
+   * The `E_REBUILD_REFUSED` message the apply would fail with, when its check step refuses
+   * (dependents, an old table in the way, ...); absent when the rebuild would go ahead.
+   */
+  refused?: string
+}
+
 /** One statement of the list, as an apply would run it: what it declares, if anything. */
 export interface PlannedStatement {
   /** Its index in `statements`. */
@@ -123,6 +146,13 @@ export interface PlanResult {
    * what it refuses), from one live-schema check per pod. Empty otherwise.
    */
   converge: Array<PodPlan>
+  /**
+   * With a `rebuild` prop, when an apply would run every statement: each allowed table that
+   * differs in a way only a rebuild changes, the pods it would be rebuilt on, and the refusal
+   * the apply would fail with, if any; from one live-schema check per pod and one inspection
+   * per pod that holds such a table, all reads. Empty otherwise.
+   */
+  rebuild: Array<PlannedRebuild>
 }
 
 /** One pod's ledger entry for this resource. */

@@ -120,7 +120,18 @@ const planned = (result: PlanResult): string => {
   const where = result.everyPod
     ? 'every selected pod'
     : result.pods.map((p) => `${p.pod} (${p.why === 'newPod' ? 'new pod' : 'replaced pod'})`).join(', ');
-  return `statements [${statements}] on ${where}${converged(result)}`;
+  return `statements [${statements}] on ${where}${converged(result)}${rebuilt(result)}`;
+};
+
+/**
+ * The rebuild's part of the plan (a rebuild prop): each table that would be rebuilt, what differs,
+ * on which pods, or why the apply would refuse it.
+ */
+const rebuilt = (result: PlanResult): string => {
+  const tables = result.rebuild.map(
+    (r) => `${r.table} (${r.differences.join(', ')}) on ${r.pods.join(', ')}${r.refused ? `, refused: ${r.refused}` : ''}`,
+  );
+  return tables.length === 0 ? '' : `; rebuild ${tables.join('; ')}`;
 };
 
 /**

@@ -7,7 +7,7 @@
 import { after, describe, test, test1816 } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 
-import { addonTarget, apply } from '../dist/index.js';
+import { addonTarget, apply, plan } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
 import { sandboxProps } from './lib/sandbox-props.mjs';
@@ -99,6 +99,20 @@ describe('one shard of two replicas', () => {
     const before = pods.map((pod) => perPartition(sandbox, pod, 'events'));
 
     const v2 = [DB, table('events', 'MergeTree', '(kind, id)')];
+    const allowed = props(sandbox, v2, { rebuild: { 'rb.events': { cutoverColumn: 'at', cutoverDelaySeconds: 2 } } });
+    // The plan says so before anything runs, and only reads: no new, staging or receipts table.
+    const planned = await plan('rb-events', allowed, first.state);
+    assert.equal(planned.changed, true);
+    assert.deepEqual(planned.rebuild, [
+      { table: 'rb.events', statementIndex: 1, pods, differences: ['ORDER BY'] },
+    ]);
+    for (const pod of pods) {
+      assert.deepEqual(
+        sandbox.tablesOn(pod, 'rb').filter((t) => t.startsWith('events') || t.startsWith('clickhouse_schema')),
+        ['events'],
+        `plan created nothing on ${pod}`,
+      );
+    }
     const events = [];
     let during = 0;
     const result = await apply(
@@ -240,8 +254,12 @@ describe('one shard of two replicas', () => {
     }
     const v2 = [DB, table('watched', 'MergeTree', '(kind, id)')];
     const allow = (name) => ({ rebuild: { [`rb.${name}`]: { cutoverColumn: 'at' } } });
+    // The plan names the refusal the apply then fails with.
+    const planned = await plan('rb-watched', props(sandbox, v2, allow('watched')), first.state);
+    assert.deepEqual(planned.rebuild.map((r) => [r.table, r.pods, r.differences]), [['rb.watched', pods, ['ORDER BY']]]);
     let err = await rejection(apply('rb-watched', props(sandbox, v2, allow('watched')), first.state));
     assert.equal(err.code, 'E_REBUILD_REFUSED');
+    assert.equal(planned.rebuild[0].refused, err.message);
     assert.match(err.message, /rb\.watch\b/);
     assert.match(err.message, /Nothing was changed on the pods/);
     for (const pod of pods) assert.equal(engineOf(sandbox, pod, 'watched__new'), '', 'nothing was created');

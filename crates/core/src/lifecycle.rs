@@ -219,6 +219,11 @@ pub struct PlanOutcome {
     /// do to the objects that differ today (the ALTERs and replacements, the columns it keeps,
     /// what it refuses), from one live-schema check per pod. Empty otherwise.
     pub converge: Vec<crate::converge::PodPlan>,
+    /// With a `rebuild` prop, when an apply would run every statement: each allowed table that
+    /// differs in a way only a rebuild changes, the pods it would be rebuilt on, and the refusal
+    /// the apply would fail with, if any; from one live-schema check per pod and one inspection
+    /// per pod that holds such a table, all reads. Empty otherwise.
+    pub rebuild: Vec<crate::rebuild::PlannedRebuild>,
 }
 
 /// Would an apply run anything, where, and why? Makes exactly the calls the no-op check of
@@ -275,6 +280,19 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
             }
         }
     };
+    // The rebuild's plan: only where the apply rebuilds (every statement runs; new pods alone
+    // get the table from its CREATE), with the same checks and reads only.
+    let rebuild = match &decision {
+        Decision::ApplyAll { .. } if !config.rebuild.is_empty() => {
+            run.plan_rebuilds(
+                &rebuild_plans(config)?,
+                &config.statements,
+                &config.client.database,
+            )
+            .await?
+        }
+        _ => Vec::new(),
+    };
     Ok(match decision {
         Decision::Unchanged => PlanOutcome {
             changed: false,
@@ -284,6 +302,7 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
             pods: Vec::new(),
             statements: Vec::new(),
             converge,
+            rebuild,
         },
         Decision::ApplyAll { reason, why } => PlanOutcome {
             changed: true,
@@ -293,6 +312,7 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
             pods: Vec::new(),
             statements: statements(),
             converge,
+            rebuild,
         },
         Decision::NewPodsOnly {
             reason,
@@ -317,7 +337,18 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
                 .collect(),
             statements: statements(),
             converge,
+            rebuild,
         },
+    })
+}
+
+/// The rebuild prop's plans (validation has checked that each one plans).
+fn rebuild_plans(config: &ResolvedConfig) -> Result<Vec<crate::rebuild::RebuildPlan>, ClickHouseSchemaError> {
+    crate::rebuild::plans(config).map_err(|why| {
+        ClickHouseSchemaError::new(
+            ErrorKind::Internal,
+            format!("a validated rebuild prop did not plan: {why}"),
+        )
     })
 }
 
@@ -476,12 +507,7 @@ async fn run_decision<T: PodLister + Executor, C: Clock>(
     // it), so the statements then find it as declared. Not for new pods alone: the others hold
     // this fingerprint already, and a new pod gets the table from its CREATE.
     if !config.rebuild.is_empty() && !new_pods_only {
-        let plans = crate::rebuild::plans(config).map_err(|why| {
-            ClickHouseSchemaError::new(
-                ErrorKind::Internal,
-                format!("a validated rebuild prop did not plan: {why}"),
-            )
-        })?;
+        let plans = rebuild_plans(config)?;
         // The rebuild is part of the change: each pod it may touch records
         // that the change started before it does, so a rebuild stopped half
         // way is not taken as covered by a later deploy that lost its state.

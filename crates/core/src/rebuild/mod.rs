@@ -206,6 +206,31 @@ pub enum CutoverKind {
     Number,
 }
 
+/// What an apply would rebuild, as `plan` reports it: a table allowed by the `rebuild` prop that
+/// differs on some pods in a way only a rebuild changes, and whether the check step would refuse.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "napi",
+    napi_derive::napi(object, object_to_js = false, object_from_js = false)
+)]
+pub struct PlannedRebuild {
+    /// `database.table`, as the prop names it.
+    pub table: String,
+    /// Index of the statement that declares it.
+    #[cfg_attr(feature = "napi", napi(ts_type = "number"))]
+    pub statement_index: usize,
+    /// The pods whose table would be rebuilt, in pod-list order.
+    pub pods: Vec<String>,
+    /// The parts that differ (as the check names them: `ORDER BY`, `ENGINE`, ...), from the
+    /// first of those pods.
+    pub differences: Vec<String>,
+    /// The `E_REBUILD_REFUSED` message the apply would fail with, when its check step refuses
+    /// (dependents, an old table in the way, ...); absent when the rebuild would go ahead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
 /// What the `rebuild` prop allows for one table, with the statement that declares it.
 #[derive(Debug, Clone)]
 pub struct RebuildPlan {
@@ -370,27 +395,42 @@ impl RebuildPlan {
     /// or write the table, and the receipts. Creates the receipts table, so it may only run where
     /// a rebuild is due.
     pub fn inspect_script(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {receipts} (table_name String, target String, step String, source String, \
+             partition String, rows UInt64, checksum UInt64, value String, cutover String, at DateTime DEFAULT now()) \
+             ENGINE = MergeTree ORDER BY (table_name, target, step);\n\
+             {reads}\
+             SELECT 'receipt', step, source, partition, rows, checksum, value, cutover FROM {receipts} \
+             WHERE table_name = {key} AND target = {target} FORMAT TSV;\n",
+            receipts = self.receipts(),
+            reads = self.inspect_reads(),
+            key = literal(&self.key()),
+            target = literal(&self.target),
+        )
+    }
+
+    /// The inspection without the receipts: only reads, for `plan`, which changes nothing on a
+    /// pod (not even the receipts table) and needs what the check step refuses on, not where a
+    /// resumed rebuild would start.
+    pub fn plan_inspect_script(&self) -> String {
+        self.inspect_reads()
+    }
+
+    /// The reads both inspections make.
+    fn inspect_reads(&self) -> String {
         let db = literal(&self.database);
         let t = literal(&self.table);
         let new = literal(&format!("{}{NEW_SUFFIX}", self.table));
         let ours = self.names_literal();
         format!(
-            "CREATE TABLE IF NOT EXISTS {receipts} (table_name String, target String, step String, source String, \
-             partition String, rows UInt64, checksum UInt64, value String, cutover String, at DateTime DEFAULT now()) \
-             ENGINE = MergeTree ORDER BY (table_name, target, step);\n\
-             SELECT 'table', name, engine, partition_key FROM system.tables WHERE database = {db} AND name IN ({ours}) FORMAT TSV;\n\
+            "SELECT 'table', name, engine, partition_key FROM system.tables WHERE database = {db} AND name IN ({ours}) FORMAT TSV;\n\
              SELECT 'replica', table, zookeeper_path FROM system.replicas WHERE database = {db} AND table IN ({t}, {new}) FORMAT TSV;\n\
              SELECT 'column', table, name, type, default_kind FROM system.columns WHERE database = {db} AND table IN ({t}, {new}) FORMAT TSV;\n\
              SELECT 'create', create_table_query FROM system.tables WHERE database = {db} AND name = {t} FORMAT TSV;\n\
              SELECT 'object', database, name, create_table_query FROM system.tables \
              WHERE database != 'system' AND NOT (database = {db} AND name IN ({ours})) \
              AND position(create_table_query, {t}) > 0 FORMAT TSV;\n\
-             SELECT 'dictionary', name, source FROM system.dictionaries WHERE position(source, {t}) > 0 FORMAT TSV;\n\
-             SELECT 'receipt', step, source, partition, rows, checksum, value, cutover FROM {receipts} \
-             WHERE table_name = {key} AND target = {target} FORMAT TSV;\n",
-            receipts = self.receipts(),
-            key = literal(&self.key()),
-            target = literal(&self.target),
+             SELECT 'dictionary', name, source FROM system.dictionaries WHERE position(source, {t}) > 0 FORMAT TSV;\n"
         )
     }
 

@@ -21,7 +21,7 @@ use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
     self, BATCH_PARTITIONS, BATCH_ROWS, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
-    RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
+    PlannedRebuild, RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
 };
 use crate::reconcile::{Call, Run};
 use crate::sql::declared::{StatementClass, classify};
@@ -29,6 +29,32 @@ use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{
     Clock, Event, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind,
 };
+
+/// Which pods hold each allowed table (`database.table`), which of them need it rebuilt (with
+/// the parts that differ), and the objects the statements declare.
+struct Survey {
+    holding: BTreeMap<String, Vec<PodInfo>>,
+    due: BTreeMap<String, Vec<(PodInfo, Vec<String>)>>,
+    declared: BTreeSet<String>,
+}
+
+impl Survey {
+    /// The pods that hold `plan`'s table.
+    fn holders(&self, plan: &RebuildPlan) -> Vec<&PodInfo> {
+        self.holding
+            .get(&plan.key())
+            .map(|pods| pods.iter().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Which inspection the check step runs: the apply's (which creates the receipts table and reads
+/// the receipts) or the plan's (reads only).
+#[derive(Clone, Copy)]
+enum Inspect {
+    Apply,
+    Plan,
+}
 
 /// Where a rebuild step runs, for its messages.
 struct At<'a> {
@@ -62,6 +88,70 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if plans.is_empty() {
             return Ok(());
         }
+        let survey = self.survey(plans, statements, default_database).await?;
+        for plan in plans {
+            let Some(due) = survey.due.get(&plan.key()) else {
+                continue;
+            };
+            let due: Vec<&PodInfo> = due.iter().map(|(pod, _)| pod).collect();
+            let holders = survey.holders(plan);
+            self.rebuild_table(plan, &due, &holders, &survey.declared).await?;
+        }
+        Ok(())
+    }
+
+    /// What an apply would rebuild: the survey and the check step's refusals, with reads only
+    /// (no receipts table is created, nothing is changed on any pod).
+    pub(crate) async fn plan_rebuilds(
+        &self,
+        plans: &[RebuildPlan],
+        statements: &[String],
+        default_database: &str,
+    ) -> Result<Vec<PlannedRebuild>, ClickHouseSchemaError> {
+        if plans.is_empty() {
+            return Ok(Vec::new());
+        }
+        let survey = self.survey(plans, statements, default_database).await?;
+        let mut out = Vec::new();
+        for plan in plans {
+            let Some(due) = survey.due.get(&plan.key()) else {
+                continue;
+            };
+            let due_pods: Vec<&PodInfo> = due.iter().map(|(pod, _)| pod).collect();
+            let refused = match self
+                .check(
+                    plan,
+                    &due_pods,
+                    &survey.holders(plan),
+                    &survey.declared,
+                    Inspect::Plan,
+                )
+                .await
+            {
+                Ok(_) => None,
+                Err(err) if err.kind == ErrorKind::RebuildRefused => Some(err.message),
+                Err(err) => return Err(err),
+            };
+            out.push(PlannedRebuild {
+                table: plan.key(),
+                statement_index: plan.statement_index,
+                pods: due_pods.iter().map(|p| p.name.clone()).collect(),
+                differences: due[0].1.clone(),
+                refused,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One live-schema check of the allowed tables per pod: which pods hold each table, and which
+    /// of them need it rebuilt. Every pod must be Ready: a rebuild needs every pod that may hold
+    /// the table.
+    async fn survey(
+        &self,
+        plans: &[RebuildPlan],
+        statements: &[String],
+        default_database: &str,
+    ) -> Result<Survey, ClickHouseSchemaError> {
         let pods = self.list_matching().await?;
         let declared: BTreeSet<String> = statements
             .iter()
@@ -75,9 +165,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .map(|p| statements[p.statement_index].clone())
             .collect();
         let check = VerifyPlan::new(&check_statements, default_database);
-        // Which pods hold each table, and which of them need the rebuild.
-        let mut holding: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
-        let mut due: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
+        let mut survey = Survey {
+            holding: BTreeMap::new(),
+            due: BTreeMap::new(),
+            declared,
+        };
         for pod in &pods {
             if !pod.ready || !pod.has_container(&self.target.container) {
                 return Err(self.rebuild_error(
@@ -93,21 +185,53 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .map_err(|f| self.failure_error(f, &pod.name))?;
             for object in &report.objects {
                 if object.status != ObjectStatus::Missing {
-                    holding.entry(object.name.clone()).or_default().push(pod);
+                    survey
+                        .holding
+                        .entry(object.name.clone())
+                        .or_default()
+                        .push(pod.clone());
                 }
                 if rebuild::needs_rebuild(object) {
-                    due.entry(object.name.clone()).or_default().push(pod);
+                    let clauses = rebuild::rebuild_clauses(&object.differences)
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect();
+                    survey
+                        .due
+                        .entry(object.name.clone())
+                        .or_default()
+                        .push((pod.clone(), clauses));
                 }
             }
         }
-        for plan in plans {
-            let Some(due_pods) = due.get(&plan.key()) else {
-                continue;
+        Ok(survey)
+    }
+
+    /// The check step: every pod that holds the table inspected, and the rebuild refused where
+    /// it would lose or break something on a pod that needs it. Returns the receipts found.
+    async fn check(
+        &self,
+        plan: &RebuildPlan,
+        due: &[&PodInfo],
+        holders: &[&PodInfo],
+        declared: &BTreeSet<String>,
+        inspect: Inspect,
+    ) -> Result<Vec<rebuild::Receipt>, ClickHouseSchemaError> {
+        let mut receipts = Vec::new();
+        let mut before: BTreeMap<String, Inspection> = BTreeMap::new();
+        for pod in holders {
+            let at = At::new(plan, "check", &pod.name);
+            let inspection = match inspect {
+                Inspect::Apply => self.inspect(&at).await?,
+                Inspect::Plan => self.inspect_with(&at, plan.plan_inspect_script()).await?,
             };
-            let holders = holding.get(&plan.key()).cloned().unwrap_or_default();
-            self.rebuild_table(plan, due_pods, &holders, &declared).await?;
+            receipts.extend(inspection.receipts.iter().cloned());
+            before.insert(pod.name.clone(), inspection);
         }
-        Ok(())
+        for pod in due {
+            self.refuse(plan, &pod.name, &before[&pod.name], declared)?;
+        }
+        Ok(receipts)
     }
 
     async fn rebuild_table(
@@ -133,18 +257,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         );
 
         // Inspect, refuse what would lose or break something, then prepare.
-        let mut receipts = Vec::new();
-        let mut before: BTreeMap<String, Inspection> = BTreeMap::new();
-        for pod in holders {
-            let at = At::new(plan, "check", &pod.name);
-            let inspection = self.inspect(&at).await?;
-            receipts.extend(inspection.receipts.iter().cloned());
-            before.insert(pod.name.clone(), inspection);
-        }
-        for pod in due {
-            let inspection = &before[&pod.name];
-            self.refuse(plan, &pod.name, inspection, declared)?;
-        }
+        let receipts = self.check(plan, due, holders, declared, Inspect::Apply).await?;
         let mut inspected: BTreeMap<String, Inspection> = BTreeMap::new();
         for pod in due {
             let at = At::new(plan, "prepare", &pod.name);
@@ -708,7 +821,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     async fn inspect(&self, at: &At<'_>) -> Result<Inspection, ClickHouseSchemaError> {
-        let out = self.rebuild_exec(at, at.plan.inspect_script(), true).await?;
+        self.inspect_with(at, at.plan.inspect_script()).await
+    }
+
+    /// Runs an inspection `script` (see [`RebuildPlan::inspect_script`]) and reads its output.
+    async fn inspect_with(&self, at: &At<'_>, script: String) -> Result<Inspection, ClickHouseSchemaError> {
+        let out = self.rebuild_exec(at, script, true).await?;
         Inspection::parse(&out).map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))
     }
 
