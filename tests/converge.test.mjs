@@ -101,26 +101,49 @@ describe('convergence', () => {
   });
 
   if (modern) {
-    test('a table TTL, settings, comment, a codec, a skip index and a projection are modified', { timeout }, async () => {
+    test('settings, comment, a codec, a skip index and a projection are modified; a TTL no longer declared is removed', { timeout }, async () => {
       const base = [
         'CREATE DATABASE IF NOT EXISTS c3',
-        'CREATE TABLE IF NOT EXISTS c3.t (id UInt64, at DateTime, v String, INDEX old id TYPE minmax GRANULARITY 1) ENGINE = MergeTree ORDER BY id SETTINGS min_bytes_for_wide_part = 0',
+        'CREATE TABLE IF NOT EXISTS c3.t (id UInt64, at DateTime, v String, INDEX old id TYPE minmax GRANULARITY 1) ENGINE = MergeTree ORDER BY id TTL at + INTERVAL 3650 DAY SETTINGS min_bytes_for_wide_part = 0',
       ];
       const state = await start('c3', base, 'c3.t', "(1, now(), 'a')");
       const declared = [
         base[0],
-        "CREATE TABLE IF NOT EXISTS c3.t (id UInt64, at DateTime, v String CODEC(ZSTD(1)), INDEX iv v TYPE bloom_filter GRANULARITY 1, PROJECTION p (SELECT id, v ORDER BY v)) ENGINE = MergeTree ORDER BY id TTL at + INTERVAL 30 DAY SETTINGS merge_with_ttl_timeout = 3600 COMMENT 'events'",
+        "CREATE TABLE IF NOT EXISTS c3.t (id UInt64, at DateTime, v String CODEC(ZSTD(1)), INDEX iv v TYPE bloom_filter GRANULARITY 1, PROJECTION p (SELECT id, v ORDER BY v)) ENGINE = MergeTree ORDER BY id SETTINGS merge_with_ttl_timeout = 3600 COMMENT 'events'",
       ];
       const { events } = await applyWithEvents('c3', converging(declared), state);
       assert.ok(events.some((e) => e.action === 'alter'));
       for (const pod of pods) {
         const ddl = query(pod, "SELECT create_table_query FROM system.tables WHERE database = 'c3' AND name = 't' FORMAT TabSeparatedRaw");
-        for (const part of ['CODEC(ZSTD(1))', 'INDEX iv v TYPE bloom_filter', 'PROJECTION p', 'TTL at + toIntervalDay(30)', 'merge_with_ttl_timeout = 3600', "COMMENT 'events'"]) {
+        for (const part of ['CODEC(ZSTD(1))', 'INDEX iv v TYPE bloom_filter', 'PROJECTION p', 'merge_with_ttl_timeout = 3600', "COMMENT 'events'"]) {
           assert.ok(ddl.includes(part), `${pod}: ${part} in ${ddl}`);
         }
         assert.ok(!ddl.includes('INDEX old'), ddl);
         assert.ok(!ddl.includes('min_bytes_for_wide_part'), ddl);
+        assert.ok(!ddl.includes('TTL'), ddl);
         assert.equal(query(pod, 'SELECT count() FROM c3.t'), '1');
+      }
+    });
+
+    test('a new table or column TTL is refused with the ALTER it would take, and no row is deleted', { timeout }, async () => {
+      const base = ['CREATE DATABASE IF NOT EXISTS c13', 'CREATE TABLE IF NOT EXISTS c13.t (id UInt64, at DateTime, v String) ENGINE = MergeTree ORDER BY id'];
+      // One row 60 days old, which a 30-day TTL would delete, and one of today.
+      const state = await start('c13', base, 'c13.t', "(1, now() - INTERVAL 60 DAY, 'old'), (2, now(), 'new')");
+      const withTtl = [base[0], base[1].replace('ORDER BY id', 'ORDER BY id TTL at + INTERVAL 30 DAY')];
+      let err = await rejection(apply('c13', converging(withTtl), state));
+      assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+      assert.equal(err.object, 'c13.t');
+      assert.ok(err.message.includes('rows (or a column'), err.message);
+      assert.ok(err.message.includes('ALTER TABLE `c13`.`t` MODIFY TTL at + toIntervalDay(30)'), err.message);
+      const columnTtl = [base[0], base[1].replace('v String', 'v String TTL at + INTERVAL 30 DAY')];
+      err = await rejection(apply('c13', converging(columnTtl), state));
+      assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+      assert.ok(err.message.includes('ALTER TABLE `c13`.`t` MODIFY COLUMN `v` String TTL at + toIntervalDay(30)'), err.message);
+      for (const pod of pods) {
+        query(pod, 'OPTIMIZE TABLE c13.t FINAL');
+        assert.equal(query(pod, 'SELECT id, v FROM c13.t ORDER BY id FORMAT TSV'), '1\told\n2\tnew', pod);
+        const ddl = query(pod, "SELECT create_table_query FROM system.tables WHERE database = 'c13' AND name = 't' FORMAT TabSeparatedRaw");
+        assert.ok(!ddl.includes('TTL'), `${pod}: ${ddl}`);
       }
     });
   }

@@ -13,13 +13,15 @@
 //! - a declared column the table lacks: `ADD COLUMN` at its declared place (`AFTER x`, or `FIRST`
 //!   where the server has it); a live column the declaration lacks is kept, never dropped, and
 //!   reported;
-//! - a column's DEFAULT, COMMENT, CODEC or TTL: the matching `MODIFY COLUMN` / `COMMENT COLUMN`;
-//!   its type: refused (a mutation that rewrites the column in every part), naming the ALTER it
-//!   would take, unless the column is in the allow list;
+//! - a column's DEFAULT, COMMENT or CODEC, or a TTL it no longer has: the matching
+//!   `MODIFY COLUMN` / `COMMENT COLUMN`; its type: refused (a mutation that rewrites the column in
+//!   every part), naming the ALTER it would take, unless the column is in the allow list;
 //! - skip indexes, projections and constraints: added (an index or projection then materialized,
 //!   so existing parts have it too), dropped when undeclared, replaced when changed;
-//! - the table's TTL, SETTINGS and COMMENT: `MODIFY TTL` / `REMOVE TTL`, `MODIFY SETTING` /
-//!   `RESET SETTING`, `MODIFY COMMENT`;
+//! - the table's SETTINGS and COMMENT, and a TTL it no longer has: `MODIFY SETTING` /
+//!   `RESET SETTING`, `MODIFY COMMENT`, `REMOVE TTL`;
+//! - a new or changed TTL (the table's or a column's): refused, naming the ALTER it would take,
+//!   because the server applies it to the rows already there and deletes what it expires;
 //! - an ORDER BY that only appends columns the table lacks: those `ADD COLUMN`s and
 //!   `MODIFY ORDER BY` (the server then keeps the old key as `PRIMARY KEY`, which the check
 //!   accepts);
@@ -33,7 +35,7 @@
 //! An object with any refused difference is not altered at all: a half-converged table is harder
 //! to reason about than one that fails by name. The ALTERs of one table are one statement (the
 //! server applies its commands in order), except that a command taking a list (`MODIFY SETTING`,
-//! `RESET SETTING`, `MODIFY TTL`) must end its statement, or it would read the next command as an
+//! `RESET SETTING`) must end its statement, or it would read the next command as an
 //! element: the first of them ends the table's ALTER, each other one is an ALTER of its own.
 //!
 //! What the server accepts was tried on ClickHouse 18.16 and on 26.9 (chdb-core): 18.16 has
@@ -542,8 +544,13 @@ fn plan_table(
                     commands.push("REMOVE TTL".to_owned());
                     plan.changes.push("remove the table TTL".to_owned());
                 } else {
-                    last.push(format!("MODIFY TTL {}", declared_text));
-                    plan.changes.push(format!("TTL {}", declared_text));
+                    plan.refused.push(Refusal {
+                        clause: d.clause.clone(),
+                        why: ttl_refusal("the table's TTL", &declared_text),
+                        alter: Some(format!(
+                            "ALTER TABLE {target}{on_cluster} MODIFY TTL {declared_text}"
+                        )),
+                    });
                 }
             }
             "SETTINGS" if server.modern => {
@@ -600,7 +607,7 @@ fn plan_table(
             )),
         }
     }
-    // A command that takes a list (`MODIFY SETTING`, `RESET SETTING`, `MODIFY TTL`) would read
+    // A command that takes a list (`MODIFY SETTING`, `RESET SETTING`) would read
     // a following `, COMMAND` as its next element: it ends its statement, and the next one starts
     // a statement of its own.
     let mut last = last.into_iter();
@@ -827,9 +834,21 @@ fn plan_column(
             return;
         }
         match declared {
+            Some((text, _)) if word == "TTL" => {
+                plan.refused.push(Refusal {
+                    clause: clause.clone(),
+                    why: ttl_refusal(&format!("the TTL of column {name}"), text),
+                    alter: Some(format!(
+                        "ALTER TABLE {}.{} MODIFY COLUMN {column} {} TTL {text}",
+                        ident(input.database),
+                        ident(input.name),
+                        d.ty.0
+                    )),
+                });
+                return;
+            }
             Some((text, _)) => {
-                let gap = if word == "CODEC" { "" } else { " " };
-                commands.push(format!("MODIFY COLUMN {column} {} {word}{gap}{text}", d.ty.0));
+                commands.push(format!("MODIFY COLUMN {column} {} {word}{text}", d.ty.0));
                 plan.changes
                     .push(format!("{} of {name}", word.to_ascii_lowercase()));
             }
@@ -840,6 +859,18 @@ fn plan_column(
             }
         }
     }
+}
+
+/// Why a new or changed TTL is left to the user: on a modern server the ALTER materializes it on
+/// every existing part (`materialize_ttl_after_modify`), and merges apply it anyway, so a TTL that
+/// is new or shorter deletes rows (a column TTL resets values) already in the table. Removing a
+/// TTL deletes nothing, and convergence does that by itself.
+fn ttl_refusal(what: &str, declared: &str) -> String {
+    format!(
+        "{what} would become {declared}: the server applies a new TTL to the rows already in the table, so rows \
+         (or a column's values) older than it are deleted. Convergence deletes no data; once you have checked what \
+         it expires, run the ALTER as a statement of your own"
+    )
 }
 
 /// An index, projection or constraint the declaration and the table hold differently.

@@ -224,10 +224,11 @@ fn table_clauses_indexes_and_projections_on_a_modern_server() {
     // As 26.9 prints them.
     let declared = "CREATE TABLE s.o0 (`id` UInt64, `at` DateTime, `v` String CODEC(ZSTD(1)), INDEX iv v TYPE \
                     bloom_filter GRANULARITY 1, PROJECTION p (SELECT id, v ORDER BY v)) ENGINE = MergeTree ORDER BY id \
-                    TTL at + toIntervalDay(30) SETTINGS index_granularity = 8192, merge_with_ttl_timeout = 3600 \
-                    COMMENT 'events'";
+                    SETTINGS index_granularity = 8192, merge_with_ttl_timeout = 3600 COMMENT 'events'";
+    // The live table has a TTL the declaration dropped: removing it deletes nothing.
     let live = "CREATE TABLE app.t (`id` UInt64, `at` DateTime, `v` String, INDEX old id TYPE minmax GRANULARITY 1) \
-                ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192, min_bytes_for_wide_part = 0";
+                ENGINE = MergeTree ORDER BY id TTL at + toIntervalDay(90) SETTINGS index_granularity = 8192, \
+                min_bytes_for_wide_part = 0";
     let plan = table(declared, live, NEW);
     assert!(plan.refused.is_empty(), "{:?}", plan.refused);
     assert_eq!(
@@ -235,8 +236,8 @@ fn table_clauses_indexes_and_projections_on_a_modern_server() {
         [
             "ALTER TABLE `app`.`t` MODIFY COLUMN `v` String CODEC(ZSTD(1)), ADD INDEX iv v TYPE bloom_filter \
              GRANULARITY 1, MATERIALIZE INDEX `iv`, ADD PROJECTION p (SELECT id, v ORDER BY v), MATERIALIZE \
-             PROJECTION `p`, DROP INDEX `old`, MODIFY COMMENT 'events', MODIFY TTL at + toIntervalDay(30)",
-            "ALTER TABLE `app`.`t` MODIFY SETTING merge_with_ttl_timeout = 3600",
+             PROJECTION `p`, DROP INDEX `old`, MODIFY COMMENT 'events', REMOVE TTL, MODIFY SETTING \
+             merge_with_ttl_timeout = 3600",
             "ALTER TABLE `app`.`t` RESET SETTING min_bytes_for_wide_part",
         ]
     );
@@ -318,5 +319,55 @@ fn on_cluster_goes_after_the_name() {
     assert_eq!(
         plan.statements,
         ["ALTER TABLE `app`.`t` ON CLUSTER `main` ADD COLUMN n UInt8 AFTER `id`"]
+    );
+}
+
+#[test]
+fn a_new_or_changed_ttl_is_refused_with_its_alter_and_deletes_nothing() {
+    // As 26.9 prints them. A TTL applies to the rows already in the table: a new or shorter one
+    // deletes them, so convergence leaves the table alone and names the ALTER to run by hand.
+    let live = "CREATE TABLE app.t (`id` UInt64, `at` DateTime, `v` String) ENGINE = MergeTree ORDER BY id \
+                SETTINGS index_granularity = 8192";
+    let table_ttl = table(
+        "CREATE TABLE s.o0 (`id` UInt64, `at` DateTime, `v` String, `w` UInt8) ENGINE = MergeTree ORDER BY id \
+         TTL at + toIntervalDay(30) SETTINGS index_granularity = 8192",
+        live,
+        NEW,
+    );
+    assert!(table_ttl.statements.is_empty(), "{:?}", table_ttl.statements);
+    assert_eq!(table_ttl.refused.len(), 1, "{:?}", table_ttl.refused);
+    assert_eq!(table_ttl.refused[0].clause, "TTL");
+    assert!(
+        table_ttl.refused[0].why.contains("deleted"),
+        "{}",
+        table_ttl.refused[0].why
+    );
+    assert_eq!(
+        table_ttl.refused[0].alter.as_deref(),
+        Some("ALTER TABLE `app`.`t` MODIFY TTL at + toIntervalDay(30)")
+    );
+    let column_ttl = table(
+        "CREATE TABLE s.o0 (`id` UInt64, `at` DateTime, `v` String TTL at + toIntervalDay(7)) ENGINE = MergeTree \
+         ORDER BY id SETTINGS index_granularity = 8192",
+        live,
+        NEW,
+    );
+    assert!(column_ttl.statements.is_empty(), "{:?}", column_ttl.statements);
+    assert_eq!(column_ttl.refused[0].clause, "column v");
+    assert_eq!(
+        column_ttl.refused[0].alter.as_deref(),
+        Some("ALTER TABLE `app`.`t` MODIFY COLUMN `v` String TTL at + toIntervalDay(7)")
+    );
+    // A column TTL the declaration no longer has is removed.
+    let removed = table(
+        "CREATE TABLE s.o0 (`id` UInt64, `at` DateTime, `v` String) ENGINE = MergeTree ORDER BY id \
+         SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t (`id` UInt64, `at` DateTime, `v` String TTL at + toIntervalDay(7)) ENGINE = MergeTree \
+         ORDER BY id SETTINGS index_granularity = 8192",
+        NEW,
+    );
+    assert_eq!(
+        removed.statements,
+        ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` REMOVE TTL"]
     );
 }
