@@ -314,6 +314,18 @@ pub fn plan_object(input: ObjectInput<'_>, server: Server, options: Options<'_>)
                         "CREATE OR REPLACE VIEW {target}{on_cluster} {}",
                         input.declared_body
                     ));
+                } else if options.on_cluster.is_some() {
+                    // The DROP would reach every host, but only this one was seen to hold a
+                    // view by that name: on another, a table of that name would go with its rows.
+                    plan.refused.push(Refusal {
+                        clause: "AS".to_owned(),
+                        why: "this server replaces a view by DROP and CREATE, and ON CLUSTER would send the DROP \
+                              to every host of the cluster, where only one was checked (a table of that name \
+                              elsewhere would be dropped with its rows); replace it on each host, or with \
+                              statements of your own"
+                            .to_owned(),
+                        alter: None,
+                    });
                 } else {
                     plan.statements
                         .push(format!("DROP TABLE IF EXISTS {target}{on_cluster}"));

@@ -278,6 +278,25 @@ fn a_changed_view_is_replaced() {
         on_cluster.statements,
         ["CREATE OR REPLACE VIEW `app`.`t` ON CLUSTER `main` AS SELECT 2 AS a"]
     );
+    // 18.16 under onCluster: its DROP would reach hosts nobody checked; refused, nothing run.
+    let old_on_cluster = plan_with(
+        "VIEW",
+        declared,
+        live,
+        body,
+        OLD,
+        Options {
+            allow_type_change: &[],
+            on_cluster: Some("main"),
+        },
+    );
+    assert!(
+        old_on_cluster.statements.is_empty(),
+        "{:?}",
+        old_on_cluster.statements
+    );
+    assert_eq!(old_on_cluster.refused.len(), 1);
+    assert!(old_on_cluster.refused[0].why.contains("every host"));
 }
 
 #[test]
