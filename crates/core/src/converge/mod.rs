@@ -263,7 +263,13 @@ fn replica_path(live: &Definition, database: &str, name: &str, stdout: &str) -> 
         // The server's default path: one set per table.
         path = format!("{{default}}/{database}/{name}");
     }
-    path = path.replace("{database}", database).replace("{table}", name);
+    // `{uuid}` is the table's own UUID, which the check does not read: the table's name stands
+    // for it, so two tables of one shard are two replica sets (the replicas of one table, made
+    // ON CLUSTER, share its UUID and its name).
+    path = path
+        .replace("{database}", database)
+        .replace("{table}", name)
+        .replace("{uuid}", &format!("{{uuid of {database}.{name}}}"));
     for line in stdout.lines() {
         let fields: Vec<&str> = line.split('\t').collect();
         if let ["macro", macro_name, value, ..] = fields.as_slice() {

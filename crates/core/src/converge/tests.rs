@@ -390,3 +390,26 @@ fn a_new_or_changed_ttl_is_refused_with_its_alter_and_deletes_nothing() {
         ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` REMOVE TTL"]
     );
 }
+
+#[test]
+fn tables_whose_paths_hold_a_uuid_are_replica_sets_of_their_own() {
+    // As 26.9 prints an argument-less engine's default path: the UUID is left as `{uuid}`.
+    let live = parse(
+        "CREATE TABLE app.a (`id` UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{uuid}/{shard}', \
+         '{replica}') ORDER BY id SETTINGS index_granularity = 8192",
+    );
+    let macros = "macro\tshard\ts1\nmacro\treplica\tr1\n";
+    let a = replica_path(&live, "app", "a", macros).expect("replicated");
+    let b = replica_path(&live, "app", "b", macros).expect("replicated");
+    assert_ne!(a, b, "two tables of one shard are not one replica set");
+    assert_eq!(a, "/clickhouse/tables/{uuid of app.a}/s1");
+    // A path without a UUID is as the server expands it.
+    let named = parse(
+        "CREATE TABLE app.a (`id` UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', \
+         '{replica}') ORDER BY id",
+    );
+    assert_eq!(
+        replica_path(&named, "app", "a", macros).as_deref(),
+        Some("/clickhouse/tables/s1/app/a")
+    );
+}
