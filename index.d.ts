@@ -150,7 +150,7 @@ export interface PlanResult {
    * With a `rebuild` prop, when an apply would run every statement: each allowed table that
    * differs in a way only a rebuild changes, the pods it would be rebuilt on, and the refusal
    * the apply would fail with, if any; from one live-schema check per pod and one inspection
-   * per pod that holds such a table, all reads. Empty otherwise.
+   * per pod that holds such a table, which only reads. Empty otherwise.
    */
   rebuild: Array<PlannedRebuild>
 }

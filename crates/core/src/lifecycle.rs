@@ -222,7 +222,7 @@ pub struct PlanOutcome {
     /// With a `rebuild` prop, when an apply would run every statement: each allowed table that
     /// differs in a way only a rebuild changes, the pods it would be rebuilt on, and the refusal
     /// the apply would fail with, if any; from one live-schema check per pod and one inspection
-    /// per pod that holds such a table, all reads. Empty otherwise.
+    /// per pod that holds such a table, which only reads. Empty otherwise.
     pub rebuild: Vec<crate::rebuild::PlannedRebuild>,
 }
 
@@ -281,7 +281,7 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
         }
     };
     // The rebuild's plan: only where the apply rebuilds (every statement runs; new pods alone
-    // get the table from its CREATE), with the same checks and reads only.
+    // get the table from its CREATE), with the same checks, changing no table.
     let rebuild = match &decision {
         Decision::ApplyAll { .. } if !config.rebuild.is_empty() => {
             run.plan_rebuilds(

@@ -100,8 +100,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         Ok(())
     }
 
-    /// What an apply would rebuild: the survey and the check step's refusals, with reads only
-    /// (no receipts table is created, nothing is changed on any pod).
+    /// What an apply would rebuild: the survey (the live-schema check, with its scratch copy) and
+    /// the check step's refusals from inspections that only read (no receipts table is created).
     pub(crate) async fn plan_rebuilds(
         &self,
         plans: &[RebuildPlan],
