@@ -170,6 +170,10 @@ say(
   "   With rebuild: { 'metrics.samples': { cutoverColumn: 'at' } }: on each pod a new table, a view that copies every row\n" +
     '   written from a cut-over on, a copy of the older rows partition by partition with a receipt each, a verification, a swap',
 );
+const rebuildPlan = await plan('metrics-schema', metrics('(host, at)', { rebuild: { 'metrics.samples': { cutoverColumn: 'at' } } }), m1.state);
+detail(
+  `plan first, nothing changes: ${rebuildPlan.rebuild.map((r) => `${r.table} would be rebuilt (${r.differences.join(', ')} differs) on ${r.pods.length} pods${r.refused ? `, but refused: ${r.refused}` : ''}`).join('; ')}`,
+);
 const rebuilt = await measured(() =>
   apply('metrics-schema', metrics('(host, at)', { rebuild: { 'metrics.samples': { cutoverColumn: 'at', cutoverDelaySeconds: 2 } } }), m1.state, {
     onEvent: (e) => {
