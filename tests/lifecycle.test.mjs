@@ -263,6 +263,7 @@ test('plan answers whether apply would run anything, at the cost of its no-op ch
     pods: [],
     statements: [],
     converge: [],
+    rebuild: [],
   });
   assert.equal(same.calls.lists.length, 1);
   assert.equal(same.calls.execs.length, 0);
@@ -286,6 +287,9 @@ test('plan answers whether apply would run anything, at the cost of its no-op ch
     { changed: true, reason: 'nothing has been applied yet', why: 'firstApply', everyPod: true, pods: [] },
   );
   assert.equal(fresh.statements.length, 2);
+  // Without a rebuild prop the plan looks at no table.
+  assert.deepEqual(fresh.rebuild, []);
+  assert.equal(none.calls.execs.length, 0);
 });
 
 test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing runs after, nothing is recorded', async () => {
