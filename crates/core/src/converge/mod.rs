@@ -37,6 +37,8 @@
 //! server applies its commands in order), except that a command taking a list (`MODIFY SETTING`,
 //! `RESET SETTING`) must end its statement, or it would read the next command as an
 //! element: the first of them ends the table's ALTER, each other one is an ALTER of its own.
+//! A second `MODIFY COLUMN` of one column that restates its type is an ALTER of its own too: in
+//! one ALTER, a 24.x/25.x server drops the default the first one set.
 //!
 //! What the server accepts was tried on ClickHouse 18.16 and on 26.9 (chdb-core): 18.16 has
 //! `ADD COLUMN ... AFTER`, `MODIFY COLUMN` (type, default), `COMMENT COLUMN` and `MODIFY ORDER BY`
@@ -483,6 +485,8 @@ fn plan_table(
 ) {
     let mut commands: Vec<String> = Vec::new();
     let mut last: Vec<String> = Vec::new();
+    // Commands that need an ALTER of their own (see the second `MODIFY COLUMN` of a column).
+    let mut own: Vec<String> = Vec::new();
     let declared_columns = plain_columns(input.declared);
     for d in input.differences {
         let Some(name) = d.clause.strip_prefix("column ") else {
@@ -520,7 +524,25 @@ fn plan_table(
                 plan.accepted.push(d.clause.clone());
             }
             (Some(declared), Some(live)) => {
+                let from = commands.len();
                 plan_column(input, server, options, name, declared, live, &mut commands, plan);
+                // Two `MODIFY COLUMN`s of one column in one ALTER: a 24.x/25.x server lets a
+                // later one that restates the type wipe the default an earlier one set, or undo
+                // its REMOVE (ClickHouse PR 114807), and inserts then store the type's zero. Such
+                // a later one runs as an ALTER of its own, after this one.
+                let restating = format!("MODIFY COLUMN {} ", ident(name));
+                let mut modified = false;
+                let mut i = from;
+                while i < commands.len() {
+                    if let Some(rest) = commands[i].strip_prefix(&restating) {
+                        if modified && !rest.starts_with("REMOVE ") {
+                            own.push(commands.remove(i));
+                            continue;
+                        }
+                        modified = true;
+                    }
+                    i += 1;
+                }
             }
             (None, None) => plan
                 .refused
@@ -636,7 +658,7 @@ fn plan_table(
     if !commands.is_empty() {
         plan.statements.push(alter(&commands));
     }
-    for command in last {
+    for command in own.into_iter().chain(last) {
         plan.statements.push(alter(&[command]));
     }
 }

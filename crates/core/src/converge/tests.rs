@@ -413,3 +413,25 @@ fn tables_whose_paths_hold_a_uuid_are_replica_sets_of_their_own() {
         Some("/clickhouse/tables/s1/app/a")
     );
 }
+
+#[test]
+fn a_column_is_modified_once_per_alter() {
+    // A new MATERIALIZED expression and a new codec: two MODIFY COLUMNs of one column. In one
+    // ALTER a 24.x/25.x server drops the expression (ClickHouse PR 114807); each gets its own.
+    let plan = table(
+        "CREATE TABLE s.o0 (`event` String, `c` UInt32 MATERIALIZED JSONExtractUInt(event, 'x') CODEC(T64, LZ4), \
+         `n` UInt8) ENGINE = MergeTree ORDER BY tuple() SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t (`event` String, `c` UInt32) ENGINE = MergeTree ORDER BY tuple() \
+         SETTINGS index_granularity = 8192",
+        NEW,
+    );
+    assert!(plan.refused.is_empty(), "{:?}", plan.refused);
+    assert_eq!(
+        plan.statements,
+        [
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `c` UInt32 MATERIALIZED JSONExtractUInt(event, 'x'), ADD COLUMN \
+             IF NOT EXISTS `n` UInt8 AFTER `c`",
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `c` UInt32 CODEC(T64, LZ4)",
+        ]
+    );
+}
