@@ -409,7 +409,9 @@ test1816(
     const LONG = 'SELECT sleep(3) FROM system.numbers LIMIT 20 SETTINGS max_block_size = 1';
     const long = props({
       statements: ['CREATE DATABASE IF NOT EXISTS coord_kill', LONG],
-      lease: { ttlSeconds: 10 },
+      // Long enough that a renewal delayed by a busy machine (the test command runs four
+      // suites on two cores) never loses it: this test is about the cancel, not the lease's end.
+      lease: { ttlSeconds: 60 },
       ledger: undefined,
       statementTimeoutMs: 90_000,
       parallelism: 1,
