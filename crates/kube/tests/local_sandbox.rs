@@ -431,6 +431,7 @@ async fn faults_are_transient_or_timeouts() {
             pod: Some(POD.into()),
             count: 1,
             after,
+            delay_ms: 0,
         });
         let e = t
             .exec(shell_exec(

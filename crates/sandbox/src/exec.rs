@@ -459,15 +459,17 @@ impl Session {
         });
 
         let drop_now = async {
-            match self.fault {
-                Some(ExecFault::Drop(DropPoint::AfterStart)) => {}
-                Some(ExecFault::Drop(DropPoint::AfterStdout)) => {
+            let delay = match self.fault {
+                Some(ExecFault::Drop(DropPoint::AfterStart, delay)) => delay,
+                Some(ExecFault::Drop(DropPoint::AfterStdout, delay)) => {
                     if first_out_rx.await.is_err() {
                         std::future::pending::<()>().await;
                     }
+                    delay
                 }
-                _ => std::future::pending::<()>().await,
-            }
+                _ => std::future::pending::<u64>().await,
+            };
+            tokio::time::sleep(Duration::from_millis(delay)).await;
         };
         let sync_log = |s: &Session| {
             let bytes = stdin_log.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -532,7 +534,7 @@ impl Session {
                 return;
             }
         }
-        if matches!(self.fault, Some(ExecFault::Drop(_))) {
+        if matches!(self.fault, Some(ExecFault::Drop(..))) {
             // The process finished before the drop point was reached: drop before the status
             // (logged first, as above).
             sync_log(&self);

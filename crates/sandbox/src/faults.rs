@@ -30,6 +30,10 @@ pub enum Fault {
         /// How far the exec gets before the cut.
         #[serde(default)]
         after: DropPoint,
+        /// How long after that point the cut comes (0: at once); a process that
+        /// ends first is cut before its status, as when it ends before the point.
+        #[serde(default)]
+        delay_ms: u64,
     },
     /// Accept the upgrade, then send nothing and start nothing until the client gives up
     /// (or `seconds` pass).
@@ -99,7 +103,8 @@ fn status_409() -> u16 {
 /// What an exec must suffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ExecFault {
-    Drop(DropPoint),
+    /// Where, and how long after it, the connection is cut.
+    Drop(DropPoint, u64),
     Stall(u64),
 }
 
@@ -137,9 +142,14 @@ impl Faults {
             Fault::ListError { .. } | Fault::LeaseError { .. } => false,
         })?;
         let out = match &mut self.armed[idx] {
-            Fault::DropExec { count, after, .. } => {
+            Fault::DropExec {
+                count,
+                after,
+                delay_ms,
+                ..
+            } => {
                 *count -= 1;
-                ExecFault::Drop(*after)
+                ExecFault::Drop(*after, *delay_ms)
             }
             Fault::StallExec { count, seconds, .. } => {
                 *count -= 1;
@@ -211,6 +221,7 @@ mod tests {
             pod: Some("a".into()),
             count: 2,
             after: DropPoint::AfterStart,
+            delay_ms: 0,
         });
         f.arm(Fault::ListError {
             namespace: None,
@@ -219,8 +230,8 @@ mod tests {
             retry_after_seconds: Some(1),
         });
         assert_eq!(f.take_exec("b"), None);
-        assert_eq!(f.take_exec("a"), Some(ExecFault::Drop(DropPoint::AfterStart)));
-        assert_eq!(f.take_exec("a"), Some(ExecFault::Drop(DropPoint::AfterStart)));
+        assert_eq!(f.take_exec("a"), Some(ExecFault::Drop(DropPoint::AfterStart, 0)));
+        assert_eq!(f.take_exec("a"), Some(ExecFault::Drop(DropPoint::AfterStart, 0)));
         assert_eq!(f.take_exec("a"), None);
         assert_eq!(f.take_list("x").map(|l| l.status), Some(429));
         assert_eq!(f.take_list("x"), None);

@@ -203,6 +203,7 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
         pod: Some("chi-sandbox-sandbox-0-2-0".into()),
         count: 1,
         after: DropPoint::AfterStart,
+        delay_ms: 0,
     });
     let dropped = sql(&admin, "chi-sandbox-sandbox-0-2-0", "SELECT sleep(2)").await;
     assert!(dropped.status.is_none() && dropped.joined.is_err(), "{dropped:?}");

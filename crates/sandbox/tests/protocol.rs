@@ -455,6 +455,7 @@ async fn injected_faults_reach_the_client() {
         pod: Some("chi-sandbox-sandbox-0-1-0".into()),
         count: 1,
         after: DropPoint::AfterStdout,
+        delay_ms: 0,
     });
     // Scoped: another pod is unaffected.
     let ok = kube_exec(
