@@ -89,6 +89,11 @@ pub(crate) const SERVER_TIME_LIMIT_SETTING: &str = "max_execution_time";
 /// command killed by KILL (128 + 9).
 pub const POD_TIMEOUT_EXIT_CODES: [i32; 2] = [124, 137];
 
+/// Exit status of a client whose query the server refused because a query
+/// with its `--query_id` still runs (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING,
+/// code 216; the client exits with the code modulo 256).
+pub const QUERY_ID_IN_USE_EXIT_CODE: i32 = 216;
+
 /// The statement's bound in whole seconds, rounded up (at least 1): what
 /// `max_execution_time` receives, and where the pod's grace starts.
 pub(crate) fn bound_secs(statement_timeout: Duration) -> u64 {

@@ -603,11 +603,23 @@ fn an_sql_error_names_index_pod_code_and_is_never_retried() {
     );
 }
 
+/// The `--query_id` a statement's command line names.
+fn query_id_of(command: &[String]) -> String {
+    let line = command.join(" ");
+    let at = line
+        .find("--query_id='")
+        .expect("a statement runs under a query id")
+        + "--query_id='".len();
+    line[at..].split('\'').next().unwrap().to_owned()
+}
+
+const KILL: &str = "KILL QUERY";
+
 #[test]
-fn a_transport_failure_is_retried_with_backoff() {
+fn a_transport_failure_is_retried_with_backoff_once_the_dropped_attempt_is_stopped() {
     let mut failures = 2;
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |_, _| {
-        (failures > 0).then(|| {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
+        (failures > 0 && !req.stdin.starts_with(KILL)).then(|| {
             failures -= 1;
             Err(TransportError::new(
                 TransportErrorKind::Transient,
@@ -618,10 +630,143 @@ fn a_transport_failure_is_retried_with_backoff() {
     let clock = FakeClock::default();
     let (state, _) = run_apply(fanout_props(), None, &cluster, &clock).unwrap();
     assert_eq!(state.pod_names.len(), 1);
-    assert_eq!(cluster.exec_attempts(), 4, "2 failed + 2 statements");
+    assert_eq!(
+        cluster.exec_attempts(),
+        6,
+        "2 failed + a stop after each + 2 statements"
+    );
+    let execs = cluster.execs();
+    let stdins: Vec<&str> = execs.iter().map(|c| &c.stdin[..c.stdin.len().min(10)]).collect();
+    assert_eq!(stdins, [KILL, KILL, "CREATE DAT", "CREATE TAB"]);
+    // Each stop names the query id the retry then runs under, so nothing of the
+    // dropped attempt runs beside it.
+    let id = query_id_of(&execs[2].command);
+    assert!(
+        execs[0]
+            .stdin
+            .starts_with(&format!("KILL QUERY WHERE query_id IN ('{id}') SYNC;")),
+        "{}",
+        execs[0].stdin
+    );
+    assert_eq!(execs[0].stdin, execs[1].stdin);
     assert_eq!(
         *clock.sleeps.lock().unwrap(),
         vec![Duration::from_millis(1000), Duration::from_millis(2000)]
+    );
+}
+
+#[test]
+fn an_exec_the_api_server_refused_with_a_status_is_retried_without_a_stop() {
+    // A 500 on the exec's upgrade: nothing started in the pod, so there is nothing to stop.
+    let mut failures = 1;
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |_, _| {
+        (failures > 0).then(|| {
+            failures -= 1;
+            Err(
+                TransportError::new(TransportErrorKind::Transient, "500 Internal Server Error")
+                    .with_http_status(500),
+            )
+        })
+    });
+    run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    assert_eq!(cluster.exec_attempts(), 3);
+    assert!(cluster.execs().iter().all(|c| !c.stdin.starts_with(KILL)));
+}
+
+#[test]
+fn a_dropped_attempt_that_still_runs_is_not_retried_beside_itself() {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+        Some(if req.stdin.starts_with(KILL) {
+            // The server still lists it: KILL QUERY cannot stop DDL waiting on a lock.
+            Ok(ExecOutput {
+                stdout: "clickhouse-schema-still-running\t1\n".into(),
+                ..ExecOutput::default()
+            })
+        } else {
+            Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "websocket closed mid-exec",
+            ))
+        })
+    });
+    let clock = FakeClock::default();
+    let err = run_apply(fanout_props(), None, &cluster, &clock).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Transport);
+    assert_eq!(
+        (err.statement_index, err.pod.as_deref()),
+        (Some(0), Some("chi-orders-0-0-0"))
+    );
+    let statements = cluster.exec_attempts() - cluster.execs().len();
+    assert_eq!(
+        statements, 1,
+        "statement 0 was sent once, never again while it may run"
+    );
+    assert!(
+        err.message.contains(
+            "It was not retried: that attempt could not be confirmed stopped (1 still in system.processes after \
+             KILL QUERY), and a retry would run beside it."
+        ),
+        "{}",
+        err.message
+    );
+    // The call's end looked once more, and said what it could not confirm.
+    assert_eq!(cluster.execs().len(), 2, "two stops");
+    assert!(
+        err.message
+            .contains("Of what its exec may have left running: statement 0 on pod chi-orders-0-0-0")
+            && err.message.contains("could not be confirmed stopped"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_retry_the_server_refuses_because_the_first_attempt_still_runs_reports_an_unknown_outcome() {
+    // The stop looked before the dropped attempt's client had registered its query;
+    // the retry then meets it on the server (code 216).
+    let mut attempt = 0;
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
+        if req.stdin.starts_with(KILL) {
+            return None;
+        }
+        attempt += 1;
+        Some(match attempt {
+            1 => Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "websocket closed mid-exec",
+            )),
+            _ => Ok(ExecOutput {
+                stdout: String::new(),
+                stderr:
+                    "Code: 216. DB::Exception: Query with id = clickhouse-schema-x-0-chi-orders-0-0-0 is \
+                         already running. (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING)\n"
+                        .into(),
+                exit_code: 216,
+            }),
+        })
+    });
+    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Transport, "{}", err.message);
+    assert_eq!(err.statement_index, Some(0));
+    assert!(
+        err.message
+            .contains("attempt 2 was refused because an earlier attempt still runs on the server")
+            && err.message.contains("Whether the statement completes is unknown"),
+        "{}",
+        err.message
+    );
+    // It is stopped before the call ends, like a cancelled statement.
+    let stops = cluster
+        .execs()
+        .iter()
+        .filter(|c| c.stdin.starts_with(KILL))
+        .count();
+    assert_eq!(stops, 2, "one before the retry, one at the call's end");
+    assert!(
+        err.message
+            .contains("was stopped with KILL QUERY and is not running any more"),
+        "{}",
+        err.message
     );
 }
 
@@ -690,17 +835,30 @@ fn on_cluster_refused_in_a_replicated_database_says_so_with_its_index() {
 
 #[test]
 fn a_transport_failure_that_persists_fails_after_max_attempts() {
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
-        Some(Err(TransportError::new(
-            TransportErrorKind::Timeout,
-            "exec did not finish within 300000ms",
-        )))
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+        (!req.stdin.starts_with(KILL)).then(|| {
+            Err(TransportError::new(
+                TransportErrorKind::Timeout,
+                "exec did not finish within 300000ms",
+            ))
+        })
     });
     let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport);
     assert_eq!(err.statement_index, Some(0));
-    assert_eq!(cluster.exec_attempts(), 3);
+    let stops = cluster.execs().len();
+    assert_eq!(cluster.exec_attempts() - stops, 3, "three attempts");
+    assert_eq!(
+        stops, 3,
+        "a stop after each: two before the retries, one at the call's end"
+    );
     assert!(err.message.contains("3 attempt(s)"), "{}", err.message);
+    assert!(
+        err.message
+            .contains("was stopped with KILL QUERY and is not running any more"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
@@ -1108,7 +1266,10 @@ fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
     // Attempt 1 times out (it may have created the table), attempt 2 then
     // finds the table: the error must not pretend the first never ran.
     let mut attempt = 0;
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |_, _| {
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
+        if req.stdin.starts_with(KILL) {
+            return None;
+        }
         attempt += 1;
         Some(match attempt {
             1 => Err(TransportError::new(
@@ -1139,17 +1300,26 @@ fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
 
 #[test]
 fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retried() {
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|_, _| {
-        Some(Ok(ExecOutput {
-            stdout: String::new(),
-            stderr: String::new(),
-            exit_code: 124,
-        }))
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+        (!req.stdin.starts_with(KILL)).then(|| {
+            Ok(ExecOutput {
+                stdout: String::new(),
+                stderr: String::new(),
+                exit_code: 124,
+            })
+        })
     });
     let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
     assert_eq!(err.kind, ErrorKind::StatementFailed);
     assert_eq!(err.exit_code, Some(124));
-    assert_eq!(cluster.exec_attempts(), 1);
+    // `timeout` ended the client, not necessarily the server's query: it is stopped
+    // before the call ends.
+    let execs = cluster.execs();
+    assert_eq!(execs.len(), 2, "the statement, then its stop");
+    assert!(execs[1].stdin.starts_with(&format!(
+        "KILL QUERY WHERE query_id IN ('{}')",
+        query_id_of(&execs[0].command)
+    )));
     assert!(
         err.message
             .contains("was stopped in the pod after statementTimeoutMs (300000ms)")

@@ -13,6 +13,13 @@
 //! confirm it is gone. One that cannot be confirmed is waited out under the
 //! lease until its pod-side bound has surely ended it. The error says which.
 //!
+//! An exec that ended without an outcome (its connection dropped, or the
+//! caller's deadline passed, with no answer from the API server) leaves its
+//! client in the same state, so it is treated alike: stopped and confirmed
+//! gone before a retry runs under the same id (the server would refuse the
+//! retry with code 216 while it ran), and kept in this list when the call
+//! fails, so the call's end stops it or waits it out as above.
+//!
 //! Not reached this way: the work a distributed DDL statement (`ON CLUSTER`)
 //! queued for the other hosts (their DDL workers run it under ids of their
 //! own), and a statement whose client had not yet registered its query with
@@ -142,8 +149,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         };
         result.map_err(|mut err| {
+            let after = if err.kind == crate::error::ErrorKind::Cancelled {
+                "After the cancellation"
+            } else {
+                "Of what its exec may have left running"
+            };
             err.message
-                .push_str(&format!(" After the cancellation: {}.{lease}", notes.join("; ")));
+                .push_str(&format!(" {after}: {}.{lease}", notes.join("; ")));
             err
         })
     }
@@ -151,7 +163,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Stops `statements` on `pod` and confirms they no longer run: one exec,
     /// bounded, not cancellable (the call is cancelled already). `Err` says
     /// why it could not be confirmed.
-    async fn stop_on(&self, pod: &str, statements: &[&Abandoned]) -> Result<(), String> {
+    pub(super) async fn stop_on(&self, pod: &str, statements: &[&Abandoned]) -> Result<(), String> {
         let ids = statements
             .iter()
             .map(|s| format!("'{}'", s.query_id.replace('\\', "\\\\").replace('\'', "\\'")))

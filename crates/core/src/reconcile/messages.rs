@@ -297,6 +297,29 @@ impl<T, C> Run<'_, T, C> {
             .with_clickhouse(code, None)
     }
 
+    /// Attempt `attempt` of statement `index` was refused because an earlier
+    /// attempt still runs under `query_id` (code 216).
+    pub(super) fn earlier_attempt_running(
+        &self,
+        index: usize,
+        pod: &str,
+        query_id: &str,
+        attempt: u32,
+    ) -> ClickHouseSchemaError {
+        self.error(
+            ErrorKind::Transport,
+            format!(
+                "{}: statement {index} on pod {pod}: attempt {attempt} was refused because an earlier attempt \
+                 still runs on the server under the same query id ({query_id}; ClickHouse code 216, \
+                 QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING), after its exec ended without an outcome. Whether the \
+                 statement completes is unknown. Nothing is recorded; the next converge re-runs the list.",
+                self.prefix()
+            ),
+        )
+        .with_statement_index(index)
+        .with_pod(pod)
+    }
+
     pub(super) fn exec_transport_failed(
         &self,
         index: usize,

@@ -77,7 +77,8 @@ pub(crate) struct Run<'a, T, C> {
     pub converge_claims: std::sync::Mutex<BTreeSet<String>>,
 }
 
-/// A statement whose exec a cancellation closed while it ran.
+/// A statement whose exec a cancellation closed while it ran, or that ended
+/// without an outcome (see `abandoned`).
 #[derive(Debug, Clone)]
 pub(crate) struct Abandoned {
     pub pod: String,
@@ -607,12 +608,61 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .with_pod(pod),
                 ));
             };
+            let this_attempt = || Abandoned {
+                pod: pod.to_owned(),
+                index,
+                query_id: query_id.clone(),
+                ends_by: sent + request.timeout,
+            };
             match result {
-                Ok(output) => return Ok((output, attempt - 1)),
+                Ok(output) if output.exit_code == command::QUERY_ID_IN_USE_EXIT_CODE && attempt > 1 => {
+                    // The server still runs an earlier attempt under this id: the stop
+                    // before this retry looked before that attempt's client had
+                    // registered it. Its outcome is unknown, and it is stopped (or
+                    // waited out) before the call ends, as a cancelled one is.
+                    self.abandon(this_attempt());
+                    return Err(Failure::Error(
+                        self.earlier_attempt_running(index, pod, &query_id, attempt),
+                    ));
+                }
+                Ok(output) => {
+                    if command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code) {
+                        // The pod's `timeout` ended the client, not necessarily the
+                        // server's query (DDL waiting on a lock or a mutation does not
+                        // stop with its client): stopped before the call ends.
+                        self.abandon(this_attempt());
+                    }
+                    return Ok((output, attempt - 1));
+                }
                 Err(err) if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) => {
                     return Err(Failure::Vanished);
                 }
-                Err(err) if err.is_retryable() && attempt < max_attempts => {
+                Err(err) if err.is_retryable() => {
+                    // An API server that answered with a status refused the exec
+                    // before anything started in the pod. Without one the exec was
+                    // dropped or timed out while it ran, and its client may still run
+                    // there under this query id (a kubelet keeps a dropped exec's
+                    // process): a retry under the same id would be refused with code
+                    // 216, and a statement after it would run beside it. So it is
+                    // stopped, and confirmed gone, before anything else runs.
+                    let may_run = err.http_status.is_none();
+                    if attempt >= max_attempts {
+                        if may_run {
+                            self.abandon(this_attempt());
+                        }
+                        return Err(Failure::Error(
+                            self.exec_transport_failed(index, statement, pod, &err, attempt),
+                        ));
+                    }
+                    if may_run && let Err(why) = self.stop_on(pod, &[&this_attempt()]).await {
+                        self.abandon(this_attempt());
+                        let mut failed = self.exec_transport_failed(index, statement, pod, &err, attempt);
+                        failed.message.push_str(&format!(
+                            " It was not retried: that attempt could not be confirmed stopped ({why}), and a \
+                             retry would run beside it."
+                        ));
+                        return Err(Failure::Error(failed));
+                    }
                     self.backoff(attempt, Call::Statement { pod, index }).await;
                     attempt += 1;
                 }

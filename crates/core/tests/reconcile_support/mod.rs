@@ -263,7 +263,7 @@ impl FakeCluster {
     }
 
     /// Runs before every exec attempt; returning `Some` replaces the default
-    /// outcome (success with empty output).
+    /// outcome (success with empty output; for a stop, nothing left running).
     pub(crate) fn on_exec(
         self,
         script: impl FnMut(&ExecRequest, &mut Vec<PodInfo>) -> Option<Result<ExecOutput, TransportError>>
@@ -349,7 +349,17 @@ impl Executor for FakeCluster {
         let mut script = world.exec_script.take();
         let scripted = script.as_mut().and_then(|s| s(&request, &mut world.pods));
         world.exec_script = script;
-        let result = scripted.unwrap_or_else(|| Ok(ExecOutput::default()));
+        let result = scripted.unwrap_or_else(|| {
+            // Every exec here completes, so a stop finds nothing left running.
+            Ok(if request.stdin.starts_with("KILL QUERY") {
+                ExecOutput {
+                    stdout: "clickhouse-schema-still-running\t0\n".to_owned(),
+                    ..ExecOutput::default()
+                }
+            } else {
+                ExecOutput::default()
+            })
+        });
         if result.is_ok() {
             world.execs.push(ExecCall {
                 pod: request.pod.clone(),
