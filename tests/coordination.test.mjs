@@ -479,6 +479,54 @@ test1816(
   },
 );
 
+// A statement's exec dropped while it ran, on a real cluster, leaves its client running in the pod
+// under the statement's query id. Before, the retry went out at once under the same id: the server
+// refused it (code 216) as a failure of the statement, or, had it been accepted, the two would have
+// run side by side.
+test1816(
+  'system.processes lists a running query only on a server',
+  'a statement whose exec dropped while it ran is stopped before its retry; the two never run side by side',
+  { timeout },
+  async () => {
+    const id = 'coord-drop-retry';
+    const SLOW = 'SELECT sleep(2) FROM system.numbers LIMIT 3 SETTINGS max_block_size = 1';
+    const first = sandbox.info.pods[0];
+    const slow = props({ statements: [SLOW], ledger: undefined, parallelism: 1, lease: { ttlSeconds: 60 } });
+    const running = async () =>
+      Number(await sandbox.queryAsync(first, "SELECT count() FROM system.processes WHERE query LIKE '%sleep(2) FROM system.numbers%' AND query NOT LIKE '%system.processes%'"));
+    await sandbox.clearLogs();
+    await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: true });
+    // The cut comes 1.5 s into the statement's first exec on the first pod: the query runs on the server by then.
+    await sandbox.control('POST', '/sandbox/faults', { kind: 'drop_exec', pod: first, count: 1, after: 'after_start', delay_ms: 1500 });
+    try {
+      let settled = false;
+      const events = [];
+      const deploying = apply(id, slow, undefined, { onEvent: (e) => events.push(e) }).finally(() => (settled = true));
+      let most = 0;
+      while (!settled) {
+        most = Math.max(most, await running());
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      const result = await deploying;
+      assert.deepEqual(result.appliedTo, sandbox.info.pods, 'the apply went through on every pod');
+      assert.equal(most, 1, 'never two copies of the statement at once on the first pod');
+      assert.ok(events.some((e) => e.kind === 'retry' && e.pod === first), 'the retry was reported');
+      const execs = (await execLog()).filter((e) => e.pod === first);
+      const dropped = execs.findIndex((e) => e.outcome.startsWith('left_running'));
+      const stop = execs.findIndex((e) => e.stdin.startsWith('KILL QUERY'));
+      const retried = execs.findIndex((e, i) => i > dropped && e.stdin === SLOW);
+      assert.ok(dropped >= 0 && dropped < stop && stop < retried, JSON.stringify(execs.map((e) => [e.outcome, e.stdin.slice(0, 30)])));
+      const queryId = /--query_id='([^']+)'/.exec(execs[dropped].argv.join(' '))[1];
+      assert.equal(/--query_id='([^']+)'/.exec(execs[retried].argv.join(' '))[1], queryId, 'the retry runs under the same id');
+      assert.match(execs[stop].stdin, new RegExp(`^KILL QUERY WHERE query_id IN \\('${queryId}'\\) SYNC;`));
+      assert.equal(execs[retried].outcome, 'completed');
+    } finally {
+      await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: false });
+      await sandbox.control('DELETE', '/sandbox/faults');
+    }
+  },
+);
+
 // The demo's account of two deploys at once (scripts/demo.sh, step 5) used to
 // be a fixed sentence saying CI waited and read the ledger, whichever won.
 test("the demo's account of a race says who took the lease and ran the statements, from the events", { timeout }, async () => {
