@@ -67,10 +67,28 @@ build_cache_save() {
     (flock -x 9 && rm -rf "$BUILD_CACHE_DIR/target") 9>"$BUILD_CACHE_DIR/lock"
     return 0
   fi
+  # A save that died half way (its process is gone) left a copy as big as the cache beside it.
+  local stale
+  for stale in "$BUILD_CACHE_DIR"/target.*; do
+    [ -e "$stale" ] || continue
+    kill -0 "${stale##*.}" 2>/dev/null || rm -rf "$stale"
+  done
+  # The copy needs as much room again as target/: without it the old cache stays, rather than a
+  # full disk failing the other steps still running beside this one.
+  local free_gb
+  free_gb=$(df --output=avail --block-size=1G "$BUILD_CACHE_DIR" | tail -1 | tr -dc '0-9')
+  if [ "$free_gb" -lt $((size_gb + 2)) ]; then
+    echo "only ${free_gb} GB free for a ${size_gb} GB target/: the cache is not saved (the old one, if any, stays)"
+    return 0
+  fi
   # Copied beside the cache first, so a run that is stopped halfway leaves the old cache whole.
   local next="$BUILD_CACHE_DIR/target.$$"
   rm -rf "$next"
-  cp -a target "$next"
+  if ! cp -a target "$next"; then
+    rm -rf "$next"
+    echo "the copy of target/ failed: the cache is not saved (the old one, if any, stays)"
+    return 0
+  fi
   # Outputs, not build state: staged addons and WebAssembly artifacts are made again by every run.
   rm -rf "$next/cross/napi-stage" "$next/wasi" "$next/doc"
   _build_cache_forget_workspace "$next"
