@@ -116,22 +116,39 @@ test('an SQL failure rejects with every ClickHouseSchemaError property and no se
   assert.equal(failing.length, 1, 'an SQL error is never retried');
 });
 
-test('a rejected exec is a transport failure: retried, then reported', async () => {
+// A stop of an attempt that ended without an outcome (KILL QUERY by its id, then a count of what
+// still runs), answered as a server does when nothing of it runs any more.
+const isStop = (request) => request.stdin.startsWith('KILL QUERY');
+const STOPPED = { stdout: 'clickhouse-schema-still-running\t0\n', stderr: '', exitCode: 0 };
+
+test('a rejected exec is a transport failure: retried once its attempt is stopped, then reported', async () => {
   let failures = 1;
-  const flaky = fakeCluster(['chi-0'], () => {
+  const flaky = fakeCluster(['chi-0'], (request) => {
+    if (isStop(request)) return STOPPED;
     if (failures-- > 0) throw new Error('websocket closed');
   });
   const ok = await apply('orders-schema', props(), undefined, { executor: flaky.executor });
   assert.equal(ok.changed, true);
-  assert.equal(flaky.calls.execs.length, 3, 'one failed attempt, then both statements');
+  assert.deepEqual(
+    flaky.calls.execs.map((r) => (isStop(r) ? 'stop' : r.stdin)),
+    [S0, 'stop', S0, S1],
+    'one failed attempt, its stop, then both statements',
+  );
 
-  const down = fakeCluster(['chi-0'], () => Promise.reject(new Error('connection reset by peer')));
+  const down = fakeCluster(['chi-0'], (request) => (isStop(request) ? STOPPED : Promise.reject(new Error('connection reset by peer'))));
   const err = await rejection(apply('orders-schema', props(), undefined, { executor: down.executor }));
   assert.equal(err.code, 'E_TRANSPORT');
   assert.equal(err.statementIndex, 0);
   assert.equal(err.pod, 'chi-0');
   assert.match(err.message, /after 2 attempt\(s\)/);
   assert.match(err.message, /connection reset by peer/);
+
+  // An executor that cannot answer the stop: the attempt may still run, so it is not retried.
+  const mute = fakeCluster(['chi-0'], (request) => (isStop(request) ? undefined : Promise.reject(new Error('websocket closed'))));
+  const unconfirmed = await rejection(apply('orders-schema', props(), undefined, { executor: mute.executor }));
+  assert.equal(unconfirmed.code, 'E_TRANSPORT');
+  assert.equal(mute.calls.execs.filter((r) => !isStop(r)).length, 1, 'sent once');
+  assert.match(unconfirmed.message, /It was not retried: that attempt could not be confirmed stopped/);
 });
 
 test('a listPods that throws synchronously is a failure, not a crash', async () => {
@@ -222,7 +239,7 @@ test('a rejection without an Error still says what happened', async () => {
     [42, /failed: 42/],
     [new Error('socket hang up'), /socket hang up/],
   ]) {
-    const { executor } = fakeCluster(['chi-0'], () => Promise.reject(reason));
+    const { executor } = fakeCluster(['chi-0'], (request) => (isStop(request) ? STOPPED : Promise.reject(reason)));
     const err = await rejection(apply('orders-schema', props(), undefined, { executor: executor }));
     assert.equal(err.code, 'E_TRANSPORT');
     assert.match(err.message, phrase);
