@@ -1,7 +1,9 @@
 //! Integration tests: they need root, iproute2, clickhouse-server/-client 18.16 and zookeeper
-//! (scripts/install-deps.sh). Most tests take whichever instance is free, so they run in parallel
-//! with each other and with another test run on the same machine. The two that must come back to
-//! a known instance after a crash reserve one (`reserve_instance`).
+//! (scripts/install-deps.sh). They run in parallel with each other and with other sandboxes on the
+//! same machine (the Node suites start theirs while these run). A test that checks that nothing of its
+//! instance is left after a stop reserves a number of its own (`reserve_instance`) and asks for it:
+//! freed by the stop, a number taken from the free ones could be claimed at once by another sandbox,
+//! whose namespaces would then read as leftovers.
 
 use std::io::Write;
 use std::path::Path;
@@ -171,7 +173,8 @@ fn assert_nothing_left(instance: u8, pids: &[i32]) {
 fn cluster_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut hosts = Hosts::start(options(None, dir.path()), &specs(&["ch-0", "ch-1", "ch-2"])).unwrap();
+    let _reserved = reserve_instance(190).unwrap();
+    let mut hosts = Hosts::start(options(Some(190), dir.path()), &specs(&["ch-0", "ch-1", "ch-2"])).unwrap();
     let instance = hosts.instance();
     eprintln!("3 hosts ready in {:?}", started.elapsed());
 
@@ -294,7 +297,8 @@ fn cluster_lifecycle() {
 #[test]
 fn remove_takes_host_out_of_cluster() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hosts = Hosts::start(options(None, dir.path()), &specs(&["a", "b"])).unwrap();
+    let _reserved = reserve_instance(191).unwrap();
+    let mut hosts = Hosts::start(options(Some(191), dir.path()), &specs(&["a", "b"])).unwrap();
     let instance = hosts.instance();
     hosts.remove("b").unwrap();
     assert!(!netns_list().contains(&format!("chsbx{instance}-b")));
@@ -442,7 +446,8 @@ fn bad_options_are_refused_before_anything_is_created() {
 #[test]
 fn failed_server_start_reports_its_log_and_second_sandbox_on_same_instance_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hosts = Hosts::start(options(None, dir.path()), &specs(&["a"])).unwrap();
+    let _reserved = reserve_instance(192).unwrap();
+    let mut hosts = Hosts::start(options(Some(192), dir.path()), &specs(&["a"])).unwrap();
     let instance = hosts.instance();
 
     // A second sandbox on the same instance must fail without touching the first one's network.
@@ -539,7 +544,8 @@ fn shards_and_replicas() {
         spec("chi-x-c-1-1-0", "chi-x-c-1-1", 1),
     ];
     let started = Instant::now();
-    let mut hosts = Hosts::start(options(None, dir.path()), &layout).unwrap();
+    let _reserved = reserve_instance(193).unwrap();
+    let mut hosts = Hosts::start(options(Some(193), dir.path()), &layout).unwrap();
     let instance = hosts.instance();
     eprintln!("2x2 hosts ready in {:?}", started.elapsed());
 

@@ -47,8 +47,12 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_shards_of_two_replicas() {
     let started = Instant::now();
+    // A number of its own, so that no other sandbox takes it once this one stops and its namespaces
+    // read as this one's leftovers (see `assert_nothing_left`).
+    let _reserved = clickhouse_schema_sandbox_hosts::reserve_instance(189).unwrap();
     let sb = Sandbox::start(SandboxOptions {
         layout: Layout::grid(2, 2),
+        instance: Some(189),
         ..SandboxOptions::default()
     })
     .await

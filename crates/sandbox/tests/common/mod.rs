@@ -178,7 +178,9 @@ pub(crate) fn names(out: &Output) -> Vec<String> {
 
 /// After a sandbox of hosts `instance` stopped: no network namespace, bridge, UTS namespace file, hosts
 /// file or mount of that instance, and no process whose command line names `dir` (its servers and
-/// ZooKeeper run with their config under it).
+/// ZooKeeper run with their config under it). The caller must have reserved `instance` and asked for it
+/// (`reserve_instance`): a number taken from the free ones may be claimed by another sandbox as soon as
+/// the stop frees it.
 pub(crate) fn assert_nothing_left(instance: u8, dir: &Path) {
     let prefix = format!("chsbx{instance}-");
     let netns = text(
