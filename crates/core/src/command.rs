@@ -164,6 +164,20 @@ pub fn render_multiquery(
     render_with(client, settings, script_bytes, statement_timeout, " --multiquery")
 }
 
+/// [`render_multiquery`] for a script that changes something (a convergence script, a rebuild
+/// step), run under `query_id` so that it can be stopped where it runs (see the module header).
+/// The client sends the one id with each statement of the script in turn.
+pub fn render_multiquery_as(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    script_bytes: usize,
+    statement_timeout: Duration,
+    query_id: &str,
+) -> Vec<String> {
+    let flags = format!(" --multiquery --query_id={}", shell_quote(query_id));
+    render_with(client, settings, script_bytes, statement_timeout, &flags)
+}
+
 fn render_with(
     client: &ClientConfig,
     settings: &BTreeMap<String, SettingValue>,

@@ -495,11 +495,13 @@ fn a_renewal_that_hangs_stops_the_holder_at_its_renew_deadline() {
             "{}",
             err.message
         );
-        let execs = scenario.execs();
+        let (stops, execs) = stops_and_statements(&scenario);
         // Taken at 0 s; renew deadline two thirds of 6 s: statements start at 0, 1, 2 and 3 s.
         let last = execs.last().expect("some ran").2;
         assert!(last < Duration::from_secs(4), "a statement started at {last:?}");
         assert_eq!(execs.len(), 4, "{execs:?}");
+        // The one in flight at the deadline is stopped then.
+        assert_eq!(stops, [Duration::from_secs(4)], "{execs:?}");
         // Lost at 4 s, then the release, bounded by a third of the duration.
         assert_eq!(time.now(), Duration::from_secs(6), "failed at the deadline");
     }
@@ -517,7 +519,13 @@ fn the_deadline_moves_with_each_successful_renewal() {
     assert_eq!(err.kind, ErrorKind::LeaseLost);
     // Lost 4 s after the renewal sent at 4 s; the release is bounded by 2 s.
     assert_eq!(time.now(), Duration::from_secs(10));
-    assert_eq!(scenario.execs().len(), 8);
+    let (stops, execs) = stops_and_statements(&scenario);
+    assert_eq!(execs.len(), 8, "{execs:?}");
+    assert_eq!(
+        stops,
+        [Duration::from_secs(8)],
+        "the statement in flight at the deadline"
+    );
 }
 
 /// A lease that its holder renews every second is alive whatever times the
@@ -591,9 +599,11 @@ fn a_holder_suspended_past_its_renew_deadline_stops_and_does_not_renew() {
         "{}",
         err.message
     );
-    let execs = scenario.execs();
-    // Statement 0 before the suspend, statement 1 as it began; nothing after the resume.
+    let (stops, execs) = stops_and_statements(&scenario);
+    // Statement 0 before the suspend, statement 1 as it began; nothing after the resume but the
+    // stop of statement 1, which the suspend caught in flight.
     assert_eq!(execs.len(), 2, "{execs:?}");
+    assert_eq!(stops.len(), 1, "{stops:?}");
     let writes = scenario.world.lock().unwrap().writes.clone();
     let resumed = Duration::from_secs(61);
     let renewals: Vec<_> = writes
@@ -607,6 +617,59 @@ fn a_holder_suspended_past_its_renew_deadline_stops_and_does_not_renew() {
             .iter()
             .any(|(at, holder, _)| *at >= resumed && holder.is_none()),
         "{writes:?}"
+    );
+}
+
+/// When each stop (`KILL QUERY`) was sent, and the other execs.
+fn stops_and_statements(scenario: &Scenario) -> (Vec<Duration>, Vec<(String, String, Duration)>) {
+    let (stops, statements): (Vec<_>, Vec<_>) = scenario
+        .execs()
+        .into_iter()
+        .partition(|(_, stdin, _)| stdin.starts_with("KILL QUERY"));
+    (stops.into_iter().map(|(.., at)| at).collect(), statements)
+}
+
+/// The query id a statement's exec ran under (from its argv).
+fn query_id_in(command: &[String]) -> String {
+    command[2]
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("--query_id='"))
+        .and_then(|w| w.strip_suffix('\''))
+        .expect("the statement runs under a query id")
+        .to_owned()
+}
+
+/// The lease is lost (its renewals stall) while a statement runs for a minute: the work is
+/// dropped where it is, but on a real cluster the statement goes on in the pod, and another deploy
+/// may take the lease a third of a duration later. Before the call ends, the statement is stopped
+/// on its pod by its query id, and the error says so. Before, nothing stopped it: the dropped
+/// work had registered nothing, and the stop that runs after the work never ran.
+#[test]
+fn a_statement_running_when_the_lease_is_lost_is_stopped_before_the_call_ends() {
+    let time = VirtualTime::default();
+    let scenario = Scenario::new(&time, Api::HangsAfter(1), Duration::from_secs(60), None);
+    scenario.world.lock().unwrap().stop_answer = (0, "clickhouse-schema-still-running\t0\n".to_owned());
+    let mut p = props(2, 6, 30_000);
+    p["statementTimeoutMs"] = json!(20_000);
+    let err = run_apply(&scenario, 0, p).expect_err("the lease is lost");
+    assert_eq!(err.kind, ErrorKind::LeaseLost, "{err:?}");
+    let execs = scenario.execs();
+    assert_eq!(execs.len(), 2, "the statement, then its stop: {execs:?}");
+    let query_id = query_id_in(&scenario.world.lock().unwrap().commands[0]);
+    let (pod, stop, stopped_at) = &execs[1];
+    assert_eq!(pod, "chi-0");
+    assert!(
+        stop.starts_with(&format!("KILL QUERY WHERE query_id IN ('{query_id}') SYNC;")),
+        "{stop}"
+    );
+    // Lost at the renew deadline, 4 s after the lease was taken; stopped then, not waited out.
+    assert_eq!(*stopped_at, Duration::from_secs(4));
+    assert!(
+        err.message.contains(&format!(
+            "statement 0 on pod chi-0 (query id {query_id}) was stopped with KILL QUERY and is not running any more"
+        )),
+        "{}",
+        err.message
     );
 }
 
@@ -630,13 +693,7 @@ fn cancel_mid_statement(
     p["statementTimeoutMs"] = json!(20_000);
     let err = run_apply_cancellable(&scenario, 0, p, &flag).expect_err("cancelled");
     assert_eq!(err.kind, ErrorKind::Cancelled, "{err:?}");
-    let commands = scenario.world.lock().unwrap().commands.clone();
-    let query_id = commands[0][2]
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("--query_id='"))
-        .and_then(|w| w.strip_suffix('\''))
-        .expect("the statement runs under a query id")
-        .to_owned();
+    let query_id = query_id_in(&scenario.world.lock().unwrap().commands[0]);
     (err, query_id, scenario)
 }
 

@@ -9,7 +9,7 @@ use crate::command;
 use crate::error::ClickHouseSchemaError;
 use crate::error::ErrorKind;
 use crate::live_schema::{ObjectStatus, PodReport, VerifyPlan};
-use crate::reconcile::{Failure, Run, bounded};
+use crate::reconcile::{Failure, Run, Tracked, bounded};
 use crate::sql::clickhouse_text::literal;
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{Clock, Event, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
@@ -172,29 +172,36 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 message: format!("{} on {pod}: {}", object.object, object.changes.join(", ")),
             });
         }
+        // Under a query id of its own, so that a cancellation, a lost lease or a dropped exec can
+        // stop it where it runs (see `reconcile::abandoned`).
+        let query_id = self.script_query_id("cv", pod);
         let request = ExecRequest {
             namespace: self.target.namespace.clone(),
             pod: pod.to_owned(),
             container: self.target.container.clone(),
-            command: command::render_multiquery(
+            command: command::render_multiquery_as(
                 self.client,
                 self.settings,
                 script.len(),
                 self.statement_timeout,
+                &query_id,
             ),
             stdin: script,
             timeout: command::exec_timeout(self.statement_timeout),
         };
-        if self.cancel.is_cancelled() {
-            return Err(Failure::Error(
-                self.cancelled(&format!("before convergence on pod {pod}"))
-                    .with_pod(pod),
-            ));
-        }
         // A transport failure is not retried: an ALTER may have run, and the check decides after
         // the next apply's statements.
-        let output = match self.unless_cancelled(self.transport.exec(request.clone())).await {
-            None => {
+        let output = match self
+            .exec_tracked(&request, "the convergence script", &query_id, None)
+            .await
+        {
+            Tracked::CancelledBefore => {
+                return Err(Failure::Error(
+                    self.cancelled(&format!("before convergence on pod {pod}"))
+                        .with_pod(pod),
+                ));
+            }
+            Tracked::CancelledDuring => {
                 return Err(Failure::Error(
                     self.cancelled(&format!(
                         "during convergence on pod {pod}; whether its ALTERs ran is unknown"
@@ -202,10 +209,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .with_pod(pod),
                 ));
             }
-            Some(Err(err)) if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) => {
+            Tracked::Failed { err, .. }
+                if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) =>
+            {
                 return Err(Failure::Vanished);
             }
-            Some(Err(err)) => {
+            Tracked::Failed { err, .. } => {
                 return Err(Failure::Error(
                     self.error(
                         ErrorKind::Transport,
@@ -219,7 +228,21 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .with_pod(pod),
                 ));
             }
-            Some(Ok(output)) => output,
+            // Only a retry meets this, and this script is never retried.
+            Tracked::EarlierRunning { .. } => {
+                return Err(Failure::Error(
+                    self.error(
+                        ErrorKind::Transport,
+                        format!(
+                            "{}: convergence on pod {pod} was refused: a query under its id ({query_id}) still \
+                             runs. Nothing is recorded; the next deploy checks the pod again.",
+                            self.prefix()
+                        ),
+                    )
+                    .with_pod(pod),
+                ));
+            }
+            Tracked::Output { output, .. } => output,
         };
         if output.exit_code == 0 {
             return Ok(());

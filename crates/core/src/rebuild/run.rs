@@ -23,7 +23,7 @@ use crate::rebuild::{
     self, BATCH_PARTITIONS, BATCH_ROWS, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
     PlannedRebuild, RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
 };
-use crate::reconcile::{Call, Run};
+use crate::reconcile::{Call, Run, Tracked};
 use crate::sql::declared::{StatementClass, classify};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{
@@ -849,40 +849,36 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         script: String,
         retry: bool,
     ) -> Result<(ExecOutput, String), ClickHouseSchemaError> {
+        // Under a query id of its own, so that a cancellation, a lost lease or a dropped exec can
+        // stop it where it runs: a copy can take minutes (see `reconcile::abandoned`).
+        let query_id = self.script_query_id("rb", at.pod);
         let request = ExecRequest {
             namespace: self.target.namespace.clone(),
             pod: at.pod.to_owned(),
             container: self.target.container.clone(),
-            command: command::render_multiquery(
+            command: command::render_multiquery_as(
                 self.client,
                 self.settings,
                 script.len(),
                 self.statement_timeout,
+                &query_id,
             ),
             stdin: script,
             timeout: command::exec_timeout(self.statement_timeout),
         };
-        if self.cancel.is_cancelled() {
-            return Err(self
-                .cancelled(&format!(
-                    "before step {} of rebuilding {}",
-                    at.step,
-                    at.plan.key()
-                ))
-                .with_pod(at.pod));
-        }
-        let run = async {
-            if retry {
-                self.with_retry(Call::Rebuild { pod: at.pod }, || {
-                    self.transport.exec(request.clone())
-                })
-                .await
-            } else {
-                self.transport.exec(request.clone()).await.map_err(|e| (e, 1))
+        let what = format!("step {} of rebuilding {}", at.step, at.plan.key());
+        let call = retry.then_some(Call::Rebuild { pod: at.pod });
+        let output = match self.exec_tracked(&request, &what, &query_id, call).await {
+            Tracked::CancelledBefore => {
+                return Err(self
+                    .cancelled(&format!(
+                        "before step {} of rebuilding {}",
+                        at.step,
+                        at.plan.key()
+                    ))
+                    .with_pod(at.pod));
             }
-        };
-        let output = match self.unless_cancelled(run).await {
-            None => {
+            Tracked::CancelledDuring => {
                 return Err(self
                     .cancelled(&format!(
                         "during step {} of rebuilding {}",
@@ -891,26 +887,49 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     ))
                     .with_pod(at.pod));
             }
-            Some(Err((err, _))) if err.kind == TransportErrorKind::ProgramMissing => {
+            Tracked::EarlierRunning { attempt } => {
+                return Err(self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    at,
+                    &format!(
+                        "attempt {attempt} was refused because an earlier attempt still runs under the same query \
+                         id ({query_id}; ClickHouse code 216) after its exec ended without an outcome"
+                    ),
+                ));
+            }
+            Tracked::Failed { err, .. } if err.kind == TransportErrorKind::ProgramMissing => {
                 return Err(self.image_unsupported(
                     &format!("step {} of rebuilding {}", at.step, at.plan.key()),
                     at.pod,
                     &err.message,
                 ));
             }
-            Some(Err((err, attempts))) => {
+            Tracked::Failed {
+                err,
+                attempts,
+                not_retried,
+            } => {
                 let gone = err.kind == TransportErrorKind::Refused && err.http_status == Some(404);
+                let not_retried = not_retried.map_or(String::new(), |why| {
+                    format!(
+                        "; it was not retried: that attempt could not be confirmed stopped ({why}), and a retry \
+                         would run beside it"
+                    )
+                });
                 return Err(self.rebuild_error(
                     ErrorKind::RebuildFailed,
                     at,
                     &if gone {
                         "the pod is gone (its exec answered 404)".to_owned()
                     } else {
-                        format!("its exec failed after {attempts} attempt(s): {}", err.message)
+                        format!(
+                            "its exec failed after {attempts} attempt(s): {}{not_retried}",
+                            err.message
+                        )
                     },
                 ));
             }
-            Some(Ok(output)) => output,
+            Tracked::Output { output, .. } => output,
         };
         Ok((output, request.stdin))
     }

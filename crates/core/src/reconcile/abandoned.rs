@@ -1,24 +1,36 @@
-//! Statements a cancellation left running in their pods, and stopping them.
+//! Execs that may leave something running in their pods, and stopping them.
 //!
-//! Cancelling a call closes the exec of the statement in flight, but on a
-//! real cluster that does not stop the process in the container: the kubelet
-//! leaves it running until it ends, the pod's `timeout` stops it, or the
-//! server's `max_execution_time` does (see `command`). A cancelled deploy
-//! that let go of its lease at once would let the next deploy's statements
-//! run beside it. So every user statement runs under a query id naming the
-//! run, the statement and the pod, and before a cancelled call ends (under a
-//! lease: before it releases the lease, renewing it meanwhile) each statement
-//! it abandoned is stopped where it runs: `KILL QUERY ... SYNC` by that id in
-//! a fresh, bounded exec on its pod, then a look at `system.processes` to
-//! confirm it is gone. One that cannot be confirmed is waited out under the
-//! lease until its pod-side bound has surely ended it. The error says which.
+//! Cancelling a call closes the exec in flight, but on a real cluster that
+//! does not stop the process in the container: the kubelet leaves it running
+//! until it ends, the pod's `timeout` stops it, or the server's
+//! `max_execution_time` does (see `command`). A deploy that let go of its
+//! lease at once would let the next deploy's statements run beside it. So
+//! every exec that changes something (a user statement, a convergence script,
+//! a rebuild step) runs under a query id naming the run and the pod, and is
+//! tracked from before it is sent until it has an outcome ([`Run::exec_tracked`]).
+//! What is still tracked when the call ends, or when the lease is lost, may
+//! still run: each is stopped where it runs (`KILL QUERY ... SYNC` by its id
+//! in a fresh, bounded exec on its pod, then a look at `system.processes` to
+//! confirm it is gone). Under a lease still held, one that cannot be
+//! confirmed is waited out until its pod-side bound has surely ended it; a
+//! lost lease is not waited on (another deploy may hold it by then). The
+//! error says which.
+//!
+//! Tracking starts before the exec is awaited, not when it is given up on,
+//! because a lost lease drops the whole work future from outside: nothing in
+//! it runs again, and only what was registered beforehand is known.
 //!
 //! An exec that ended without an outcome (its connection dropped, or the
 //! caller's deadline passed, with no answer from the API server) leaves its
 //! client in the same state, so it is treated alike: stopped and confirmed
 //! gone before a retry runs under the same id (the server would refuse the
-//! retry with code 216 while it ran), and kept in this list when the call
-//! fails, so the call's end stops it or waits it out as above.
+//! retry with code 216 while it ran), and kept tracked when the call fails,
+//! so the call's end stops it or waits it out as above.
+//!
+//! A script of several statements (`--multiquery`) runs them one after the
+//! other under its one id: both clients send the id with each statement
+//! and wait for one to end before sending the next, and the server frees an
+//! id when its query ends, so the id names whichever statement runs.
 //!
 //! Not reached this way: the work a distributed DDL statement (`ON CLUSTER`)
 //! queued for the other hosts (their DDL workers run it under ids of their
@@ -32,11 +44,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::{Abandoned, Run, bounded};
+use super::{Abandoned, Call, Run, bounded};
 use crate::command;
 use crate::config::ClientConfig;
 use crate::error::ClickHouseSchemaError;
-use crate::transport::{Clock, ExecRequest, Executor, PodLister};
+use crate::transport::{Clock, ExecOutput, ExecRequest, Executor, PodLister, TransportError};
 
 /// The longest the stop of one pod's statements may take (the kill and the look).
 const STOP_BOUND: Duration = Duration::from_secs(10);
@@ -48,21 +60,51 @@ const STILL_RUNNING: &str = "clickhouse-schema-still-running";
 /// (the timers do not count a suspend).
 const HOLD_TICK: Duration = Duration::from_secs(1);
 
+/// What [`Run::exec_tracked`] came to.
+pub(crate) enum Tracked {
+    /// The exec returned what the client printed and its exit code; `unknown` earlier attempts
+    /// ended without an outcome (each stopped and confirmed gone before the next was sent).
+    Output { output: ExecOutput, unknown: u32 },
+    /// The call was cancelled before an attempt was sent.
+    CancelledBefore,
+    /// The call was cancelled while an attempt ran: its exec was closed, and it stays tracked.
+    CancelledDuring,
+    /// A retry was refused with code 216: an earlier attempt still runs under the id (the stop
+    /// before the retry looked before that attempt's client had registered it). Still tracked.
+    EarlierRunning { attempt: u32 },
+    /// The last attempt failed in transport. `not_retried`: why an attempt that could still run
+    /// was not retried (it could not be confirmed stopped).
+    Failed {
+        err: TransportError,
+        attempts: u32,
+        not_retried: Option<String>,
+    },
+}
+
 impl<T, C> Run<'_, T, C> {
-    pub(super) fn abandon(&self, statement: Abandoned) {
+    /// Tracks `exec` (see the module header) until [`Self::untrack`] is called with what this returns.
+    fn track(&self, mut exec: Abandoned) -> u64 {
+        let token = self.exec_seq.fetch_add(1, Ordering::Relaxed);
+        exec.token = token;
         self.abandoned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(statement);
+            .push(exec);
+        token
     }
 
-    fn take_abandoned(&self) -> Vec<Abandoned> {
-        std::mem::take(
-            &mut *self
-                .abandoned
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+    fn untrack(&self, tokens: &[u64]) {
+        self.abandoned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|a| !tokens.contains(&a.token));
+    }
+
+    fn tracked(&self) -> Vec<Abandoned> {
+        self.abandoned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -73,6 +115,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// process, and where the run lives in memory, which differs between
     /// processes); nothing in it is secret.
     pub(super) fn query_id(&self, index: usize, pod: &str) -> String {
+        format!("{}-{index}-{pod}", self.run_key())
+    }
+
+    /// The query id of an exec of this run that is not one of the user's statements (`what`:
+    /// `cv` for convergence, `rb` for a rebuild step), numbered within the run so that no two
+    /// execs share one: `clickhouse-schema-<16 hex>-<what><n>-<pod>`.
+    pub(crate) fn script_query_id(&self, what: &str, pod: &str) -> String {
+        let n = self.exec_seq.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{what}{n}-{pod}", self.run_key())
+    }
+
+    fn run_key(&self) -> String {
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let key = self.run_key.get_or_init(|| {
             let seed = format!(
@@ -85,7 +139,91 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             );
             hex::encode(&Sha256::digest(seed.as_bytes())[..8])
         });
-        format!("clickhouse-schema-{key}-{index}-{pod}")
+        format!("clickhouse-schema-{key}")
+    }
+
+    /// Runs `request` under `query_id` on its pod, tracked until it has an outcome (see the
+    /// module header). `what` names it in the notes of a stop. With `retry` (the exec may run
+    /// twice), a transport failure is retried with backoff: an attempt that may still run (no
+    /// HTTP status: dropped, or past its deadline) is stopped and confirmed gone first, and not
+    /// retried when that cannot be confirmed. An attempt that ends in the pod's `timeout` stays
+    /// tracked: that ended the client, not necessarily the server's query.
+    pub(crate) async fn exec_tracked(
+        &self,
+        request: &ExecRequest,
+        what: &str,
+        query_id: &str,
+        retry: Option<Call<'_>>,
+    ) -> Tracked {
+        let max_attempts = if retry.is_some() {
+            self.retry.max_attempts.max(1)
+        } else {
+            1
+        };
+        let mut attempt = 1;
+        loop {
+            if self.cancel.is_cancelled() {
+                return Tracked::CancelledBefore;
+            }
+            let sent = self.clock.now_counting_suspend();
+            let token = self.track(Abandoned {
+                pod: request.pod.clone(),
+                what: what.to_owned(),
+                query_id: query_id.to_owned(),
+                ends_by: sent + request.timeout,
+                token: 0,
+            });
+            let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
+                return Tracked::CancelledDuring;
+            };
+            match result {
+                Ok(output) if output.exit_code == command::QUERY_ID_IN_USE_EXIT_CODE && attempt > 1 => {
+                    return Tracked::EarlierRunning { attempt };
+                }
+                Ok(output) => {
+                    if !command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code) {
+                        self.untrack(&[token]);
+                    }
+                    return Tracked::Output {
+                        output,
+                        unknown: attempt - 1,
+                    };
+                }
+                Err(err) => {
+                    // An API server that answered with a status refused the exec before
+                    // anything started in the pod. Without one the exec was dropped or timed
+                    // out while it ran, and its client may still run there under this id.
+                    let may_run = err.is_retryable() && err.http_status.is_none();
+                    if !may_run {
+                        self.untrack(&[token]);
+                    }
+                    let (Some(call), true) = (retry, err.is_retryable() && attempt < max_attempts) else {
+                        return Tracked::Failed {
+                            err,
+                            attempts: attempt,
+                            not_retried: None,
+                        };
+                    };
+                    if may_run {
+                        let this = self
+                            .tracked()
+                            .into_iter()
+                            .filter(|a| a.token == token)
+                            .collect::<Vec<_>>();
+                        if let Err(why) = self.stop_on(&request.pod, &this.iter().collect::<Vec<_>>()).await {
+                            return Tracked::Failed {
+                                err,
+                                attempts: attempt,
+                                not_retried: Some(why),
+                            };
+                        }
+                        self.untrack(&[token]);
+                    }
+                    self.backoff(attempt, call).await;
+                    attempt += 1;
+                }
+            }
+        }
     }
 
     /// `result` once the statements this call abandoned are stopped, its
@@ -97,7 +235,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         result: Result<R, ClickHouseSchemaError>,
         hold: bool,
     ) -> Result<R, ClickHouseSchemaError> {
-        let abandoned = self.take_abandoned();
+        // Left tracked until they are settled: a lost lease dropping this future half way
+        // still finds them (see the module header).
+        let abandoned = self.tracked();
         if abandoned.is_empty() {
             return result;
         }
@@ -114,17 +254,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let mut hold_until: Option<Duration> = None;
         for (_, (pod, statements, outcome)) in outcomes {
             for statement in statements {
-                let (index, id) = (statement.index, &statement.query_id);
+                let (what, id) = (&statement.what, &statement.query_id);
                 match &outcome {
                     Ok(()) => notes.push(format!(
-                        "statement {index} on pod {pod} (query id {id}) was stopped with KILL QUERY and is not \
+                        "{what} on pod {pod} (query id {id}) was stopped with KILL QUERY and is not \
                          running any more (not in system.processes)"
                     )),
                     Err(why) => {
                         hold_until = hold_until.max(Some(statement.ends_by));
                         let bound = command::exec_timeout(self.statement_timeout).as_secs();
                         notes.push(format!(
-                            "statement {index} on pod {pod} (query id {id}) could not be confirmed stopped ({why}); \
+                            "{what} on pod {pod} (query id {id}) could not be confirmed stopped ({why}); \
                              it ends at the latest at its pod-side bound, {bound} s after it was sent"
                         ));
                     }
@@ -148,6 +288,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 )
             }
         };
+        self.untrack(&abandoned.iter().map(|a| a.token).collect::<Vec<_>>());
         result.map_err(|mut err| {
             let after = if err.kind == crate::error::ErrorKind::Cancelled {
                 "After the cancellation"

@@ -18,12 +18,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::poll_fn;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
 mod abandoned;
+pub(crate) use abandoned::Tracked;
 mod messages;
 
 use crate::command;
@@ -67,9 +68,12 @@ pub(crate) struct Run<'a, T, C> {
     pub ledger: Option<LedgerWrite<'a>>,
     /// What names this run in its statements' query ids (made on first use).
     run_key: OnceLock<String>,
-    /// Statements whose exec a cancellation closed while they ran: they may
-    /// still run in the pod (see `abandoned`).
+    /// Execs sent and not yet known to have ended, and those a cancellation or a
+    /// transport failure left without an outcome: they may still run in the pod
+    /// (see `abandoned`).
     abandoned: Mutex<Vec<Abandoned>>,
+    /// Numbers the tracked execs and the query ids of scripts.
+    exec_seq: AtomicU64,
     /// Brings what the check finds different to the declaration, where an ALTER can (apply only).
     pub converge: Option<crate::converge::Converge<'a>>,
     /// The replica sets (ZooKeeper paths) a pod of this run has converged: another replica of
@@ -82,12 +86,15 @@ pub(crate) struct Run<'a, T, C> {
 #[derive(Debug, Clone)]
 pub(crate) struct Abandoned {
     pub pod: String,
-    pub index: usize,
+    /// What it is, as the notes of a stop name it ("statement 3", "the convergence script").
+    pub what: String,
     pub query_id: String,
     /// By when (`Clock::now_counting_suspend`) the pod-side bound has ended it
     /// for sure: when its exec was sent, plus the exec timeout (the pod's
     /// `timeout`, its KILL grace and a second).
     pub ends_by: Duration,
+    /// Which tracked exec it is (see `abandoned`).
+    token: u64,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
@@ -124,6 +131,7 @@ impl<'a, T, C> Run<'a, T, C> {
             ledger: None,
             run_key: OnceLock::new(),
             abandoned: Mutex::new(Vec::new()),
+            exec_seq: AtomicU64::new(0),
             converge: None,
             converge_claims: std::sync::Mutex::new(BTreeSet::new()),
         }
@@ -577,100 +585,45 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             stdin: statement.to_owned(),
             timeout: command::exec_timeout(self.statement_timeout),
         };
-        let max_attempts = self.retry.max_attempts.max(1);
-        let mut attempt = 1;
-        loop {
-            if self.cancel.is_cancelled() {
-                // The properties name where the run stopped, as they do for
-                // a cancellation during the exec.
-                return Err(Failure::Error(
-                    self.cancelled(&format!("before statement {index} was sent to pod {pod}"))
-                        .with_statement_index(index)
-                        .with_pod(pod),
-                ));
-            }
-            let sent = self.clock.now_counting_suspend();
-            let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
-                // Closing the exec does not stop the process in the pod: stopped before the
-                // call ends (`stop_abandoned`).
-                self.abandon(Abandoned {
-                    pod: pod.to_owned(),
-                    index,
-                    query_id,
-                    ends_by: sent + request.timeout,
-                });
-                return Err(Failure::Error(
-                    self.cancelled(&format!(
-                        "while statement {index} was running on pod {pod}; its exec was closed, and whether \
-                         the statement ran is unknown"
-                    ))
+        let what = format!("statement {index}");
+        let call = Call::Statement { pod, index };
+        match self.exec_tracked(&request, &what, &query_id, Some(call)).await {
+            Tracked::Output { output, unknown } => Ok((output, unknown)),
+            // The properties name where the run stopped, as they do for a cancellation during the exec.
+            Tracked::CancelledBefore => Err(Failure::Error(
+                self.cancelled(&format!("before statement {index} was sent to pod {pod}"))
                     .with_statement_index(index)
                     .with_pod(pod),
-                ));
-            };
-            let this_attempt = || Abandoned {
-                pod: pod.to_owned(),
-                index,
-                query_id: query_id.clone(),
-                ends_by: sent + request.timeout,
-            };
-            match result {
-                Ok(output) if output.exit_code == command::QUERY_ID_IN_USE_EXIT_CODE && attempt > 1 => {
-                    // The server still runs an earlier attempt under this id: the stop
-                    // before this retry looked before that attempt's client had
-                    // registered it. Its outcome is unknown, and it is stopped (or
-                    // waited out) before the call ends, as a cancelled one is.
-                    self.abandon(this_attempt());
-                    return Err(Failure::Error(
-                        self.earlier_attempt_running(index, pod, &query_id, attempt),
+            )),
+            Tracked::CancelledDuring => Err(Failure::Error(
+                self.cancelled(&format!(
+                    "while statement {index} was running on pod {pod}; its exec was closed, and whether \
+                     the statement ran is unknown"
+                ))
+                .with_statement_index(index)
+                .with_pod(pod),
+            )),
+            Tracked::EarlierRunning { attempt } => Err(Failure::Error(
+                self.earlier_attempt_running(index, pod, &query_id, attempt),
+            )),
+            Tracked::Failed { err, .. }
+                if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) =>
+            {
+                Err(Failure::Vanished)
+            }
+            Tracked::Failed {
+                err,
+                attempts,
+                not_retried,
+            } => {
+                let mut failed = self.exec_transport_failed(index, statement, pod, &err, attempts);
+                if let Some(why) = not_retried {
+                    failed.message.push_str(&format!(
+                        " It was not retried: that attempt could not be confirmed stopped ({why}), and a \
+                         retry would run beside it."
                     ));
                 }
-                Ok(output) => {
-                    if command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code) {
-                        // The pod's `timeout` ended the client, not necessarily the
-                        // server's query (DDL waiting on a lock or a mutation does not
-                        // stop with its client): stopped before the call ends.
-                        self.abandon(this_attempt());
-                    }
-                    return Ok((output, attempt - 1));
-                }
-                Err(err) if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) => {
-                    return Err(Failure::Vanished);
-                }
-                Err(err) if err.is_retryable() => {
-                    // An API server that answered with a status refused the exec
-                    // before anything started in the pod. Without one the exec was
-                    // dropped or timed out while it ran, and its client may still run
-                    // there under this query id (a kubelet keeps a dropped exec's
-                    // process): a retry under the same id would be refused with code
-                    // 216, and a statement after it would run beside it. So it is
-                    // stopped, and confirmed gone, before anything else runs.
-                    let may_run = err.http_status.is_none();
-                    if attempt >= max_attempts {
-                        if may_run {
-                            self.abandon(this_attempt());
-                        }
-                        return Err(Failure::Error(
-                            self.exec_transport_failed(index, statement, pod, &err, attempt),
-                        ));
-                    }
-                    if may_run && let Err(why) = self.stop_on(pod, &[&this_attempt()]).await {
-                        self.abandon(this_attempt());
-                        let mut failed = self.exec_transport_failed(index, statement, pod, &err, attempt);
-                        failed.message.push_str(&format!(
-                            " It was not retried: that attempt could not be confirmed stopped ({why}), and a \
-                             retry would run beside it."
-                        ));
-                        return Err(Failure::Error(failed));
-                    }
-                    self.backoff(attempt, Call::Statement { pod, index }).await;
-                    attempt += 1;
-                }
-                Err(err) => {
-                    return Err(Failure::Error(
-                        self.exec_transport_failed(index, statement, pod, &err, attempt),
-                    ));
-                }
+                Err(Failure::Error(failed))
             }
         }
     }

@@ -82,10 +82,11 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// `work` returned. When a renewal finds the lease gone, or the renew
     /// deadline passes without one, `work` is dropped (no further statement
     /// starts; an exec in flight is closed) and the call fails with
-    /// `E_LEASE_LOST`. `work` receives whether this call waited
-    /// for another holder (so it may look at what that one did). A statement
-    /// a cancellation left running in its pod is stopped before the release,
-    /// or waited out while the lease is still renewed (`settle_abandoned`).
+    /// `E_LEASE_LOST`, after what it left running is stopped (not waited out).
+    /// `work` receives whether this call waited for another holder (so it may
+    /// look at what that one did). A statement a cancellation left running in
+    /// its pod is stopped before the release, or waited out while the lease is
+    /// still renewed (`settle_abandoned`).
     pub(crate) async fn with_lease<R, F, W>(
         &self,
         config: LeaseConfig,
@@ -117,6 +118,11 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
             })
             .await
         };
+        // A lost lease dropped the work where it was: what it had sent and not seen end may still
+        // run in its pod, and another deploy may take the lease soon. Stop it now, without waiting
+        // out what cannot be confirmed (the lease is not ours to hold any more). After work that
+        // ended by itself nothing is left, and this returns at once.
+        let outcome = self.settle_abandoned(outcome, false).await;
         self.release_lease(&held).await;
         outcome
     }
