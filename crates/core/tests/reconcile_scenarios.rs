@@ -1356,9 +1356,9 @@ fn the_statement_is_bounded_in_the_pod_and_on_the_server_and_the_caller_waits_lo
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 2);
     for (timeout, script) in seen.iter() {
-        // Server bound 2 s, pod TERM at 3 s, KILL at 5 s, caller gives up at 6 s.
-        assert_eq!(*timeout, Duration::from_secs(6));
-        assert!(script.contains("t='timeout -k 2 3'"), "{script}");
+        // Server bound 2 s, pod TERM at 5 s, KILL at 7 s, caller gives up at 8 s.
+        assert_eq!(*timeout, Duration::from_secs(8));
+        assert!(script.contains("t='timeout -k 2 5'"), "{script}");
         assert!(script.contains("--max_execution_time=2 "), "{script}");
     }
 }
