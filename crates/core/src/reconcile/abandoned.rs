@@ -44,11 +44,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::{Abandoned, Call, Run, bounded};
+use super::{Abandoned, Call, Run, Tracked, bounded};
 use crate::command;
 use crate::config::ClientConfig;
 use crate::error::ClickHouseSchemaError;
-use crate::transport::{Clock, ExecOutput, ExecRequest, Executor, PodLister, TransportError};
+use crate::transport::{Clock, ExecRequest, Executor, PodLister};
 
 /// The longest the stop of one pod's statements may take (the kill and the look).
 const STOP_BOUND: Duration = Duration::from_secs(10);
@@ -59,27 +59,6 @@ const STILL_RUNNING: &str = "clickhouse-schema-still-running";
 /// How often a wait for a pod-side bound looks at the clock counting suspend
 /// (the timers do not count a suspend).
 const HOLD_TICK: Duration = Duration::from_secs(1);
-
-/// What [`Run::exec_tracked`] came to.
-pub(crate) enum Tracked {
-    /// The exec returned what the client printed and its exit code; `unknown` earlier attempts
-    /// ended without an outcome (each stopped and confirmed gone before the next was sent).
-    Output { output: ExecOutput, unknown: u32 },
-    /// The call was cancelled before an attempt was sent.
-    CancelledBefore,
-    /// The call was cancelled while an attempt ran: its exec was closed, and it stays tracked.
-    CancelledDuring,
-    /// A retry was refused with code 216: an earlier attempt still runs under the id (the stop
-    /// before the retry looked before that attempt's client had registered it). Still tracked.
-    EarlierRunning { attempt: u32 },
-    /// The last attempt failed in transport. `not_retried`: why an attempt that could still run
-    /// was not retried (it could not be confirmed stopped).
-    Failed {
-        err: TransportError,
-        attempts: u32,
-        not_retried: Option<String>,
-    },
-}
 
 impl<T, C> Run<'_, T, C> {
     /// Tracks `exec` (see the module header) until [`Self::untrack`] is called with what this returns.

@@ -24,7 +24,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 mod abandoned;
-pub(crate) use abandoned::Tracked;
 mod messages;
 
 use crate::command;
@@ -742,7 +741,27 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 }
 
-/// Why a pod's list did not complete.
+/// What [`Run::exec_tracked`] came to (see `abandoned`).
+pub(crate) enum Tracked {
+    /// The exec returned what the client printed and its exit code; `unknown` earlier attempts
+    /// ended without an outcome (each stopped and confirmed gone before the next was sent).
+    Output { output: ExecOutput, unknown: u32 },
+    /// The call was cancelled before an attempt was sent.
+    CancelledBefore,
+    /// The call was cancelled while an attempt ran: its exec was closed, and it stays tracked.
+    CancelledDuring,
+    /// A retry was refused with code 216: an earlier attempt still runs under the id (the stop
+    /// before the retry looked before that attempt's client had registered it). Still tracked.
+    EarlierRunning { attempt: u32 },
+    /// The last attempt failed in transport. `not_retried`: why an attempt that could still run
+    /// was not retried (it could not be confirmed stopped).
+    Failed {
+        err: TransportError,
+        attempts: u32,
+        not_retried: Option<String>,
+    },
+}
+
 /// What a transport call is, for its retry events.
 #[derive(Clone, Copy)]
 pub(crate) enum Call<'a> {
@@ -754,6 +773,7 @@ pub(crate) enum Call<'a> {
     Lease,
 }
 
+/// Why a pod's list did not complete.
 // Only ever built on the way out of a pod's run, so its size costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Failure {
