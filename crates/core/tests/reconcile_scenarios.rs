@@ -632,15 +632,15 @@ fn a_transport_failure_is_retried_with_backoff_once_the_dropped_attempt_is_stopp
     assert_eq!(state.pod_names.len(), 1);
     assert_eq!(
         cluster.exec_attempts(),
-        6,
-        "2 failed + a stop after each + 2 statements"
+        8,
+        "2 failed + a stop after each (two looks: the attempt had just been sent) + 2 statements"
     );
     let execs = cluster.execs();
     let stdins: Vec<&str> = execs.iter().map(|c| &c.stdin[..c.stdin.len().min(10)]).collect();
-    assert_eq!(stdins, [KILL, KILL, "CREATE DAT", "CREATE TAB"]);
+    assert_eq!(stdins, [KILL, KILL, KILL, KILL, "CREATE DAT", "CREATE TAB"]);
     // Each stop names the query id the retry then runs under, so nothing of the
     // dropped attempt runs beside it.
-    let id = query_id_of(&execs[2].command);
+    let id = query_id_of(&execs[4].command);
     assert!(
         execs[0]
             .stdin
@@ -648,10 +648,17 @@ fn a_transport_failure_is_retried_with_backoff_once_the_dropped_attempt_is_stopp
         "{}",
         execs[0].stdin
     );
-    assert_eq!(execs[0].stdin, execs[1].stdin);
+    assert!(execs[1..4].iter().all(|e| e.stdin == execs[0].stdin));
+    // Each stop looks again once 5 s have passed since the attempt was sent (its client may not
+    // have registered its query at the first look); then the backoff.
     assert_eq!(
         *clock.sleeps.lock().unwrap(),
-        vec![Duration::from_millis(1000), Duration::from_millis(2000)]
+        vec![
+            Duration::from_secs(5),
+            Duration::from_millis(1000),
+            Duration::from_secs(5),
+            Duration::from_millis(2000)
+        ]
     );
 }
 
@@ -761,7 +768,10 @@ fn a_retry_the_server_refuses_because_the_first_attempt_still_runs_reports_an_un
         .iter()
         .filter(|c| c.stdin.starts_with(KILL))
         .count();
-    assert_eq!(stops, 2, "one before the retry, one at the call's end");
+    assert_eq!(
+        stops, 4,
+        "one before the retry, one at the call's end, each looking twice"
+    );
     assert!(
         err.message
             .contains("was stopped with KILL QUERY and is not running any more"),
@@ -849,8 +859,8 @@ fn a_transport_failure_that_persists_fails_after_max_attempts() {
     let stops = cluster.execs().len();
     assert_eq!(cluster.exec_attempts() - stops, 3, "three attempts");
     assert_eq!(
-        stops, 3,
-        "a stop after each: two before the retries, one at the call's end"
+        stops, 6,
+        "a stop after each: two before the retries, one at the call's end, each looking twice"
     );
     assert!(err.message.contains("3 attempt(s)"), "{}", err.message);
     assert!(
@@ -1315,7 +1325,11 @@ fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retrie
     // `timeout` ended the client, not necessarily the server's query: it is stopped
     // before the call ends.
     let execs = cluster.execs();
-    assert_eq!(execs.len(), 2, "the statement, then its stop");
+    assert_eq!(
+        execs.len(),
+        3,
+        "the statement, then its stop, looking twice (the fake answers at once)"
+    );
     assert!(execs[1].stdin.starts_with(&format!(
         "KILL QUERY WHERE query_id IN ('{}')",
         query_id_of(&execs[0].command)

@@ -34,9 +34,9 @@
 //!
 //! Not reached this way: the work a distributed DDL statement (`ON CLUSTER`)
 //! queued for the other hosts (their DDL workers run it under ids of their
-//! own), and a statement whose client had not yet registered its query with
-//! the server when the stop looked (its exec was sent before the stop's, so
-//! it is normally there first).
+//! own), and a statement whose client registers its query with the server
+//! more than `STARTUP_ALLOWANCE` after its exec was sent (a stop that finds
+//! nothing earlier than that looks once more when it has passed).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +55,10 @@ const STOP_BOUND: Duration = Duration::from_secs(10);
 
 /// Starts the line of the stop's output that counts what still runs.
 const STILL_RUNNING: &str = "clickhouse-schema-still-running";
+
+/// How long after its exec was sent a statement's client has surely registered its query with
+/// the server, if it ever will: a stop that looked earlier and found nothing looks once more then.
+const STARTUP_ALLOWANCE: Duration = Duration::from_secs(5);
 
 /// How often a wait for a pod-side bound looks at the clock counting suspend
 /// (the timers do not count a suspend).
@@ -149,6 +153,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 pod: request.pod.clone(),
                 what: what.to_owned(),
                 query_id: query_id.to_owned(),
+                sent,
                 ends_by: sent + request.timeout,
                 token: 0,
             });
@@ -281,9 +286,32 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     /// Stops `statements` on `pod` and confirms they no longer run: one exec,
-    /// bounded, not cancellable (the call is cancelled already). `Err` says
-    /// why it could not be confirmed.
+    /// bounded, not cancellable (the call is cancelled already), and a second
+    /// one once `STARTUP_ALLOWANCE` has passed since the youngest was sent, if
+    /// it had not when the first looked: an exec's client registers its query
+    /// with the server only once the API server, the kubelet and the client's
+    /// own start are through, and a look before that finds nothing to stop.
+    /// `Err` says why it could not be confirmed.
     pub(super) async fn stop_on(&self, pod: &str, statements: &[&Abandoned]) -> Result<(), String> {
+        self.kill_and_look(pod, statements).await?;
+        let youngest = statements.iter().map(|s| s.sent).max().unwrap_or_default();
+        let settled = youngest + STARTUP_ALLOWANCE;
+        if self.clock.now_counting_suspend() >= settled {
+            return Ok(());
+        }
+        // One sleep, looked at again after: the timers do not count a suspend, which only makes
+        // the wait longer.
+        while self.clock.now_counting_suspend() < settled {
+            self.clock
+                .sleep(settled.saturating_sub(self.clock.now_counting_suspend()))
+                .await;
+        }
+        self.kill_and_look(pod, statements).await
+    }
+
+    /// One exec on `pod`: `KILL QUERY ... SYNC` by the statements' ids, then
+    /// how many of them `system.processes` still lists.
+    async fn kill_and_look(&self, pod: &str, statements: &[&Abandoned]) -> Result<(), String> {
         let ids = statements
             .iter()
             .map(|s| format!("'{}'", s.query_id.replace('\\', "\\\\").replace('\'', "\\'")))

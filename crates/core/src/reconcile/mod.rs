@@ -88,6 +88,8 @@ pub(crate) struct Abandoned {
     /// What it is, as the notes of a stop name it ("statement 3", "the convergence script").
     pub what: String,
     pub query_id: String,
+    /// When (`Clock::now_counting_suspend`) its exec was sent.
+    pub sent: Duration,
     /// By when (`Clock::now_counting_suspend`) the pod-side bound has ended it
     /// for sure: when its exec was sent, plus the exec timeout (the pod's
     /// `timeout`, its KILL grace and a second).
