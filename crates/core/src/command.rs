@@ -5,8 +5,8 @@
 //!
 //! ```text
 //! exec 3<&0
-//! t=; if timeout -k 2 1 true >/dev/null 2>&1; then t='timeout -k 2 <S+1>'
-//!     elif timeout 1 true >/dev/null 2>&1; then t='timeout <S+1>'; fi
+//! t=; if timeout -k 2 1 true >/dev/null 2>&1; then t='timeout -k 2 <S+3>'
+//!     elif timeout 1 true >/dev/null 2>&1; then t='timeout <S+3>'; fi
 //! { printf '<?xml version="1.0"?><yandex><password>'
 //!   printf '%s' "${<passwordEnv>:-}" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
 //!   printf '</password></yandex>\n'
@@ -51,7 +51,7 @@
 //! - Which `timeout` the image has is found out by running it once on `true`:
 //!   GNU coreutils and BusyBox from 1.35 take `-k` (KILL after the grace);
 //!   BusyBox 1.30 to 1.34 (Alpine images before 3.16) refuse `-k` and print
-//!   their usage, so there the bound is `timeout <S+1>` alone (TERM; a client
+//!   their usage, so there the bound is `timeout <S+3>` alone (TERM; a client
 //!   that ignores it is left to the caller's exec timeout); an image with no
 //!   `timeout`, or one that takes neither form, runs the client unbounded in
 //!   the pod. The probe costs two short processes per exec.
@@ -87,9 +87,10 @@ pub(crate) const LOCAL_SERVER: &str = "localhost";
 /// The ClickHouse setting that bounds a statement on the server.
 pub(crate) const SERVER_TIME_LIMIT_SETTING: &str = "max_execution_time";
 
-/// Exit status of `timeout` when it stopped the command (TERM), and of a
-/// command killed by KILL (128 + 9).
-pub const POD_TIMEOUT_EXIT_CODES: [i32; 2] = [124, 137];
+/// Exit status of GNU `timeout` when it stopped the command (TERM), of a
+/// command killed by KILL (128 + 9), and of one BusyBox's `timeout` stopped
+/// (it execs the command and TERMs it: 128 + 15).
+pub const POD_TIMEOUT_EXIT_CODES: [i32; 3] = [124, 137, 143];
 
 /// Exit status of a client whose query the server refused because a query
 /// with its `--query_id` still runs (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING,

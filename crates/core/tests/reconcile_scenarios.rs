@@ -1310,37 +1310,41 @@ fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
 
 #[test]
 fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retried() {
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
-        (!req.stdin.starts_with(KILL)).then(|| {
-            Ok(ExecOutput {
-                stdout: String::new(),
-                stderr: String::new(),
-                exit_code: 124,
+    // GNU `timeout` exits 124 (KILL after the grace: 137); BusyBox's execs the client and TERMs
+    // it, so the shell sees 143. Before, 143 read as a plain failure and nothing was stopped.
+    for code in [124, 137, 143] {
+        let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
+            (!req.stdin.starts_with(KILL)).then(|| {
+                Ok(ExecOutput {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    exit_code: code,
+                })
             })
-        })
-    });
-    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
-    assert_eq!(err.kind, ErrorKind::StatementFailed);
-    assert_eq!(err.exit_code, Some(124));
-    // `timeout` ended the client, not necessarily the server's query: it is stopped
-    // before the call ends.
-    let execs = cluster.execs();
-    assert_eq!(
-        execs.len(),
-        3,
-        "the statement, then its stop, looking twice (the fake answers at once)"
-    );
-    assert!(execs[1].stdin.starts_with(&format!(
-        "KILL QUERY WHERE query_id IN ('{}')",
-        query_id_of(&execs[0].command)
-    )));
-    assert!(
-        err.message
-            .contains("was stopped in the pod after statementTimeoutMs (300000ms)")
-            && err.message.contains("Its outcome is unknown"),
-        "{}",
-        err.message
-    );
+        });
+        let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::StatementFailed);
+        assert_eq!(err.exit_code, Some(code));
+        // `timeout` ended the client, not necessarily the server's query: it is stopped
+        // before the call ends.
+        let execs = cluster.execs();
+        assert_eq!(
+            execs.len(),
+            3,
+            "exit {code}: the statement, then its stop, looking twice (the fake answers at once)"
+        );
+        assert!(execs[1].stdin.starts_with(&format!(
+            "KILL QUERY WHERE query_id IN ('{}')",
+            query_id_of(&execs[0].command)
+        )));
+        assert!(
+            err.message
+                .contains("was stopped in the pod after statementTimeoutMs (300000ms)")
+                && err.message.contains("Its outcome is unknown"),
+            "exit {code}: {}",
+            err.message
+        );
+    }
 }
 
 #[test]
