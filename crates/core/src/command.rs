@@ -181,6 +181,60 @@ pub fn render_multiquery_as(
     render_with(client, settings, script_bytes, statement_timeout, &flags)
 }
 
+/// Labels of the lines the stop's pod part prints (see [`render_stop`]): how many processes
+/// it ended, and how many it still finds after that (`unknown` when `/proc` cannot be read).
+pub const POD_ENDED_LABEL: &str = "clickhouse-schema-pod-ended";
+/// See [`POD_ENDED_LABEL`].
+pub const POD_LEFT_LABEL: &str = "clickhouse-schema-pod-left";
+
+/// The prefix every query id of this package starts with (see `reconcile::abandoned`).
+pub(crate) const QUERY_ID_PREFIX: &str = "clickhouse-schema-";
+
+/// argv for stopping the execs that ran under `query_ids` on a pod: first, in the pod, every
+/// process whose command line carries one of the ids (the exec's `sh`, `timeout` and client,
+/// which on a real cluster outlive their closed exec) is killed, and the processes that still
+/// carry one are counted; then the KILL script of `script_bytes` (on stdin) runs as
+/// [`render_multiquery`] runs it. A client killed in the pod sends no further statement of its
+/// script, which `KILL QUERY` alone cannot promise: it stops the statement running, if any, and
+/// the client sends the next. The ids are spelled so that this command's own argv does not carry
+/// them (a shell variable holds their common prefix), or it would kill itself. A second look,
+/// a second after a kill (SIGKILL is delivered, not awaited), counts what is left.
+pub fn render_stop(
+    client: &ClientConfig,
+    query_ids: &[&str],
+    script_bytes: usize,
+    statement_timeout: Duration,
+) -> Vec<String> {
+    // One grep over every command line; the ids reach it on stdin (`printf` is a builtin), so no
+    // process's argv carries them whole, not even grep's.
+    let ids: String = query_ids
+        .iter()
+        .map(|id| {
+            let rest = id.strip_prefix(QUERY_ID_PREFIX).unwrap_or(id);
+            format!(" \"$p\"{}", shell_quote(&format!("-{rest}")))
+        })
+        .collect();
+    let scan = |action: &str| {
+        format!(
+            "for f in $(printf '%s\\n'{ids} | grep -lF -f - /proc/[0-9]*/cmdline 2>/dev/null); do \
+             i=${{f#/proc/}}; i=${{i%/cmdline}}; [ \"$i\" = \"$$\" ] && continue; {action}; done"
+        )
+    };
+    let prelude = format!(
+        "p={prefix}; k=0; l=0; \
+         if [ -r /proc/self/cmdline ]; then \
+         {kill}; if [ \"$k\" -gt 0 ]; then sleep 1; fi; {count}; \
+         printf '{POD_ENDED_LABEL}\\t%s\\n{POD_LEFT_LABEL}\\t%s\\n' \"$k\" \"$l\"; \
+         else printf '{POD_ENDED_LABEL}\\t0\\n{POD_LEFT_LABEL}\\tunknown\\n'; fi; ",
+        prefix = QUERY_ID_PREFIX.trim_end_matches('-'),
+        kill = scan("kill -9 \"$i\" 2>/dev/null && k=$((k+1))"),
+        count = scan("l=$((l+1))"),
+    );
+    let mut argv = render_multiquery(client, &BTreeMap::new(), script_bytes, statement_timeout);
+    argv[2] = format!("{prelude}{}", argv[2]);
+    argv
+}
+
 fn render_with(
     client: &ClientConfig,
     settings: &BTreeMap<String, SettingValue>,
@@ -306,6 +360,66 @@ mod tests {
         assert_eq!(bound_secs(Duration::from_millis(1001)), 2);
         assert_eq!(pod_timeout_secs(Duration::from_millis(1000)), 4);
         assert_eq!(exec_timeout(Duration::from_millis(1000)), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn the_stop_ends_in_the_pod_exactly_the_processes_that_carry_its_ids() {
+        // Stand-ins of two statements' execs, each carrying its id in its command line as a real
+        // exec's `sh` does; only the first is stopped.
+        let stopped = "clickhouse-schema-0123456789abcdef-3-chi-0";
+        let spared = "clickhouse-schema-0123456789abcdef-4-chi-0";
+        let spawn = |id: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", &format!("sleep 60; : --query_id='{id}'")])
+                .spawn()
+                .expect("sh runs")
+        };
+        let (mut target, mut other) = (spawn(stopped), spawn(spared));
+        let dir = std::env::temp_dir().join(format!("chs-stop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let fake = dir.join("clickhouse-client");
+        std::fs::write(&fake, "#!/bin/sh\ncat\n").expect("fake client");
+        let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
+        assert!(chmod.is_ok_and(|s| s.success()));
+        let script = "KILL QUERY WHERE query_id IN ('x') SYNC;\n";
+        let argv = render_stop(&client(), &[stopped], script.len(), Duration::from_secs(10));
+        assert!(
+            !argv[2].contains(stopped),
+            "its own argv would match: {}",
+            argv[2]
+        );
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("sh runs");
+        {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(script.as_bytes())
+                .expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("the stop finishes");
+        let _ = std::fs::remove_dir_all(&dir);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout,
+            format!("{POD_ENDED_LABEL}\t1\n{POD_LEFT_LABEL}\t0\n{script}"),
+            "the pod's count, then the client's output"
+        );
+        let ended = target.wait().expect("waits");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(ended.signal(), Some(9), "{ended:?}");
+        assert!(
+            other.try_wait().expect("polls").is_none(),
+            "the other one runs on"
+        );
+        let _ = other.kill();
+        let _ = other.wait();
     }
 
     #[test]

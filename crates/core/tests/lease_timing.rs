@@ -713,8 +713,11 @@ fn cancel_mid_statement(
 /// was taken as proof, and the lease was released at once.
 #[test]
 fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
-    let (err, query_id, scenario) =
-        cancel_mid_statement((0, "finished\tq\tdefault\t\nclickhouse-schema-still-running\t0\n"));
+    let (err, query_id, scenario) = cancel_mid_statement((
+        0,
+        "clickhouse-schema-pod-ended\t3\nclickhouse-schema-pod-left\t0\nfinished\tq\tdefault\t\n\
+             clickhouse-schema-still-running\t0\n",
+    ));
     assert!(
         query_id.starts_with("clickhouse-schema-") && query_id.ends_with("-0-chi-0"),
         "{query_id}"
@@ -749,7 +752,8 @@ fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
     );
     assert!(
         err.message.contains(&format!(
-            "statement 0 on pod chi-0 (query id {query_id}) was stopped with KILL QUERY and is not running any more"
+            "statement 0 on pod chi-0 (query id {query_id}) was stopped with KILL QUERY and is not running any more \
+             (not in system.processes, and no process of it left in the pod)"
         )) && err.message.contains("The lease was released after that."),
         "{}",
         err.message
@@ -772,6 +776,15 @@ fn a_cancelled_statement_not_confirmed_stopped_keeps_the_lease_until_its_bound()
             "1 still in system.processes after KILL QUERY",
         ),
         ((1, ""), "KILL QUERY exited with code 1"),
+        // The server lists nothing, but a process of the exec survived its kill in the pod: its
+        // client could still send the next statement of a script.
+        (
+            (
+                0,
+                "clickhouse-schema-pod-ended\t2\nclickhouse-schema-pod-left\t1\nclickhouse-schema-still-running\t0\n",
+            ),
+            "1 of its processes still in the pod after kill -9",
+        ),
     ] {
         let (err, query_id, scenario) = cancel_mid_statement(answer);
         let writes = scenario.world.lock().unwrap().writes.clone();

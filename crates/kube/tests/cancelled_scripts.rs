@@ -330,7 +330,8 @@ fn stopped_before_the_release(
     )?;
     check(
         err.message.contains(&format!(
-            "{what} on pod {pod} (query id {query_id}) was stopped with KILL QUERY and is not running any more"
+            "{what} on pod {pod} (query id {query_id}) was stopped with KILL QUERY and is not running any more \
+             (not in system.processes, and no process of it left in the pod)"
         )) && err.message.contains("The lease was released after that."),
         format!("message: {}", err.message),
     )

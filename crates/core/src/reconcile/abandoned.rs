@@ -64,6 +64,15 @@ const STARTUP_ALLOWANCE: Duration = Duration::from_secs(5);
 /// (the timers do not count a suspend).
 const HOLD_TICK: Duration = Duration::from_secs(1);
 
+/// What a confirmed stop saw of the pod's processes.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum PodLook {
+    /// None of them carries an id of the stopped execs any more.
+    Seen,
+    /// `/proc` could not be read there: only the server's side was confirmed.
+    Unreadable,
+}
+
 impl<T, C> Run<'_, T, C> {
     /// Tracks `exec` (see the module header) until [`Self::untrack`] is called with what this returns.
     fn track(&self, mut exec: Abandoned) -> u64 {
@@ -240,9 +249,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             for statement in statements {
                 let (what, id) = (&statement.what, &statement.query_id);
                 match &outcome {
-                    Ok(()) => notes.push(format!(
+                    Ok(look) => notes.push(format!(
                         "{what} on pod {pod} (query id {id}) was stopped with KILL QUERY and is not \
-                         running any more (not in system.processes)"
+                         running any more (not in system.processes, {})",
+                        match look {
+                            PodLook::Seen => "and no process of it left in the pod",
+                            PodLook::Unreadable => "and the pod's processes could not be read",
+                        }
                     )),
                     Err(why) => {
                         hold_until = hold_until.max(Some(statement.ends_by));
@@ -292,12 +305,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// with the server only once the API server, the kubelet and the client's
     /// own start are through, and a look before that finds nothing to stop.
     /// `Err` says why it could not be confirmed.
-    pub(super) async fn stop_on(&self, pod: &str, statements: &[&Abandoned]) -> Result<(), String> {
-        self.kill_and_look(pod, statements).await?;
+    pub(super) async fn stop_on(&self, pod: &str, statements: &[&Abandoned]) -> Result<PodLook, String> {
+        let look = self.kill_and_look(pod, statements).await?;
         let youngest = statements.iter().map(|s| s.sent).max().unwrap_or_default();
         let settled = youngest + STARTUP_ALLOWANCE;
         if self.clock.now_counting_suspend() >= settled {
-            return Ok(());
+            return Ok(look);
         }
         // One sleep, looked at again after: the timers do not count a suspend, which only makes
         // the wait longer.
@@ -309,9 +322,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         self.kill_and_look(pod, statements).await
     }
 
-    /// One exec on `pod`: `KILL QUERY ... SYNC` by the statements' ids, then
-    /// how many of them `system.processes` still lists.
-    async fn kill_and_look(&self, pod: &str, statements: &[&Abandoned]) -> Result<(), String> {
+    /// One exec on `pod` (see `command::render_stop`): the processes in the
+    /// pod that carry the statements' ids are killed and counted again, then
+    /// `KILL QUERY ... SYNC` by those ids, then how many of them
+    /// `system.processes` still lists. Confirmed only when neither holds one.
+    async fn kill_and_look(&self, pod: &str, statements: &[&Abandoned]) -> Result<PodLook, String> {
         let ids = statements
             .iter()
             .map(|s| format!("'{}'", s.query_id.replace('\\', "\\\\").replace('\'', "\\'")))
@@ -330,7 +345,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             namespace: self.target.namespace.clone(),
             pod: pod.to_owned(),
             container: self.target.container.clone(),
-            command: command::render_multiquery(&client, &BTreeMap::new(), script.len(), STOP_BOUND),
+            command: command::render_stop(
+                &client,
+                &statements.iter().map(|s| s.query_id.as_str()).collect::<Vec<_>>(),
+                script.len(),
+                STOP_BOUND,
+            ),
             stdin: script,
             timeout: command::exec_timeout(STOP_BOUND),
         };
@@ -348,10 +368,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .filter_map(|line| line.strip_prefix(STILL_RUNNING)?.strip_prefix('\t'))
             .next_back()
             .and_then(|n| n.trim().parse::<u64>().ok());
-        match still {
-            Some(0) => Ok(()),
-            Some(n) => Err(format!("{n} still in system.processes after KILL QUERY")),
-            None => Err("system.processes could not be read".to_owned()),
+        let pod_left = output
+            .stdout
+            .lines()
+            .filter_map(|line| line.strip_prefix(command::POD_LEFT_LABEL)?.strip_prefix('\t'))
+            .next_back()
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        match (still, pod_left) {
+            (_, Some(n)) if n > 0 => Err(format!("{n} of its processes still in the pod after kill -9")),
+            (Some(0), Some(_)) => Ok(PodLook::Seen),
+            (Some(0), None) => Ok(PodLook::Unreadable),
+            (Some(n), _) => Err(format!("{n} still in system.processes after KILL QUERY")),
+            (None, _) => Err("system.processes could not be read".to_owned()),
         }
     }
 }
