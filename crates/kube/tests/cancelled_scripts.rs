@@ -199,6 +199,9 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
     if let Err(e) = one_id_for_a_script(&t, &pod).await {
         failures.push(format!("one id for a script: {e}"));
     }
+    if let Err(e) = a_process_carrying_the_id_is_ended_in_the_pod(&t, &pod).await {
+        failures.push(format!("process in the pod: {e}"));
+    }
     if let Err(e) = convergence(&t, &pod).await {
         failures.push(format!("convergence: {e}"));
     }
@@ -448,5 +451,82 @@ async fn one_id_for_a_script(t: &KubeTransport, pod: &str) -> Result<(), String>
     check(
         seen.stdout.trim() == "SELECT sleep(2)",
         format!("system.processes under the id, 1 s in: {seen:?}"),
+    )
+}
+
+/// On a real cluster the closed exec's `sh`, `timeout` and client go on in the pod, and a script's
+/// client would send its next statement after `KILL QUERY` found nothing between two of them. The
+/// stop therefore kills, in the pod, every process that carries the id. Here a stand-in process
+/// carrying the cancelled statement's id runs in the pod beside it (a sandbox pod ends a closed
+/// exec's own processes itself): the stop must end it before the lease is released.
+async fn a_process_carrying_the_id_is_ended_in_the_pod(t: &KubeTransport, pod: &str) -> Result<(), String> {
+    fn is_sleep(stdin: &str) -> bool {
+        stdin.starts_with("SELECT sleep(2)")
+    }
+    let statements = [
+        "CREATE DATABASE IF NOT EXISTS cancel_pod".to_owned(),
+        "SELECT sleep(2)".to_owned(),
+    ];
+    let clock = RealClock(Instant::now());
+    let cancel = Arc::new(AtomicBool::new(false));
+    let watched = Watched {
+        inner: t,
+        trigger: is_sleep,
+        fired: AtomicBool::new(false),
+        cancel: cancel.clone(),
+        sent: Mutex::new(Vec::new()),
+    };
+    let flag = Flag(cancel);
+    let cluster = Cluster {
+        transport: &watched,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &flag,
+        events: &NoEvents,
+    };
+    let config = validate("cancel-pod", &props(&statements, json!({}))).map_err(|e| format!("{e:?}"))?;
+    let deploying = apply("cancel-pod", &config, None, &cluster);
+    // Once the statement is sent: a process carrying its id, as its client's would.
+    let stand_in = async {
+        let query_id = loop {
+            let seen = watched.sent().into_iter().find_map(|s| match s {
+                Sent::Exec { stdin, argv, .. } if is_sleep(&stdin) => argv
+                    .split_whitespace()
+                    .find_map(|w| Some(w.strip_prefix("--query_id='")?.strip_suffix('\'')?.to_owned())),
+                _ => None,
+            });
+            if let Some(id) = seen {
+                break id;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let started = Instant::now();
+        let out = t
+            .exec(shell_exec(
+                pod,
+                // The sleep holds none of the exec's streams, so the exec ends with the `sh`.
+                &format!("sleep 60 </dev/null >/dev/null 2>&1; : --query_id={query_id}"),
+                Duration::from_secs(90),
+            ))
+            .await;
+        (out, started.elapsed(), query_id)
+    };
+    let (result, (stand_in, lasted, query_id)) = tokio::join!(deploying, stand_in);
+    let err = match result {
+        Ok(outcome) => return Err(format!("not cancelled: {outcome:?}")),
+        Err(err) => err,
+    };
+    let stand_in = stand_in.map_err(|e| format!("the stand-in's exec: {e}"))?;
+    check(
+        stand_in.exit_code == 137 && lasted < Duration::from_secs(30),
+        format!("the stand-in was killed (exit 137) well before its 60 s: {stand_in:?} after {lasted:?}"),
+    )?;
+    check(
+        err.kind == ErrorKind::Cancelled
+            && err.message.contains(&format!(
+                "statement 1 on pod {pod} (query id {query_id}) was stopped with KILL QUERY and is not running any \
+                 more (not in system.processes, and no process of it left in the pod)"
+            )),
+        format!("{err:?}"),
     )
 }
