@@ -228,11 +228,21 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         result: Result<R, ClickHouseSchemaError>,
         hold: bool,
     ) -> Result<R, ClickHouseSchemaError> {
+        self.settle_tracked(result, hold).await.0
+    }
+
+    /// [`Self::settle_abandoned`], and whether every exec it stopped was
+    /// confirmed stopped (or the bound of each that was not had passed).
+    pub(crate) async fn settle_tracked<R>(
+        &self,
+        result: Result<R, ClickHouseSchemaError>,
+        hold: bool,
+    ) -> (Result<R, ClickHouseSchemaError>, bool) {
         // Left tracked until they are settled: a lost lease dropping this future half way
         // still finds them (see the module header).
         let abandoned = self.tracked();
         if abandoned.is_empty() {
-            return result;
+            return (result, true);
         }
         let mut by_pod: BTreeMap<&str, Vec<&Abandoned>> = BTreeMap::new();
         for statement in &abandoned {
@@ -286,7 +296,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         };
         self.untrack(&abandoned.iter().map(|a| a.token).collect::<Vec<_>>());
-        result.map_err(|mut err| {
+        // Held until its bound: as good as confirmed.
+        let settled = hold_until.is_none() || hold;
+        let result = result.map_err(|mut err| {
             let after = if err.kind == crate::error::ErrorKind::Cancelled {
                 "After the cancellation"
             } else {
@@ -295,7 +307,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             err.message
                 .push_str(&format!(" {after}: {}.{lease}", notes.join("; ")));
             err
-        })
+        });
+        (result, settled)
     }
 
     /// Stops `statements` on `pod` and confirms they no longer run: one exec,

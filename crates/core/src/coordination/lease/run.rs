@@ -122,7 +122,22 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
         // run in its pod, and another deploy may take the lease soon. Stop it now, without waiting
         // out what cannot be confirmed (the lease is not ours to hold any more). After work that
         // ended by itself nothing is left, and this returns at once.
-        let outcome = self.settle_abandoned(outcome, false).await;
+        let lost = outcome
+            .as_ref()
+            .is_err_and(|e| e.kind == crate::error::ErrorKind::LeaseLost);
+        let (outcome, settled) = self.settle_tracked(outcome, false).await;
+        if lost && !settled {
+            // Something may still run, and releasing would let a waiting deploy in at once: left
+            // to lapse, a taker must first see the lease unchanged for its whole duration.
+            return outcome.map_err(|mut err| {
+                err.message.push_str(&format!(
+                    " The lease was not released, so that it lapses: another deploy takes it only once it \
+                     has seen it unchanged for {} s.",
+                    held.ttl.as_secs()
+                ));
+                err
+            });
+        }
         self.release_lease(&held).await;
         outcome
     }
