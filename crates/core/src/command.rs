@@ -97,6 +97,9 @@ pub const POD_TIMEOUT_EXIT_CODES: [i32; 3] = [124, 137, 143];
 /// code 216; the client exits with the code modulo 256).
 pub const QUERY_ID_IN_USE_EXIT_CODE: i32 = 216;
 
+/// QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING as the client prints it (`Code: 216.`).
+pub const QUERY_ID_IN_USE_CODE: u32 = 216;
+
 /// The statement's bound in whole seconds, rounded up (at least 1): what
 /// `max_execution_time` receives, and where the pod's grace starts.
 pub(crate) fn bound_secs(statement_timeout: Duration) -> u64 {

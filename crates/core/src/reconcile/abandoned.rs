@@ -48,7 +48,7 @@ use super::{Abandoned, Call, Run, Tracked, bounded};
 use crate::command;
 use crate::config::ClientConfig;
 use crate::error::ClickHouseSchemaError;
-use crate::transport::{Clock, ExecRequest, Executor, PodLister};
+use crate::transport::{Clock, ExecOutput, ExecRequest, Executor, PodLister};
 
 /// The longest the stop of one pod's statements may take (the kill and the look).
 const STOP_BOUND: Duration = Duration::from_secs(10);
@@ -169,12 +169,23 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
                 return Tracked::CancelledDuring;
             };
+            // The exit status is the code modulo 256 (472 READONLY_SETTING exits 216, 380
+            // CANNOT_KILL 124): what the client printed decides, the status only without it.
+            let code = |output: &ExecOutput| crate::sql::redact::clickhouse_code(&output.stderr);
             match result {
-                Ok(output) if output.exit_code == command::QUERY_ID_IN_USE_EXIT_CODE && attempt > 1 => {
+                Ok(output)
+                    if attempt > 1
+                        && match code(&output) {
+                            Some(code) => code == command::QUERY_ID_IN_USE_CODE,
+                            None => output.exit_code == command::QUERY_ID_IN_USE_EXIT_CODE,
+                        } =>
+                {
                     return Tracked::EarlierRunning { attempt };
                 }
                 Ok(output) => {
-                    if !command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code) {
+                    let pod_bound = code(&output).is_none()
+                        && command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code);
+                    if !pod_bound {
                         self.untrack(&[token]);
                     }
                     return Tracked::Output {

@@ -133,6 +133,12 @@ struct FoundCode {
     per_host: bool,
 }
 
+/// The ClickHouse error code `output` (a client's stderr) reports, if any (see [`parse_code`]).
+/// The exit status is only that code modulo 256, so it cannot tell 216 from 472.
+pub(crate) fn clickhouse_code(output: &str) -> Option<u32> {
+    parse_code(output).map(|found| found.code)
+}
+
 /// The code of the client-level exception (`Code: N.`), falling back to the
 /// first per-host one (`Code: N, e.displayText() = …`) when that is all there is.
 fn parse_code(output: &str) -> Option<FoundCode> {
