@@ -12,7 +12,6 @@
 mod common;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,8 +19,8 @@ use std::time::{Duration, Instant};
 use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::{
-    Cancel, Clock, Cluster, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec, NoEvents,
-    PodInfo, PodLister, TransportError,
+    Cluster, ExecOutput, ExecRequest, Executor, LeaseApi, LeaseRecord, LeaseSpec, NoEvents, PodInfo,
+    PodLister, TransportError,
 };
 use clickhouse_schema_core::{ClickHouseSchemaError, ErrorKind};
 use clickhouse_schema_kube::KubeTransport;
@@ -132,47 +131,6 @@ impl LeaseApi for Watched<'_> {
             self.sent.lock().unwrap().push(Sent::Release);
         }
         self.inner.replace_lease(namespace, name, resource_version, spec)
-    }
-}
-
-/// Cancellation as an AbortSignal gives it, seen within 10 ms.
-struct Flag(Arc<AtomicBool>);
-
-impl Cancel for Flag {
-    fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-
-    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            while !self.is_cancelled() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-    }
-}
-
-struct RealClock(Instant);
-
-impl Clock for RealClock {
-    fn now(&self) -> Duration {
-        self.0.elapsed()
-    }
-
-    fn now_counting_suspend(&self) -> Duration {
-        self.0.elapsed()
-    }
-
-    fn now_iso8601(&self) -> String {
-        let t = jiff::Timestamp::now();
-        format!(
-            "{:.3}",
-            jiff::Timestamp::from_millisecond(t.as_millisecond()).expect("in range")
-        )
-    }
-
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send {
-        tokio::time::sleep(duration)
     }
 }
 

@@ -305,7 +305,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .find_map(|r| Cutover::parse(kind, &r.value));
         let cutover = match recorded {
             Some(cutover) => cutover,
-            None => self.new_cutover(plan, kind, due).await?,
+            None => self.new_cutover(plan, kind, due, &receipts).await?,
         };
         for pod in due {
             let at = At::new(plan, "dualWrite", &pod.name);
@@ -464,11 +464,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         Ok(())
     }
 
+    /// A cut-over no earlier attempt used: receipts are keyed by the cut-over's value, so one that
+    /// repeated an abandoned attempt's (an integer column whose largest value has not moved since)
+    /// would take that attempt's copies as done and skip the backfill, fail verification and
+    /// abandon again, on every apply.
     async fn new_cutover(
         &self,
         plan: &RebuildPlan,
         kind: CutoverKind,
         due: &[&PodInfo],
+        receipts: &[rebuild::Receipt],
     ) -> Result<Cutover, ClickHouseSchemaError> {
         // A time: the first pod's clock. A number: the largest over every pod.
         let pods: &[&PodInfo] = match kind {
@@ -487,6 +492,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 )
             })?;
             best = Some(best.map_or(value, |b| b.max(value)));
+        }
+        if kind == CutoverKind::Number {
+            let used = receipts
+                .iter()
+                .filter(|r| r.step == "cutover" || r.step == "abandoned")
+                .filter_map(|r| r.value.parse::<i128>().ok())
+                .max();
+            if let Some(used) = used {
+                best = Some(best.map_or(used + 1, |b| b.max(used + 1)));
+            }
         }
         Ok(Cutover {
             kind,

@@ -148,3 +148,45 @@ pub(crate) fn check_framed_on_stdin(
 pub(crate) fn check(ok: bool, what: String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what) }
 }
+
+/// Cancellation as an AbortSignal gives it, seen within 10 ms.
+pub(crate) struct Flag(pub(crate) std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl clickhouse_schema_core::transport::Cancel for Flag {
+    fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            while !self.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    }
+}
+
+/// The real clocks and timers (a suspend is not told apart).
+pub(crate) struct RealClock(pub(crate) std::time::Instant);
+
+impl clickhouse_schema_core::transport::Clock for RealClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+
+    fn now_counting_suspend(&self) -> Duration {
+        self.0.elapsed()
+    }
+
+    fn now_iso8601(&self) -> String {
+        let t = jiff::Timestamp::now();
+        format!(
+            "{:.3}",
+            jiff::Timestamp::from_millisecond(t.as_millisecond()).expect("in range")
+        )
+    }
+
+    fn sleep(&self, duration: Duration) -> impl std::future::Future<Output = ()> + Send {
+        tokio::time::sleep(duration)
+    }
+}

@@ -1,0 +1,183 @@
+//! A rebuild that its verification abandoned, applied again, against the sandbox's real API server
+//! and ClickHouse 18.16: it starts over and finishes. Its receipts are keyed by the cut-over's
+//! value, and an integer cut-over is the column's largest value plus one: on a table nobody wrote to
+//! since, the next attempt took the abandoned one's value again, counted that attempt's copies as
+//! done, skipped the backfill, failed verification and abandoned again, on every apply.
+//!
+//! The product's transport is wrapped only to play "another client wrote into the new table" once,
+//! just before the first verification reads it. One sandbox for the binary.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clickhouse_schema_core::config::validate::validate;
+use clickhouse_schema_core::lifecycle::apply;
+use clickhouse_schema_core::transport::{
+    Cluster, ExecOutput, ExecRequest, Executor, LeaseApi, NeverCancelled, NoEvents, PodInfo, PodLister,
+    TransportError,
+};
+use clickhouse_schema_kube::KubeTransport;
+use clickhouse_schema_sandbox::{Layout, Sandbox, SandboxOptions};
+use common::*;
+use serde_json::json;
+
+/// The product's transport; before the first exec that counts the new table's rows, a row is
+/// inserted into that table.
+struct Meddling<'a> {
+    inner: &'a KubeTransport,
+    done: AtomicBool,
+    stdins: Mutex<Vec<String>>,
+}
+
+const NEW_TABLE: &str = "`rb_again`.`t__new`";
+
+impl PodLister for Meddling<'_> {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
+        self.inner.list_pods(namespace, selector)
+    }
+}
+
+impl Executor for Meddling<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        self.stdins.lock().unwrap().push(request.stdin.clone());
+        let counts_new = request.stdin.starts_with("SELECT (")
+            && request.stdin.contains(&format!("FROM {NEW_TABLE} GROUP BY p"));
+        let meddle = counts_new && !self.done.swap(true, Ordering::SeqCst);
+        let (inner, pod) = (self.inner, request.pod.clone());
+        async move {
+            if meddle {
+                let out = inner
+                    .exec(statement_exec(
+                        &pod,
+                        &format!("INSERT INTO {NEW_TABLE} (id, kind) VALUES (0, 'extra')"),
+                        Duration::from_secs(30),
+                    ))
+                    .await?;
+                assert_eq!(out.exit_code, 0, "the extra row: {out:?}");
+            }
+            inner.exec(request).await
+        }
+    }
+}
+
+impl LeaseApi for Meddling<'_> {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
+    let sb = Sandbox::start(SandboxOptions {
+        layout: Layout::replicas(1),
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox with ClickHouse starts");
+    let result = scenario(&sb).await;
+    sb.shutdown().await.expect("shutdown");
+    result.unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn props(order: &str, rebuild: bool) -> serde_json::Value {
+    let mut props = json!({
+        "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
+        "statements": [
+            "CREATE DATABASE IF NOT EXISTS rb_again",
+            format!(
+                "CREATE TABLE IF NOT EXISTS rb_again.t (id UInt64, kind String) ENGINE = MergeTree \
+                 PARTITION BY id % 3 ORDER BY {order}"
+            ),
+        ],
+        "retry": { "maxAttempts": 3, "backoffMs": 100 },
+        "waitForPod": { "timeoutMs": 30_000 },
+    });
+    if rebuild {
+        props["rebuild"] = json!({ "rb_again.t": { "cutoverColumn": "id" } });
+    }
+    props
+}
+
+async fn scenario(sb: &Sandbox) -> Result<(), String> {
+    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = KubeTransport::from(&conn);
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let plain = Cluster {
+        transport: &t,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    let v1 = validate("rb-again", &props("id", false)).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply("rb-again", &v1, None, &plain)
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    let rows = "INSERT INTO rb_again.t SELECT number + 1, concat('k', toString(number % 5)) FROM system.numbers \
+                LIMIT 300";
+    let out = t
+        .exec(statement_exec(&pod, rows, Duration::from_secs(30)))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(out.exit_code == 0, format!("rows: {out:?}"))?;
+
+    let v2 = validate("rb-again", &props("(kind, id)", true)).map_err(|e| format!("{e:?}"))?;
+    let meddling = Meddling {
+        inner: &t,
+        done: AtomicBool::new(false),
+        stdins: Mutex::new(Vec::new()),
+    };
+    let disturbed = Cluster {
+        transport: &meddling,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    let err = match apply("rb-again", &v2, Some(&state), &disturbed).await {
+        Ok(outcome) => return Err(format!("the disturbed rebuild went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        meddling.done.load(Ordering::SeqCst) && err.message.contains("differ after"),
+        format!("verification failed on the extra row: {err}"),
+    )?;
+    // Nobody writes to the table from here on: its largest id stays 300.
+    let (state, _) = apply("rb-again", &v2, Some(&state), &plain)
+        .await
+        .map_err(|e| format!("the apply after the abandon: {e}"))?;
+    let sorting = t
+        .exec(statement_exec(
+            &pod,
+            "SELECT sorting_key FROM system.tables WHERE database = 'rb_again' AND name = 't'",
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(
+        sorting.stdout.trim() == "kind, id",
+        format!("rebuilt: {sorting:?}"),
+    )?;
+    let counted = t
+        .exec(statement_exec(
+            &pod,
+            "SELECT count(), uniqExact(id) FROM rb_again.t",
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(
+        counted.stdout == "300\t300\n",
+        format!("every row exactly once: {counted:?}"),
+    )?;
+    let _ = state;
+    Ok(())
+}
