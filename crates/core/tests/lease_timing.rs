@@ -233,6 +233,8 @@ struct World {
     cancel_during_exec: Option<(usize, Arc<std::sync::atomic::AtomicBool>)>,
     /// What the pod answers to a `KILL QUERY` exec (exit code, stdout), at once.
     stop_answer: (i32, String),
+    /// From this time on, the pod answers a stop with this instead (what it ran has ended).
+    stop_answer_from: Option<(Duration, (i32, String))>,
 }
 
 /// One pod whose statements each take `statement_time`, and a Lease API as `api` says.
@@ -260,6 +262,7 @@ impl Scenario {
                 commands: Vec::new(),
                 cancel_during_exec: None,
                 stop_answer: (0, String::new()),
+                stop_answer_from: None,
             }),
         }
     }
@@ -428,7 +431,10 @@ impl Executor for Scenario {
             .push((request.pod.clone(), request.stdin.clone(), now));
         world.commands.push(request.command.clone());
         if request.stdin.starts_with("KILL QUERY") {
-            let (exit_code, stdout) = world.stop_answer.clone();
+            let (exit_code, stdout) = match &world.stop_answer_from {
+                Some((from, answer)) if now >= *from => answer.clone(),
+                _ => world.stop_answer.clone(),
+            };
             return Box::pin(std::future::ready(Ok(ExecOutput {
                 stdout,
                 stderr: String::new(),
@@ -819,8 +825,13 @@ fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
 
 /// When the stop cannot confirm the statement is gone (it is still listed in
 /// system.processes, or the stop's exec fails), the lease stays held and
-/// renewed until the statement's pod-side bound has surely ended it, then is
-/// released; the error says so.
+/// renewed until the statement's pod-side bound has ended its client. That
+/// bound does not end what the server runs without checking for a
+/// cancellation, so the stop looks again, and while it still cannot confirm,
+/// the lease is held on (looking every 5 s) up to one more statementTimeoutMs;
+/// then it is released, and the error says the statement may still run.
+/// Before, the lease was released at the bound, and the error claimed the
+/// statement had surely ended.
 #[test]
 fn a_cancelled_statement_not_confirmed_stopped_keeps_the_lease_until_its_bound() {
     for (answer, why) in [
@@ -845,9 +856,9 @@ fn a_cancelled_statement_not_confirmed_stopped_keeps_the_lease_until_its_bound()
             .iter()
             .find(|(_, holder, _)| holder.is_none())
             .expect("released");
-        // Sent at 0 s: its exec's bound (26 s) has passed before the release.
+        // Sent at 0 s: its exec's bound (26 s) and one more statementTimeoutMs (20 s) have passed.
         assert!(
-            released_at >= Duration::from_secs(26),
+            released_at >= Duration::from_secs(46),
             "released at {released_at:?}: {writes:?}"
         );
         let renewed_meanwhile = writes
@@ -858,11 +869,53 @@ fn a_cancelled_statement_not_confirmed_stopped_keeps_the_lease_until_its_bound()
         assert!(
             err.message.contains(&format!(
                 "statement 0 on pod chi-0 (query id {query_id}) could not be confirmed stopped ({why})"
-            )) && err
-                .message
-                .contains("The lease was kept (renewed) until that bound had passed"),
+            )) && err.message.contains(&format!(
+                "one statementTimeoutMs past that bound, and released after that, though a stop then still could \
+                 not confirm it gone (on pod chi-0: {why}): it may still be running."
+            )),
             "{}",
             err.message
         );
     }
+}
+
+/// The same, with a statement the server ends at 30 s, after its client's bound (26 s): the look
+/// at the bound still finds it, the one 5 s later finds nothing, and the lease is released then.
+#[test]
+fn a_statement_that_outlives_its_bound_is_waited_for_until_a_stop_finds_it_gone() {
+    let time = VirtualTime::default();
+    let scenario = Scenario::new(&time, Api::Prompt, Duration::from_secs(60), None);
+    let flag = Flag::default();
+    {
+        let mut world = scenario.world.lock().unwrap();
+        world.cancel_during_exec = Some((0, flag.0.clone()));
+        world.stop_answer = (0, "clickhouse-schema-still-running\t1\n".to_owned());
+        world.stop_answer_from = Some((
+            Duration::from_secs(30),
+            (0, "clickhouse-schema-still-running\t0\n".to_owned()),
+        ));
+    }
+    let mut p = props(2, 6, 30_000);
+    p["statementTimeoutMs"] = json!(20_000);
+    let err = run_apply_cancellable(&scenario, 0, p, &flag).expect_err("cancelled");
+    let writes = scenario.world.lock().unwrap().writes.clone();
+    let (released_at, ..) = *writes
+        .iter()
+        .find(|(_, holder, _)| holder.is_none())
+        .expect("released");
+    assert_eq!(released_at, Duration::from_secs(31), "{writes:?}");
+    let (stops, _) = stops_and_statements(&scenario);
+    assert_eq!(
+        stops,
+        [Duration::ZERO, Duration::from_secs(26), Duration::from_secs(31)],
+        "the stop, at the bound, and 5 s later"
+    );
+    assert!(
+        err.message.contains(
+            "The lease was kept (renewed) 31000 ms more, until that bound had passed and a stop found nothing of \
+             it left, and released after that."
+        ),
+        "{}",
+        err.message
+    );
 }

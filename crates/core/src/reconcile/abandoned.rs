@@ -60,6 +60,9 @@ const STILL_RUNNING: &str = "clickhouse-schema-still-running";
 /// the server, if it ever will: a stop that looked earlier and found nothing looks once more then.
 const STARTUP_ALLOWANCE: Duration = Duration::from_secs(5);
 
+/// How often a statement still not confirmed gone after its pod-side bound is looked at again.
+const RECHECK: Duration = Duration::from_secs(5);
+
 /// How often a wait for a pod-side bound looks at the clock counting suspend
 /// (the timers do not count a suspend).
 const HOLD_TICK: Duration = Duration::from_secs(1);
@@ -266,7 +269,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         .await;
         let mut notes = Vec::new();
         let mut hold_until: Option<Duration> = None;
+        let mut unconfirmed: Vec<(&str, Vec<&Abandoned>)> = Vec::new();
         for (_, (pod, statements, outcome)) in outcomes {
+            if outcome.is_err() {
+                unconfirmed.push((pod, statements.clone()));
+            }
             for statement in statements {
                 let (what, id) = (&statement.what, &statement.query_id);
                 match &outcome {
@@ -283,7 +290,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         let bound = command::exec_timeout(self.statement_timeout).as_secs();
                         notes.push(format!(
                             "{what} on pod {pod} (query id {id}) could not be confirmed stopped ({why}); \
-                             it ends at the latest at its pod-side bound, {bound} s after it was sent"
+                             its client ends at the latest at its pod-side bound, {bound} s after it was sent \
+                             (a statement the server runs without checking for a cancellation can outlive it)"
                         ));
                     }
                 }
@@ -294,16 +302,30 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             (true, None) => " The lease was released after that.".to_owned(),
             (true, Some(until)) => {
                 let held_from = self.clock.now_counting_suspend();
-                while self.clock.now_counting_suspend() < until {
-                    let left = until.saturating_sub(self.clock.now_counting_suspend());
-                    self.clock.sleep(left.min(HOLD_TICK)).await;
+                self.hold_until(until).await;
+                // The bound ended the client, not necessarily what the server runs: looked at again,
+                // and held on (up to one more statementTimeoutMs) while it is still there.
+                let cap = until + self.statement_timeout;
+                let mut still = self.still_unconfirmed(&unconfirmed).await;
+                while still.is_some() && self.clock.now_counting_suspend() < cap {
+                    let next = (self.clock.now_counting_suspend() + RECHECK).min(cap);
+                    self.hold_until(next).await;
+                    still = self.still_unconfirmed(&unconfirmed).await;
                 }
                 let held = self.clock.now_counting_suspend().saturating_sub(held_from);
-                format!(
-                    " The lease was kept (renewed) until that bound had passed, {} ms more, and released \
-                     after that.",
-                    held.as_millis()
-                )
+                match still {
+                    None => format!(
+                        " The lease was kept (renewed) {} ms more, until that bound had passed and a stop found \
+                         nothing of it left, and released after that.",
+                        held.as_millis()
+                    ),
+                    Some(why) => format!(
+                        " The lease was kept (renewed) {} ms more, one statementTimeoutMs past that bound, and \
+                         released after that, though a stop then still could not confirm it gone ({why}): it \
+                         may still be running.",
+                        held.as_millis()
+                    ),
+                }
             }
         };
         self.untrack(&abandoned.iter().map(|a| a.token).collect::<Vec<_>>());
@@ -320,6 +342,24 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             err
         });
         (result, settled)
+    }
+
+    /// Sleeps until `until` on the clock counting suspend (the timers do not count one).
+    async fn hold_until(&self, until: Duration) {
+        while self.clock.now_counting_suspend() < until {
+            let left = until.saturating_sub(self.clock.now_counting_suspend());
+            self.clock.sleep(left.min(HOLD_TICK)).await;
+        }
+    }
+
+    /// Stops `unconfirmed` again, pod by pod; `Some` says why one is still not confirmed gone.
+    async fn still_unconfirmed(&self, unconfirmed: &[(&str, Vec<&Abandoned>)]) -> Option<String> {
+        for (pod, statements) in unconfirmed {
+            if let Err(why) = self.stop_on(pod, statements).await {
+                return Some(format!("on pod {pod}: {why}"));
+            }
+        }
+        None
     }
 
     /// Stops `statements` on `pod` and confirms they no longer run: one exec,
