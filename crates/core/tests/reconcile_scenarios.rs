@@ -727,12 +727,11 @@ fn a_dropped_attempt_that_still_runs_is_not_retried_beside_itself() {
     );
 }
 
-#[test]
-fn a_retry_that_fails_with_a_code_whose_exit_status_is_216_is_the_statements_failure() {
-    // The client exits with the code modulo 256: 472 (READONLY_SETTING) exits 216 too. Before,
-    // such a retry read as "an earlier attempt still runs" and stayed tracked.
+/// One pod whose first statement exec drops mid-way (no status), and whose every later statement
+/// exec answers `stderr` with exit `code`; stops get the fake's default answer (nothing running).
+fn dropped_then_answered(stderr: &'static str, code: i32) -> FakeCluster {
     let mut attempt = 0;
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
+    FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
         if req.stdin.starts_with(KILL) {
             return None;
         }
@@ -744,13 +743,21 @@ fn a_retry_that_fails_with_a_code_whose_exit_status_is_216_is_the_statements_fai
             )),
             _ => Ok(ExecOutput {
                 stdout: String::new(),
-                stderr: "Code: 472. DB::Exception: Cannot modify 'max_threads' setting in readonly mode. \
-                         (READONLY_SETTING)\n"
-                    .into(),
-                exit_code: 216,
+                stderr: stderr.into(),
+                exit_code: code,
             }),
         })
-    });
+    })
+}
+
+#[test]
+fn a_retry_that_fails_with_a_code_whose_exit_status_is_216_is_the_statements_failure() {
+    // The client exits with the code modulo 256: 472 (READONLY_SETTING) exits 216 too. Before,
+    // such a retry read as "an earlier attempt still runs" and stayed tracked.
+    let cluster = dropped_then_answered(
+        "Code: 472. DB::Exception: Cannot modify 'max_threads' setting in readonly mode. (READONLY_SETTING)\n",
+        216,
+    );
     let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
     assert_eq!(err.kind, ErrorKind::StatementFailed, "{}", err.message);
     assert_eq!(err.clickhouse_code, Some(472), "{}", err.message);
@@ -765,27 +772,11 @@ fn a_retry_that_fails_with_a_code_whose_exit_status_is_216_is_the_statements_fai
 fn a_retry_the_server_refuses_because_the_first_attempt_still_runs_reports_an_unknown_outcome() {
     // The stop looked before the dropped attempt's client had registered its query;
     // the retry then meets it on the server (code 216).
-    let mut attempt = 0;
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
-        if req.stdin.starts_with(KILL) {
-            return None;
-        }
-        attempt += 1;
-        Some(match attempt {
-            1 => Err(TransportError::new(
-                TransportErrorKind::Transient,
-                "websocket closed mid-exec",
-            )),
-            _ => Ok(ExecOutput {
-                stdout: String::new(),
-                stderr:
-                    "Code: 216. DB::Exception: Query with id = clickhouse-schema-x-0-chi-orders-0-0-0 is \
-                         already running. (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING)\n"
-                        .into(),
-                exit_code: 216,
-            }),
-        })
-    });
+    let cluster = dropped_then_answered(
+        "Code: 216. DB::Exception: Query with id = clickhouse-schema-x-0-chi-orders-0-0-0 is already running. \
+         (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING)\n",
+        216,
+    );
     let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport, "{}", err.message);
     assert_eq!(err.statement_index, Some(0));

@@ -50,7 +50,31 @@ struct Watched<'a> {
     sent: Mutex<Vec<Sent>>,
 }
 
-impl Watched<'_> {
+impl<'a> Watched<'a> {
+    /// `inner` seen, and the cancellation it sets once `trigger` picks an exec.
+    fn new(inner: &'a KubeTransport, trigger: fn(&str) -> bool) -> (Self, Flag) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let watched = Self {
+            inner,
+            trigger,
+            fired: AtomicBool::new(false),
+            cancel: cancel.clone(),
+            sent: Mutex::new(Vec::new()),
+        };
+        (watched, Flag(cancel))
+    }
+
+    /// A deploy's view of the sandbox through this transport, cancelled by `flag`.
+    fn cluster<'c>(&'c self, clock: &'c RealClock, flag: &'c Flag) -> Cluster<'c, Self, RealClock> {
+        Cluster {
+            transport: self,
+            clock,
+            cluster_id: Some("sandbox".to_owned()),
+            cancel: flag,
+            events: &NoEvents,
+        }
+    }
+
     fn sent(&self) -> Vec<Sent> {
         self.sent.lock().unwrap().clone()
     }
@@ -219,22 +243,8 @@ async fn cancelled_while(
             .map_err(|e| format!("{sql}: {e}"))?;
         check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
     }
-    let cancel = Arc::new(AtomicBool::new(false));
-    let watched = Watched {
-        inner: t,
-        trigger,
-        fired: AtomicBool::new(false),
-        cancel: cancel.clone(),
-        sent: Mutex::new(Vec::new()),
-    };
-    let flag = Flag(cancel);
-    let cluster = Cluster {
-        transport: &watched,
-        clock: &clock,
-        cluster_id: Some("sandbox".to_owned()),
-        cancel: &flag,
-        events: &NoEvents,
-    };
+    let (watched, flag) = Watched::new(t, trigger);
+    let cluster = watched.cluster(&clock, &flag);
     let config = validate(id, &second).map_err(|e| format!("{e:?}"))?;
     let err = match apply(id, &config, Some(&state), &cluster).await {
         Ok(outcome) => return Err(format!("not cancelled: {outcome:?}")),
@@ -426,22 +436,8 @@ async fn a_process_carrying_the_id_is_ended_in_the_pod(t: &KubeTransport, pod: &
         "SELECT sleep(2)".to_owned(),
     ];
     let clock = RealClock(Instant::now());
-    let cancel = Arc::new(AtomicBool::new(false));
-    let watched = Watched {
-        inner: t,
-        trigger: is_sleep,
-        fired: AtomicBool::new(false),
-        cancel: cancel.clone(),
-        sent: Mutex::new(Vec::new()),
-    };
-    let flag = Flag(cancel);
-    let cluster = Cluster {
-        transport: &watched,
-        clock: &clock,
-        cluster_id: Some("sandbox".to_owned()),
-        cancel: &flag,
-        events: &NoEvents,
-    };
+    let (watched, flag) = Watched::new(t, is_sleep);
+    let cluster = watched.cluster(&clock, &flag);
     let config = validate("cancel-pod", &props(&statements, json!({}))).map_err(|e| format!("{e:?}"))?;
     let deploying = apply("cancel-pod", &config, None, &cluster);
     // Once the statement is sent: a process carrying its id, as its client's would.
