@@ -178,16 +178,17 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
     let t = KubeTransport::from(&conn);
     let pod = sb.pod_names()[0].clone();
     let mut failures = Vec::new();
-    if let Err(e) = one_id_for_a_script(&t, &pod).await {
+    // Each on the heap: a deploy's future is large, and four of them overflowed the test's stack.
+    if let Err(e) = Box::pin(one_id_for_a_script(&t, &pod)).await {
         failures.push(format!("one id for a script: {e}"));
     }
-    if let Err(e) = a_process_carrying_the_id_is_ended_in_the_pod(&t, &pod).await {
+    if let Err(e) = Box::pin(a_process_carrying_the_id_is_ended_in_the_pod(&t, &pod)).await {
         failures.push(format!("process in the pod: {e}"));
     }
-    if let Err(e) = convergence(&t, &pod).await {
+    if let Err(e) = Box::pin(convergence(&t, &pod)).await {
         failures.push(format!("convergence: {e}"));
     }
-    if let Err(e) = rebuild(&t, &pod).await {
+    if let Err(e) = Box::pin(rebuild(&t, &pod)).await {
         failures.push(format!("rebuild: {e}"));
     }
     if failures.is_empty() {
