@@ -312,18 +312,36 @@ pub fn newest_on<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Opt
         .max_by(|a, b| order_key(a, b))
 }
 
+/// [`newest_on`], unless another row of the resource on the pod shares its
+/// `seq` and says something else: two closing rows of racing writes (two
+/// deploys of one resource without a lease, each taking the pod's newest
+/// `seq` plus one at once). Which of their lists ran last on the pod is not
+/// known, so neither covers it. Rows of an earlier version all have `seq` 0
+/// and are ordered by time.
+fn settled_newest<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Option<&'r LedgerRow> {
+    let newest = newest_on(rows, resource_id, pod)?;
+    let contested = newest.seq > 0
+        && rows.iter().any(|r| {
+            r.resource_id == resource_id
+                && r.pod == pod
+                && r.seq == newest.seq
+                && (r.event != newest.event || r.fingerprint != newest.fingerprint)
+        });
+    (!contested).then_some(newest)
+}
+
 /// Whether `pod` holds `fingerprint` by `resource_id`'s hand: its newest row
 /// there is a finished apply of it (a `started` row means a run may have
 /// stopped half way, so the pod is due).
 pub fn applied_on(rows: &[LedgerRow], resource_id: &str, fingerprint: &str, pod: &str) -> bool {
-    newest_on(rows, resource_id, pod)
+    settled_newest(rows, resource_id, pod)
         .is_some_and(|r| r.event == LedgerEvent::Applied && r.fingerprint == fingerprint)
 }
 
 /// Whether `resource_id`'s delete statements all ran on `pod` since its
 /// last apply there (a retried destroy skips it).
 pub fn destroyed_on(rows: &[LedgerRow], resource_id: &str, pod: &str) -> bool {
-    newest_on(rows, resource_id, pod).is_some_and(|r| r.event == LedgerEvent::Destroyed)
+    settled_newest(rows, resource_id, pod).is_some_and(|r| r.event == LedgerEvent::Destroyed)
 }
 
 #[cfg(test)]
@@ -477,6 +495,39 @@ mod tests {
         later.applied_at = "2026-12-01T10:00:01Z".to_owned();
         let rows = vec![later, row("r", "chi-0", 5, LedgerEvent::Started)];
         assert!(!applied_on(&rows, "r", "f1", "chi-0"));
+    }
+
+    #[test]
+    fn two_closing_rows_racing_for_one_seq_cover_the_pod_for_neither() {
+        // Two deploys of one resource without a lease, F1 and F2, both numbering their row 6.
+        let mut f2 = row("r", "chi-0", 6, LedgerEvent::Applied);
+        f2.fingerprint = "f2".to_owned();
+        let rows = vec![
+            row("r", "chi-0", 5, LedgerEvent::Started),
+            row("r", "chi-0", 6, LedgerEvent::Applied),
+            f2,
+        ];
+        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(!applied_on(&rows, "r", "f2", "chi-0"));
+        // An apply and a destroy racing: neither covered nor destroyed.
+        let rows = vec![
+            row("r", "chi-0", 6, LedgerEvent::Applied),
+            row("r", "chi-0", 6, LedgerEvent::Destroyed),
+        ];
+        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(!destroyed_on(&rows, "r", "chi-0"));
+        // The same row twice (a retried insert) is no race.
+        let rows = vec![
+            row("r", "chi-0", 6, LedgerEvent::Applied),
+            row("r", "chi-0", 6, LedgerEvent::Applied),
+        ];
+        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+        // Another resource's row at that seq is not this one's race.
+        let rows = vec![
+            row("r", "chi-0", 6, LedgerEvent::Applied),
+            row("other", "chi-0", 6, LedgerEvent::Destroyed),
+        ];
+        assert!(applied_on(&rows, "r", "f1", "chi-0"));
     }
 
     #[test]
