@@ -1334,6 +1334,42 @@ fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
 }
 
 #[test]
+fn a_stopped_on_cluster_statement_says_its_queued_task_may_still_run_on_the_hosts() {
+    // Every attempt times out: the statement stays tracked and is stopped at the call's end. On
+    // its pod that stops the initiator only; the DDL workers run the task under ids of their own.
+    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+        (!req.stdin.starts_with(KILL)).then(|| {
+            Err(TransportError::new(
+                TransportErrorKind::Timeout,
+                "exec did not finish within 303000ms",
+            ))
+        })
+    });
+    let err = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Transport, "{}", err.message);
+    assert!(
+        err.message.contains(
+            "was stopped with KILL QUERY and is not running any more (not in system.processes, and the pod's \
+             processes could not be read), but the distributed DDL task it queued may still run on the cluster's \
+             hosts"
+        ),
+        "{}",
+        err.message
+    );
+    // A fanout statement's note says nothing of the kind.
+    let fanout = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+        (!req.stdin.starts_with(KILL)).then(|| {
+            Err(TransportError::new(
+                TransportErrorKind::Timeout,
+                "exec did not finish within 303000ms",
+            ))
+        })
+    });
+    let err = run_apply(fanout_props(), None, &fanout, &FakeClock::default()).unwrap_err();
+    assert!(!err.message.contains("distributed DDL task"), "{}", err.message);
+}
+
+#[test]
 fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retried() {
     // GNU `timeout` exits 124 (KILL after the grace: 137); BusyBox's execs the client and TERMs
     // it, so the shell sees 143. Before, 143 read as a plain failure and nothing was stopped.

@@ -168,6 +168,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 sent,
                 ends_by: sent + request.timeout,
                 token: 0,
+                queued_for_hosts: crate::sql::ddl_status::has_on_cluster(&request.stdin),
             });
             let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
                 return Tracked::CancelledDuring;
@@ -279,10 +280,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 match &outcome {
                     Ok(look) => notes.push(format!(
                         "{what} on pod {pod} (query id {id}) was stopped with KILL QUERY and is not \
-                         running any more (not in system.processes, {})",
+                         running any more (not in system.processes, {}){}",
                         match look {
                             PodLook::Seen => "and no process of it left in the pod",
                             PodLook::Unreadable => "and the pod's processes could not be read",
+                        },
+                        if statement.queued_for_hosts {
+                            ", but the distributed DDL task it queued may still run on the cluster's hosts \
+                             (their DDL workers run it under ids of their own, which this stop does not reach)"
+                        } else {
+                            ""
                         }
                     )),
                     Err(why) => {

@@ -96,6 +96,9 @@ pub(crate) struct Abandoned {
     pub ends_by: Duration,
     /// Which tracked exec it is (see `abandoned`).
     token: u64,
+    /// It is a distributed DDL statement (`ON CLUSTER`): stopping it on its pod does not stop the
+    /// task it queued for the cluster's hosts.
+    pub queued_for_hosts: bool,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.

@@ -115,7 +115,7 @@ pub fn problems(sql: &str, stdout: &str, null_status: NullStatus) -> Vec<HostSta
 }
 
 /// Whether `sql` has an `ON CLUSTER` clause (read from tokens: not inside a literal or comment).
-fn has_on_cluster(sql: &str) -> bool {
+pub(crate) fn has_on_cluster(sql: &str) -> bool {
     let tokens: Vec<Token> = significant(sql).collect();
     tokens
         .windows(2)
