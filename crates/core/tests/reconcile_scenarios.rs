@@ -868,16 +868,21 @@ fn on_cluster_refused_in_a_replicated_database_says_so_with_its_index() {
     );
 }
 
-#[test]
-fn a_transport_failure_that_persists_fails_after_max_attempts() {
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
+/// One pod whose every statement exec passes its deadline; stops get the fake's default answer.
+fn timing_out() -> FakeCluster {
+    FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
         (!req.stdin.starts_with(KILL)).then(|| {
             Err(TransportError::new(
                 TransportErrorKind::Timeout,
-                "exec did not finish within 300000ms",
+                "exec did not finish within 303000ms",
             ))
         })
-    });
+    })
+}
+
+#[test]
+fn a_transport_failure_that_persists_fails_after_max_attempts() {
+    let cluster = timing_out();
     let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport);
     assert_eq!(err.statement_index, Some(0));
@@ -1337,14 +1342,7 @@ fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
 fn a_stopped_on_cluster_statement_says_its_queued_task_may_still_run_on_the_hosts() {
     // Every attempt times out: the statement stays tracked and is stopped at the call's end. On
     // its pod that stops the initiator only; the DDL workers run the task under ids of their own.
-    let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
-        (!req.stdin.starts_with(KILL)).then(|| {
-            Err(TransportError::new(
-                TransportErrorKind::Timeout,
-                "exec did not finish within 303000ms",
-            ))
-        })
-    });
+    let cluster = timing_out();
     let err = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport, "{}", err.message);
     assert!(
@@ -1357,14 +1355,7 @@ fn a_stopped_on_cluster_statement_says_its_queued_task_may_still_run_on_the_host
         err.message
     );
     // A fanout statement's note says nothing of the kind.
-    let fanout = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
-        (!req.stdin.starts_with(KILL)).then(|| {
-            Err(TransportError::new(
-                TransportErrorKind::Timeout,
-                "exec did not finish within 303000ms",
-            ))
-        })
-    });
+    let fanout = timing_out();
     let err = run_apply(fanout_props(), None, &fanout, &FakeClock::default()).unwrap_err();
     assert!(!err.message.contains("distributed DDL task"), "{}", err.message);
 }
