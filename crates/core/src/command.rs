@@ -7,11 +7,13 @@
 //! exec 3<&0
 //! t=; if timeout -k 2 1 true >/dev/null 2>&1; then t='timeout -k 2 <S+3>'
 //!     elif timeout 1 true >/dev/null 2>&1; then t='timeout <S+3>'; fi
+//! s=$(head -c <N> <&3; echo .); s=${s%.}; n=$(printf '%s' "$s" | wc -c)
+//! if [ $((n)) -ne <N> ]; then echo "...ended after $((n)) of <N> bytes..." >&2; exit 75; fi
 //! { printf '<?xml version="1.0"?><yandex><password>'
 //!   printf '%s' "${<passwordEnv>:-}" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
 //!   printf '</password></yandex>\n'
 //! } | { exec 4<&0
-//!       head -c <N> <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --host=localhost \
+//!       printf '%s' "$s" 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --host=localhost \
 //!         --user=... --database=... --port=... [--query_id=...] --<setting>=... --max_execution_time=<S> 3<&-; }
 //! ```
 //!
@@ -32,6 +34,14 @@
 //!   protocol has no such signal, and closing the socket there loses the exit
 //!   status. With the byte count in the command, v4 and v5 behave alike. Fd 3
 //!   keeps the exec's stdin while fd 0 carries the configuration.
+//! - The whole statement is read before the client starts, into a shell
+//!   variable (`$(...)` with a `.` after it keeps trailing newlines; `printf`
+//!   is a builtin, so no argv carries it), and counted: an exec whose stdin
+//!   ended early (its connection dropped half way through a long statement,
+//!   while the kubelet keeps its process running) exits `INPUT_CUT_EXIT_CODE`
+//!   and runs nothing. Otherwise `head` would hand the client the part that
+//!   arrived, which can parse as another statement (`DROP TABLE db.events_old`
+//!   cut to `DROP TABLE db.events`).
 //! - The statement is bounded where it runs, not only by the caller's exec
 //!   timeout (closing an exec connection does not always end the remote
 //!   process): by `max_execution_time` on the server (unless the settings set
@@ -96,6 +106,13 @@ pub const POD_TIMEOUT_EXIT_CODES: [i32; 3] = [124, 137, 143];
 /// with its `--query_id` still runs (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING,
 /// code 216; the client exits with the code modulo 256).
 pub const QUERY_ID_IN_USE_EXIT_CODE: i32 = 216;
+
+/// Exit status of an exec whose stdin ended before the statement's bytes had all arrived: nothing
+/// was run (see the module header). Its stderr starts with `INPUT_CUT_MARKER`, and holds no code.
+pub const INPUT_CUT_EXIT_CODE: i32 = 75;
+
+/// How the stderr of such an exec starts.
+pub const INPUT_CUT_MARKER: &str = "clickhouse-schema";
 
 /// QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING as the client prints it (`Code: 216.`).
 pub const QUERY_ID_IN_USE_CODE: u32 = 216;
@@ -265,10 +282,14 @@ fn render_with(
          t=; if timeout -k {POD_KILL_AFTER_SECS} 1 true >/dev/null 2>&1; \
          then t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; \
          elif timeout 1 true >/dev/null 2>&1; then t='timeout {pod_secs}'; fi; \
+         s=$(head -c {statement_bytes} <&3; echo .); s=${{s%.}}; n=$(printf '%s' \"$s\" | wc -c); \
+         if [ $((n)) -ne {statement_bytes} ]; then \
+         echo \"{INPUT_CUT_MARKER}: the exec's input ended after $((n)) of {statement_bytes} bytes; nothing was run\" >&2; \
+         exit {INPUT_CUT_EXIT_CODE}; fi; \
          {{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
          printf '%s' \"${{{env}:-}}\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
          printf '</password></yandex>\\n'; }} | \
-         {{ exec 4<&0; head -c {statement_bytes} <&3 4<&- | exec $t clickhouse-client {client_args} 3<&-; }}",
+         {{ exec 4<&0; printf '%s' \"$s\" 4<&- | exec $t clickhouse-client {client_args} 3<&-; }}",
         // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
         env = client.password_env,
     );
@@ -319,7 +340,7 @@ mod tests {
         assert_eq!(argv[..2], ["sh", "-c"]);
         assert!(
             argv[2].contains(
-                "head -c 42 <&3 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --host=localhost --user='default' \
+                "printf '%s' \"$s\" 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --host=localhost --user='default' \
                  --database='default' --port=9000 --a_mode='x y' --distributed_ddl_task_timeout='300' \
                  --max_execution_time=300 3<&-"
             ),
@@ -426,6 +447,27 @@ mod tests {
     }
 
     #[test]
+    fn a_statement_whose_input_ends_early_is_not_run() {
+        // The exec's connection dropped after part of a long statement: what arrived parses as
+        // another statement. The client must not start.
+        let statement = "DROP TABLE IF EXISTS db.events_old";
+        let (out, code) = run_rendered(
+            None,
+            "default",
+            statement.len(),
+            "DROP TABLE IF EXISTS db.events",
+            &[],
+        );
+        assert_eq!(code, INPUT_CUT_EXIT_CODE, "{out}");
+        assert_eq!(out, "", "the client never started");
+        // Trailing newlines and non-ASCII text are counted as bytes, and kept.
+        let statement = "SELECT 'ß€'\n\n";
+        let (out, code) = run_with_fake_client(None, "default", statement);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.ends_with(&format!("--\n{statement}")), "{out:?}");
+    }
+
+    #[test]
     fn hostile_values_stay_single_words() {
         let mut c = client();
         c.user = "o'brien; rm -rf /".into();
@@ -447,6 +489,19 @@ mod tests {
         password: Option<&str>,
         user: &str,
         statement: &str,
+        programs: &[(&str, &str)],
+    ) -> (String, i32) {
+        // More than the statement: `head -c N` must stop at the statement.
+        let input = format!("{statement}TRAILING");
+        run_rendered(password, user, statement.len(), &input, programs)
+    }
+
+    /// The command rendered for a statement of `bytes` bytes, given `input` on stdin.
+    fn run_rendered(
+        password: Option<&str>,
+        user: &str,
+        bytes: usize,
+        input: &str,
         programs: &[(&str, &str)],
     ) -> (String, i32) {
         let dir = std::env::temp_dir().join(format!(
@@ -479,7 +534,7 @@ mod tests {
         let mut c = client();
         c.user = user.into();
         c.password_env = "TEST_CH_PASSWORD".into();
-        let argv = render(&c, &BTreeMap::new(), statement.len(), FIVE_MINUTES);
+        let argv = render(&c, &BTreeMap::new(), bytes, FIVE_MINUTES);
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
@@ -493,10 +548,7 @@ mod tests {
         {
             use std::io::Write;
             let mut stdin = child.stdin.take().expect("stdin");
-            // More than the statement: `head -c N` must stop at the statement.
-            stdin
-                .write_all(format!("{statement}TRAILING").as_bytes())
-                .expect("write stdin");
+            stdin.write_all(input.as_bytes()).expect("write stdin");
         }
         let out = child.wait_with_output().expect("sh finishes");
         let _ = std::fs::remove_dir_all(&dir);
