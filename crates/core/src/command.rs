@@ -225,31 +225,44 @@ pub fn render_stop(
     script_bytes: usize,
     statement_timeout: Duration,
 ) -> Vec<String> {
-    // One grep over every command line; the ids reach it on stdin (`printf` is a builtin), so no
-    // process's argv carries them whole, not even grep's.
-    let ids: String = query_ids
+    // Each process's command line is read by `tr` with its NULs turned into `'`, and matched by
+    // the shell (`case`): BusyBox's grep stops at a line's first NUL, so it would only ever see
+    // the program's name. The `'` after the id is where it ends both in the client's argument
+    // (`--query_id=<id>` then NUL) and in the wrapper's script (`--query_id='<id>'`), so the id of
+    // pod chi-1 does not match chi-10's. An id without the package's prefix, or none at all,
+    // would match what it must not: then the pod's processes are not looked at (`unknown`).
+    let patterns: Option<Vec<String>> = query_ids
         .iter()
         .map(|id| {
-            let rest = id.strip_prefix(QUERY_ID_PREFIX).unwrap_or(id);
-            format!(" \"$p\"{}", shell_quote(&format!("-{rest}")))
+            let rest = id.strip_prefix(QUERY_ID_PREFIX).filter(|r| !r.is_empty())?;
+            Some(format!("*\"$p\"{}*", shell_quote(&format!("-{rest}'"))))
         })
         .collect();
-    let scan = |action: &str| {
-        format!(
-            "for f in $(printf '%s\\n'{ids} | grep -lF -f - /proc/[0-9]*/cmdline 2>/dev/null); do \
-             i=${{f#/proc/}}; i=${{i%/cmdline}}; [ \"$i\" = \"$$\" ] && continue; {action}; done"
-        )
+    let prelude = match patterns.filter(|p| !p.is_empty()) {
+        None => format!("printf '{POD_ENDED_LABEL}\\t0\\n{POD_LEFT_LABEL}\\tunknown\\n'; "),
+        Some(patterns) => {
+            let patterns = patterns.join("|");
+            let scan = |action: &str| {
+                format!(
+                    "for d in /proc/[0-9]*; do i=${{d#/proc/}}; [ \"$i\" = \"$$\" ] && continue; \
+                     c=$(tr '\\000' \"'\" < \"$d/cmdline\" 2>/dev/null) || continue; \
+                     case \"$c\" in {patterns}) {action};; esac; done"
+                )
+            };
+            // Whether this shell can read command lines at all: its own must show its prefix.
+            format!(
+                "p={prefix}; k=0; l=0; c=$(tr '\\000' ' ' < /proc/$$/cmdline 2>/dev/null); \
+                 case \"$c\" in *\"p=$p;\"*) \
+                 {kill}; if [ \"$k\" -gt 0 ]; then sleep 1; {kill}; fi; if [ \"$k\" -gt 0 ]; then sleep 1; fi; \
+                 {count}; \
+                 printf '{POD_ENDED_LABEL}\\t%s\\n{POD_LEFT_LABEL}\\t%s\\n' \"$k\" \"$l\";; \
+                 *) printf '{POD_ENDED_LABEL}\\t0\\n{POD_LEFT_LABEL}\\tunknown\\n';; esac; ",
+                prefix = QUERY_ID_PREFIX.trim_end_matches('-'),
+                kill = scan("kill -9 \"$i\" 2>/dev/null && k=$((k+1))"),
+                count = scan("l=$((l+1))"),
+            )
+        }
     };
-    let prelude = format!(
-        "p={prefix}; k=0; l=0; \
-         if [ -r /proc/self/cmdline ]; then \
-         {kill}; if [ \"$k\" -gt 0 ]; then sleep 1; fi; {count}; \
-         printf '{POD_ENDED_LABEL}\\t%s\\n{POD_LEFT_LABEL}\\t%s\\n' \"$k\" \"$l\"; \
-         else printf '{POD_ENDED_LABEL}\\t0\\n{POD_LEFT_LABEL}\\tunknown\\n'; fi; ",
-        prefix = QUERY_ID_PREFIX.trim_end_matches('-'),
-        kill = scan("kill -9 \"$i\" 2>/dev/null && k=$((k+1))"),
-        count = scan("l=$((l+1))"),
-    );
     let mut argv = render_multiquery(client, &BTreeMap::new(), script_bytes, statement_timeout);
     argv[2] = format!("{prelude}{}", argv[2]);
     argv
@@ -386,32 +399,26 @@ mod tests {
         assert_eq!(exec_timeout(Duration::from_millis(1000)), Duration::from_secs(7));
     }
 
-    #[test]
-    fn the_stop_ends_in_the_pod_exactly_the_processes_that_carry_its_ids() {
-        // Stand-ins of two statements' execs, each carrying its id in its command line as a real
-        // exec's `sh` does; only the first is stopped.
-        let stopped = "clickhouse-schema-0123456789abcdef-3-chi-0";
-        let spared = "clickhouse-schema-0123456789abcdef-4-chi-0";
-        let spawn = |id: &str| {
-            std::process::Command::new("sh")
-                .args(["-c", &format!("sleep 60; : --query_id='{id}'")])
-                .spawn()
-                .expect("sh runs")
-        };
-        let (mut target, mut other) = (spawn(stopped), spawn(spared));
-        let dir = std::env::temp_dir().join(format!("chs-stop-{}", std::process::id()));
+    /// Runs the stop rendered for `ids` with a stand-in client that prints its stdin; its output.
+    fn run_stop(ids: &[&str]) -> String {
+        let dir = std::env::temp_dir().join(format!(
+            "chs-stop-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let fake = dir.join("clickhouse-client");
         std::fs::write(&fake, "#!/bin/sh\ncat\n").expect("fake client");
         let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
         assert!(chmod.is_ok_and(|s| s.success()));
         let script = "KILL QUERY WHERE query_id IN ('x') SYNC;\n";
-        let argv = render_stop(&client(), &[stopped], script.len(), Duration::from_secs(10));
-        assert!(
-            !argv[2].contains(stopped),
-            "its own argv would match: {}",
-            argv[2]
-        );
+        let argv = render_stop(&client(), ids, script.len(), Duration::from_secs(10));
+        for id in ids.iter().filter(|id| id.len() > QUERY_ID_PREFIX.len()) {
+            assert!(!argv[2].contains(id), "its own argv would match: {}", argv[2]);
+        }
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
@@ -429,21 +436,62 @@ mod tests {
         }
         let out = child.wait_with_output().expect("the stop finishes");
         let _ = std::fs::remove_dir_all(&dir);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            stdout,
-            format!("{POD_ENDED_LABEL}\t1\n{POD_LEFT_LABEL}\t0\n{script}"),
-            "the pod's count, then the client's output"
-        );
-        let ended = target.wait().expect("waits");
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(ended.signal(), Some(9), "{ended:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
-            other.try_wait().expect("polls").is_none(),
-            "the other one runs on"
+            stdout.ends_with(script),
+            "the client ran after the pod part: {stdout}"
         );
-        let _ = other.kill();
-        let _ = other.wait();
+        stdout[..stdout.len() - script.len()].to_owned()
+    }
+
+    #[test]
+    fn the_stop_ends_in_the_pod_exactly_the_processes_that_carry_its_ids() {
+        use std::os::unix::process::ExitStatusExt;
+        // Stand-ins of statements' execs: the wrapper's `sh` carries `--query_id='<id>'` in its
+        // script, the client `--query_id=<id>` as an argument of its own. Only chi-1's statement 3
+        // is stopped; chi-10's (whose id the other's is a prefix of) and statement 4 run on.
+        let stopped = "clickhouse-schema-0123456789abcdef-3-chi-1";
+        let wrapper = |id: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", &format!("sleep 60; : --query_id='{id}'")])
+                .spawn()
+                .expect("sh runs")
+        };
+        let client = |id: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", "sleep 60; :", "client", &format!("--query_id={id}")])
+                .spawn()
+                .expect("sh runs")
+        };
+        let mut ended = [wrapper(stopped), client(stopped)];
+        let mut spared = [
+            wrapper("clickhouse-schema-0123456789abcdef-3-chi-10"),
+            client("clickhouse-schema-0123456789abcdef-3-chi-10"),
+            wrapper("clickhouse-schema-0123456789abcdef-4-chi-1"),
+        ];
+        assert_eq!(
+            run_stop(&[stopped]),
+            format!("{POD_ENDED_LABEL}\t2\n{POD_LEFT_LABEL}\t0\n"),
+            "the pod's counts"
+        );
+        for child in &mut ended {
+            let status = child.wait().expect("waits");
+            assert_eq!(status.signal(), Some(9), "{status:?}");
+        }
+        for child in &mut spared {
+            assert!(child.try_wait().expect("polls").is_none(), "another exec runs on");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    #[test]
+    fn a_stop_with_no_id_of_the_package_looks_at_no_process() {
+        // No pattern is specific enough: an empty one would match every process of the pod.
+        let unknown = format!("{POD_ENDED_LABEL}\t0\n{POD_LEFT_LABEL}\tunknown\n");
+        assert_eq!(run_stop(&[]), unknown);
+        assert_eq!(run_stop(&["clickhouse-schema-"]), unknown);
+        assert_eq!(run_stop(&["somebody-else-3-chi-1"]), unknown);
     }
 
     #[test]

@@ -169,6 +169,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 ends_by: sent + request.timeout,
                 token: 0,
                 queued_for_hosts: crate::sql::ddl_status::has_on_cluster(&request.stdin),
+                script: request.command.iter().any(|a| a.contains(" --multiquery")),
             });
             let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
                 return Tracked::CancelledDuring;
@@ -448,6 +449,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         match (still, pod_left) {
             (_, Some(n)) if n > 0 => Err(format!("{n} of its processes still in the pod after kill -9")),
             (Some(0), Some(_)) => Ok(PodLook::Seen),
+            (Some(0), None) if statements.iter().any(|s| s.script) => Err(
+                "the pod's processes could not be read, and a script's client still there would send its next \
+                 statement"
+                    .to_owned(),
+            ),
             (Some(0), None) => Ok(PodLook::Unreadable),
             (Some(n), _) => Err(format!("{n} still in system.processes after KILL QUERY")),
             (None, _) => Err("system.processes could not be read".to_owned()),

@@ -99,6 +99,9 @@ pub(crate) struct Abandoned {
     /// It is a distributed DDL statement (`ON CLUSTER`): stopping it on its pod does not stop the
     /// task it queued for the cluster's hosts.
     pub queued_for_hosts: bool,
+    /// It runs several statements (`--multiquery`): until its client is gone from the pod, it
+    /// may send the next one, whatever the server shows.
+    pub script: bool,
 }
 
 /// What an apply checks on a pod after the statements ran, and what a mismatch does.
