@@ -399,10 +399,10 @@ mod tests {
         assert_eq!(exec_timeout(Duration::from_millis(1000)), Duration::from_secs(7));
     }
 
-    /// Runs the stop rendered for `ids` with a stand-in client that prints its stdin; its output.
-    fn run_stop(ids: &[&str]) -> String {
+    /// A fresh directory of its own under the system's temporary one.
+    fn scratch_dir(what: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(
-            "chs-stop-{}-{}",
+            "chs-{what}-{}-{}",
             std::process::id(),
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -410,6 +410,12 @@ mod tests {
                 .unwrap_or_default()
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    /// Runs the stop rendered for `ids` with a stand-in client that prints its stdin; its output.
+    fn run_stop(ids: &[&str]) -> String {
+        let dir = scratch_dir("stop");
         let fake = dir.join("clickhouse-client");
         std::fs::write(&fake, "#!/bin/sh\ncat\n").expect("fake client");
         let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
@@ -552,15 +558,7 @@ mod tests {
         input: &str,
         programs: &[(&str, &str)],
     ) -> (String, i32) {
-        let dir = std::env::temp_dir().join(format!(
-            "chs-command-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = scratch_dir("command");
         let fake = dir.join("clickhouse-client");
         std::fs::write(
             &fake,
