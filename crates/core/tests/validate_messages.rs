@@ -547,6 +547,21 @@ fn real_settings_that_look_like_options_are_accepted() {
 }
 
 #[test]
+fn a_nul_byte_in_a_statement_is_refused_by_index() {
+    // The pod's shell drops NUL bytes from the statement it reads, so it could never arrive whole.
+    let props = with(base(), "/statements", json!(["SELECT 1", "SELECT 'a\u{0}b'"]));
+    assert_single_issue(props, "statements[1]", "holds a NUL byte (U+0000)");
+
+    let mut props = with(base(), "/onDelete", json!("run"));
+    props["deleteStatements"] = json!(["DROP DATABASE orders\u{0}"]);
+    assert_single_issue(props, "deleteStatements[0]", "write it as the escape '\\0'");
+
+    // The escape itself is plain text and passes.
+    let props = with(base(), "/statements", json!(["SELECT 'a\\0b'"]));
+    validate("orders-schema", &props).expect("the escape is not a NUL byte");
+}
+
+#[test]
 fn statements_over_max_statement_bytes_are_refused_by_index() {
     let big = format!("SELECT '{}'", "x".repeat(16 << 20));
     let props = with(base(), "/statements", json!(["SELECT 1", big]));

@@ -659,9 +659,9 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
     }
 
     let max_bytes = max_statement_bytes(props);
-    check_sizes(props, "statements", max_bytes, issues);
+    check_bytes(props, "statements", max_bytes, issues);
     if teardown == Some(Teardown::Run) {
-        check_sizes(props, "deleteStatements", max_bytes, issues);
+        check_bytes(props, "deleteStatements", max_bytes, issues);
     }
 
     check_rebuild(props, issues);
@@ -771,7 +771,11 @@ fn max_statement_bytes(props: &Map<String, Value>) -> u64 {
         .unwrap_or(DEFAULT_MAX_STATEMENT_BYTES)
 }
 
-fn check_sizes(props: &Map<String, Value>, field: &str, max_bytes: u64, issues: &mut Vec<ConfigIssue>) {
+/// Each statement's size, and no NUL byte: the pod reads a statement into a shell variable before
+/// the client starts (so that an input cut short runs nothing, see `command`), and shells drop NUL
+/// bytes there, so a statement holding one could never arrive whole. ClickHouse's own parser has no
+/// use for one outside a literal, where `'\0'` spells it.
+fn check_bytes(props: &Map<String, Value>, field: &str, max_bytes: u64, issues: &mut Vec<ConfigIssue>) {
     let Some(Value::Array(statements)) = props.get(field) else {
         return;
     };
@@ -779,6 +783,13 @@ fn check_sizes(props: &Map<String, Value>, field: &str, max_bytes: u64, issues: 
         let Some(sql) = statement.as_str() else {
             continue;
         };
+        if sql.contains('\0') {
+            issues.push(issue(
+                format!("{field}[{index}]"),
+                "holds a NUL byte (U+0000), which cannot reach the server through the pod's shell; \
+                 write it as the escape '\\0' inside a string literal",
+            ));
+        }
         if sql.len() as u64 > max_bytes {
             issues.push(issue(
                 format!("{field}[{index}]"),
