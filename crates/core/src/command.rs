@@ -7,7 +7,7 @@
 //! exec 3<&0
 //! t=; if timeout -k 2 1 true >/dev/null 2>&1; then t='timeout -k 2 <S+3>'
 //!     elif timeout 1 true >/dev/null 2>&1; then t='timeout <S+3>'; fi
-//! s=$(head -c <N> <&3; echo .); s=${s%.}; n=$(printf '%s' "$s" | wc -c)
+//! s=$($t head -c <N> <&3; echo .); s=${s%.}; n=$(printf '%s' "$s" | wc -c)
 //! if [ $((n)) -ne <N> ]; then echo "...ended after $((n)) of <N> bytes..." >&2; exit 75; fi
 //! { printf '<?xml version="1.0"?><yandex><password>'
 //!   printf '%s' "${<passwordEnv>:-}" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
@@ -41,7 +41,10 @@
 //!   while the kubelet keeps its process running) exits `INPUT_CUT_EXIT_CODE`
 //!   and runs nothing. Otherwise `head` would hand the client the part that
 //!   arrived, which can parse as another statement (`DROP TABLE db.events_old`
-//!   cut to `DROP TABLE db.events`).
+//!   cut to `DROP TABLE db.events`). The read is under the pod-side bound
+//!   too: an input that stalls short of its size without ending would
+//!   otherwise keep `head` in the pod for good (its argv carries no query id
+//!   for a stop to find).
 //! - The statement is bounded where it runs, not only by the caller's exec
 //!   timeout (closing an exec connection does not always end the remote
 //!   process): by `max_execution_time` on the server (unless the settings set
@@ -210,6 +213,9 @@ pub const POD_LEFT_LABEL: &str = "clickhouse-schema-pod-left";
 /// The prefix every query id of this package starts with (see `reconcile::abandoned`).
 pub(crate) const QUERY_ID_PREFIX: &str = "clickhouse-schema-";
 
+/// How many rounds of kills the stop makes in the pod before it counts what is left.
+const KILL_ROUNDS: u32 = 3;
+
 /// argv for stopping the execs that ran under `query_ids` on a pod: first, in the pod, every
 /// process whose command line carries one of the ids (the exec's `sh`, `timeout` and client,
 /// which on a real cluster outlive their closed exec) is killed, and the processes that still
@@ -218,7 +224,7 @@ pub(crate) const QUERY_ID_PREFIX: &str = "clickhouse-schema-";
 /// script, which `KILL QUERY` alone cannot promise: it stops the statement running, if any, and
 /// the client sends the next. The ids are spelled so that this command's own argv does not carry
 /// them (a shell variable holds their common prefix), or it would kill itself. A second look,
-/// a second after a kill (SIGKILL is delivered, not awaited), counts what is left.
+/// a second after the last round of kills (SIGKILL is delivered, not awaited), counts what is left.
 pub fn render_stop(
     client: &ClientConfig,
     query_ids: &[&str],
@@ -250,10 +256,14 @@ pub fn render_stop(
                 )
             };
             // Whether this shell can read command lines at all: its own must show its prefix.
+            // Up to three rounds of kills, each after the last one's processes had a second to go,
+            // before the count: a process forked after a round's listing (the client `timeout`
+            // starts once its parent's `sh` is killed) is found by the next round.
             format!(
                 "p={prefix}; k=0; l=0; c=$(tr '\\000' ' ' < /proc/$$/cmdline 2>/dev/null); \
                  case \"$c\" in *\"p=$p;\"*) \
-                 {kill}; if [ \"$k\" -gt 0 ]; then sleep 1; {kill}; fi; if [ \"$k\" -gt 0 ]; then sleep 1; fi; \
+                 r=0; while [ $r -lt {KILL_ROUNDS} ]; do r=$((r+1)); j=$k; {kill}; \
+                 [ \"$k\" -gt \"$j\" ] || break; sleep 1; done; \
                  {count}; \
                  printf '{POD_ENDED_LABEL}\\t%s\\n{POD_LEFT_LABEL}\\t%s\\n' \"$k\" \"$l\";; \
                  *) printf '{POD_ENDED_LABEL}\\t0\\n{POD_LEFT_LABEL}\\tunknown\\n';; esac; ",
@@ -295,7 +305,7 @@ fn render_with(
          t=; if timeout -k {POD_KILL_AFTER_SECS} 1 true >/dev/null 2>&1; \
          then t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; \
          elif timeout 1 true >/dev/null 2>&1; then t='timeout {pod_secs}'; fi; \
-         s=$(head -c {statement_bytes} <&3; echo .); s=${{s%.}}; n=$(printf '%s' \"$s\" | wc -c); \
+         s=$($t head -c {statement_bytes} <&3; echo .); s=${{s%.}}; n=$(printf '%s' \"$s\" | wc -c); \
          if [ $((n)) -ne {statement_bytes} ]; then \
          echo \"{INPUT_CUT_MARKER}: the exec's input ended after $((n)) of {statement_bytes} bytes; nothing was run\" >&2; \
          exit {INPUT_CUT_EXIT_CODE}; fi; \
@@ -492,6 +502,35 @@ mod tests {
     }
 
     #[test]
+    fn the_stop_kills_what_is_started_after_its_first_round() {
+        // A parent without the id (like the wrapper's `timeout`, whose argv does not carry it)
+        // starts a process that carries it each time the last one dies, three in all: each
+        // appears only after the round that killed its predecessor had listed the pod.
+        let id = "clickhouse-schema-0123456789abcdef-5-chi-2";
+        let dir = scratch_dir("respawn");
+        let parent = dir.join("parent.sh");
+        let one = format!("sh -c 'sleep 60' '--query_id={id}' || :\n");
+        std::fs::write(&parent, one.repeat(3)).expect("parent script");
+        let mut child = std::process::Command::new("sh")
+            .arg(&parent)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sh runs");
+        std::thread::sleep(Duration::from_millis(200));
+        let counts = run_stop(&[id]);
+        let status = child
+            .wait()
+            .expect("the parent ends once its last child is killed");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(status.success(), "{status:?}");
+        assert_eq!(
+            counts,
+            format!("{POD_ENDED_LABEL}\t3\n{POD_LEFT_LABEL}\t0\n"),
+            "each of the three is killed, none is left"
+        );
+    }
+
+    #[test]
     fn a_stop_with_no_id_of_the_package_looks_at_no_process() {
         // No pattern is specific enough: an empty one would match every process of the pod.
         let unknown = format!("{POD_ENDED_LABEL}\t0\n{POD_LEFT_LABEL}\tunknown\n");
@@ -643,11 +682,47 @@ mod tests {
         let busybox = "#!/bin/sh\n\
              case \"$1\" in -k*) echo \"timeout: invalid option -- 'k'\" >&2; \
              echo 'BusyBox v1.34.1 multi-call binary. Usage: timeout [-s SIG] SECS PROG ARGS' >&2; exit 1;; esac\n\
-             secs=$1; shift; printf 'timeout %s\\n' \"$secs\"; exec \"$@\"\n";
+             secs=$1; shift; [ \"$1\" = clickhouse-client ] && printf 'timeout %s\\n' \"$secs\"; exec \"$@\"\n";
         let (out, code) = run_with_fakes(None, "default", "SELECT 3", &[("timeout", busybox)]);
         assert_eq!(code, 0, "{out}");
         assert!(out.starts_with("timeout 303\n--config-file=/dev/fd/4\n"), "{out}");
         assert!(out.ends_with("--\nSELECT 3"), "{out}");
+    }
+
+    #[test]
+    fn a_statement_read_that_never_completes_is_bounded_in_the_pod() {
+        // The input stays open short of the statement's size: the read is under the pod-side
+        // bound like the client, so the exec ends (nothing run) instead of waiting in the pod.
+        let dir = scratch_dir("stalled");
+        let fake = dir.join("clickhouse-client");
+        std::fs::write(&fake, "#!/bin/sh\necho ran\n").expect("fake client");
+        let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
+        assert!(chmod.is_ok_and(|s| s.success()));
+        let argv = render(&client(), &BTreeMap::new(), 100, Duration::from_secs(1));
+        let mut child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh runs");
+        let mut stdin = child.stdin.take().expect("stdin");
+        {
+            use std::io::Write;
+            stdin.write_all(b"SELECT 1").expect("write stdin");
+        }
+        // stdin is held open (not dropped) until the exec has ended by itself.
+        let out = child
+            .wait_with_output()
+            .expect("the exec ends with its input still open");
+        drop(stdin);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(out.status.code(), Some(INPUT_CUT_EXIT_CODE), "{out:?}");
+        assert!(out.stdout.is_empty(), "the client never started: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // `head` holds what it read until it has all of it, so the bound leaves none of it.
+        assert!(stderr.contains("input ended after 0 of 100 bytes"), "{stderr}");
     }
 
     #[test]
