@@ -467,7 +467,7 @@ test1816(
       }
       assert.equal((await execLog()).find((e) => e.id === left[0].id).outcome, 'left_running_exited', 'its client ended');
       // The stop ran in an exec of its own, with no credential on any command line.
-      const stop = execs.find((e) => e.stdin.startsWith('KILL QUERY'));
+      const stop = execs.find((e) => e.stdin.includes('KILL QUERY WHERE'));
       assert.ok(stop, 'a stop exec');
       for (const e of execs) {
         const argv = e.argv.join(' ');
@@ -513,12 +513,12 @@ test1816(
       assert.ok(events.some((e) => e.kind === 'retry' && e.pod === first), 'the retry was reported');
       const execs = (await execLog()).filter((e) => e.pod === first);
       const dropped = execs.findIndex((e) => e.outcome.startsWith('left_running'));
-      const stop = execs.findIndex((e) => e.stdin.startsWith('KILL QUERY'));
+      const stop = execs.findIndex((e) => e.stdin.includes('KILL QUERY WHERE'));
       const retried = execs.findIndex((e, i) => i > dropped && e.stdin === SLOW);
       assert.ok(dropped >= 0 && dropped < stop && stop < retried, JSON.stringify(execs.map((e) => [e.outcome, e.stdin.slice(0, 30)])));
       const queryId = /--query_id='([^']+)'/.exec(execs[dropped].argv.join(' '))[1];
       assert.equal(/--query_id='([^']+)'/.exec(execs[retried].argv.join(' '))[1], queryId, 'the retry runs under the same id');
-      assert.match(execs[stop].stdin, new RegExp(`^KILL QUERY WHERE query_id IN \\('${queryId}'\\) SYNC;`));
+      assert.match(execs[stop].stdin, new RegExp(`KILL QUERY WHERE query_id IN \\('${queryId}'\\) SYNC FORMAT Null;`));
       assert.equal(execs[retried].outcome, 'completed');
     } finally {
       await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: false });

@@ -118,7 +118,7 @@ test('an SQL failure rejects with every ClickHouseSchemaError property and no se
 
 // A stop of an attempt that ended without an outcome (KILL QUERY by its id, then a count of what
 // still runs), answered as a server does when nothing of it runs any more.
-const isStop = (request) => request.stdin.startsWith('KILL QUERY');
+const isStop = (request) => request.stdin.includes('KILL QUERY WHERE');
 const STOPPED = { stdout: 'clickhouse-schema-still-running\t0\n', stderr: '', exitCode: 0 };
 
 test('a rejected exec is a transport failure: retried once its attempt is stopped, then reported', async () => {
@@ -335,7 +335,7 @@ test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing 
   const [statements, stops] = [calls.execs.slice(0, 2), calls.execs.slice(2)];
   assert.equal(stops.length, 1, 'no statement started after the abort, one stop');
   const queryId = /--query_id='([^']+)'/.exec(statements[1].command[2])[1];
-  assert.match(stops[0].stdin, new RegExp(`^KILL QUERY WHERE query_id IN \\('${queryId}'\\) SYNC;`));
+  assert.match(stops[0].stdin, new RegExp(`KILL QUERY WHERE query_id IN \\('${queryId}'\\) SYNC FORMAT Null;`));
   assert.equal(stops[0].pod, 'chi-0');
   // This executor answers the stop with nothing, so it is not confirmed, and the error says so.
   assert.match(err.message, new RegExp(`statement 1 on pod chi-0 \\(query id ${queryId}\\) could not be confirmed stopped`));

@@ -430,7 +430,7 @@ impl Executor for Scenario {
             .execs
             .push((request.pod.clone(), request.stdin.clone(), now));
         world.commands.push(request.command.clone());
-        if request.stdin.starts_with("KILL QUERY") {
+        if request.stdin.contains("KILL QUERY WHERE") {
             let (exit_code, stdout) = match &world.stop_answer_from {
                 Some((from, answer)) if now >= *from => answer.clone(),
                 _ => world.stop_answer.clone(),
@@ -684,7 +684,7 @@ fn stops_and_statements(scenario: &Scenario) -> (Vec<Duration>, Vec<(String, Str
     let (stops, statements): (Vec<_>, Vec<_>) = scenario
         .execs()
         .into_iter()
-        .partition(|(_, stdin, _)| stdin.starts_with("KILL QUERY"));
+        .partition(|(_, stdin, _)| stdin.contains("KILL QUERY WHERE"));
     (stops.into_iter().map(|(.., at)| at).collect(), statements)
 }
 
@@ -707,7 +707,11 @@ fn query_id_in(command: &[String]) -> String {
 fn a_statement_running_when_the_lease_is_lost_is_stopped_before_the_call_ends() {
     let time = VirtualTime::default();
     let scenario = Scenario::new(&time, Api::HangsAfter(1), Duration::from_secs(60), None);
-    scenario.world.lock().unwrap().stop_answer = (0, "clickhouse-schema-still-running\t0\n".to_owned());
+    // The server listed it before the KILL, and not after.
+    scenario.world.lock().unwrap().stop_answer = (
+        0,
+        "clickhouse-schema-found-running\t1\nclickhouse-schema-still-running\t0\n".to_owned(),
+    );
     let mut p = props(2, 6, 30_000);
     p["statementTimeoutMs"] = json!(20_000);
     let err = run_apply(&scenario, 0, p).expect_err("the lease is lost");
@@ -718,7 +722,9 @@ fn a_statement_running_when_the_lease_is_lost_is_stopped_before_the_call_ends() 
     for (pod, stop, _) in &execs[1..] {
         assert_eq!(pod, "chi-0");
         assert!(
-            stop.starts_with(&format!("KILL QUERY WHERE query_id IN ('{query_id}') SYNC;")),
+            stop.contains(&format!(
+                "KILL QUERY WHERE query_id IN ('{query_id}') SYNC FORMAT Null;"
+            )),
             "{stop}"
         );
     }
@@ -786,8 +792,9 @@ fn a_cancelled_statement_is_killed_before_the_lease_is_released() {
     for (pod, stop, _) in &execs[1..] {
         assert_eq!(pod, "chi-0");
         assert!(
-            stop.starts_with(&format!("KILL QUERY WHERE query_id IN ('{query_id}') SYNC;"))
-                && stop.contains(&format!("FROM system.processes WHERE query_id IN ('{query_id}')")),
+            stop.contains(&format!(
+                "KILL QUERY WHERE query_id IN ('{query_id}') SYNC FORMAT Null;"
+            )) && stop.contains(&format!("FROM system.processes WHERE query_id IN ('{query_id}')")),
             "{stop}"
         );
     }

@@ -615,11 +615,16 @@ fn query_id_of(command: &[String]) -> String {
 
 const KILL: &str = "KILL QUERY";
 
+/// Whether an exec is the stop of abandoned execs (its script counts, KILLs, counts again).
+fn is_stop(stdin: &str) -> bool {
+    stdin.contains("KILL QUERY WHERE")
+}
+
 #[test]
 fn a_transport_failure_is_retried_with_backoff_once_the_dropped_attempt_is_stopped() {
     let mut failures = 2;
     let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
-        (failures > 0 && !req.stdin.starts_with(KILL)).then(|| {
+        (failures > 0 && !is_stop(&req.stdin)).then(|| {
             failures -= 1;
             Err(TransportError::new(
                 TransportErrorKind::Transient,
@@ -636,15 +641,24 @@ fn a_transport_failure_is_retried_with_backoff_once_the_dropped_attempt_is_stopp
         "2 failed + a stop after each (two looks: the attempt had just been sent) + 2 statements"
     );
     let execs = cluster.execs();
-    let stdins: Vec<&str> = execs.iter().map(|c| &c.stdin[..c.stdin.len().min(10)]).collect();
+    let stdins: Vec<&str> = execs
+        .iter()
+        .map(|c| {
+            if is_stop(&c.stdin) {
+                KILL
+            } else {
+                &c.stdin[..c.stdin.len().min(10)]
+            }
+        })
+        .collect();
     assert_eq!(stdins, [KILL, KILL, KILL, KILL, "CREATE DAT", "CREATE TAB"]);
     // Each stop names the query id the retry then runs under, so nothing of the
     // dropped attempt runs beside it.
     let id = query_id_of(&execs[4].command);
     assert!(
-        execs[0]
-            .stdin
-            .starts_with(&format!("KILL QUERY WHERE query_id IN ('{id}') SYNC;")),
+        execs[0].stdin.contains(&format!(
+            "KILL QUERY WHERE query_id IN ('{id}') SYNC FORMAT Null;"
+        )),
         "{}",
         execs[0].stdin
     );
@@ -677,13 +691,13 @@ fn an_exec_the_api_server_refused_with_a_status_is_retried_without_a_stop() {
     });
     run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
     assert_eq!(cluster.exec_attempts(), 3);
-    assert!(cluster.execs().iter().all(|c| !c.stdin.starts_with(KILL)));
+    assert!(cluster.execs().iter().all(|c| !is_stop(&c.stdin)));
 }
 
 #[test]
 fn a_dropped_attempt_that_still_runs_is_not_retried_beside_itself() {
     let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
-        Some(if req.stdin.starts_with(KILL) {
+        Some(if is_stop(&req.stdin) {
             // The server still lists it: KILL QUERY cannot stop DDL waiting on a lock.
             Ok(ExecOutput {
                 stdout: "clickhouse-schema-still-running\t1\n".into(),
@@ -732,7 +746,7 @@ fn a_dropped_attempt_that_still_runs_is_not_retried_beside_itself() {
 fn dropped_then_answered(stderr: &'static str, code: i32) -> FakeCluster {
     let mut attempt = 0;
     FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
-        if req.stdin.starts_with(KILL) {
+        if is_stop(&req.stdin) {
             return None;
         }
         attempt += 1;
@@ -788,18 +802,17 @@ fn a_retry_the_server_refuses_because_the_first_attempt_still_runs_reports_an_un
         err.message
     );
     // It is stopped before the call ends, like a cancelled statement.
-    let stops = cluster
-        .execs()
-        .iter()
-        .filter(|c| c.stdin.starts_with(KILL))
-        .count();
+    let stops = cluster.execs().iter().filter(|c| is_stop(&c.stdin)).count();
     assert_eq!(
         stops, 4,
         "one before the retry, one at the call's end, each looking twice"
     );
+    // The stops found nothing of it (the fake's first attempt ended): no note calls that a stop.
     assert!(
-        err.message
-            .contains("was stopped with KILL QUERY and is not running any more"),
+        err.message.contains(
+            "was not running when the stop looked (not in system.processes, and the pod's processes could not \
+             be read)"
+        ) && !err.message.contains("was stopped with KILL QUERY"),
         "{}",
         err.message
     );
@@ -871,7 +884,7 @@ fn on_cluster_refused_in_a_replicated_database_says_so_with_its_index() {
 /// One pod whose every statement exec passes its deadline; stops get the fake's default answer.
 fn timing_out() -> FakeCluster {
     FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(|req, _| {
-        (!req.stdin.starts_with(KILL)).then(|| {
+        (!is_stop(&req.stdin)).then(|| {
             Err(TransportError::new(
                 TransportErrorKind::Timeout,
                 "exec did not finish within 303000ms",
@@ -893,9 +906,12 @@ fn a_transport_failure_that_persists_fails_after_max_attempts() {
         "a stop after each: two before the retries, one at the call's end, each looking twice"
     );
     assert!(err.message.contains("3 attempt(s)"), "{}", err.message);
+    // The stops found nothing of it (the fake's first attempt ended): no note calls that a stop.
     assert!(
-        err.message
-            .contains("was stopped with KILL QUERY and is not running any more"),
+        err.message.contains(
+            "was not running when the stop looked (not in system.processes, and the pod's processes could not \
+             be read)"
+        ) && !err.message.contains("was stopped with KILL QUERY"),
         "{}",
         err.message
     );
@@ -1307,7 +1323,7 @@ fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
     // finds the table: the error must not pretend the first never ran.
     let mut attempt = 0;
     let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
-        if req.stdin.starts_with(KILL) {
+        if is_stop(&req.stdin) {
             return None;
         }
         attempt += 1;
@@ -1347,9 +1363,8 @@ fn a_stopped_on_cluster_statement_says_its_queued_task_may_still_run_on_the_host
     assert_eq!(err.kind, ErrorKind::Transport, "{}", err.message);
     assert!(
         err.message.contains(
-            "was stopped with KILL QUERY and is not running any more (not in system.processes, and the pod's \
-             processes could not be read), but the distributed DDL task it queued may still run on the cluster's \
-             hosts"
+            "was not running when the stop looked (not in system.processes, and the pod's processes could not \
+             be read), but the distributed DDL task it queued may still run on the cluster's hosts"
         ),
         "{}",
         err.message
@@ -1366,7 +1381,7 @@ fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retrie
     // it, so the shell sees 143. Before, 143 read as a plain failure and nothing was stopped.
     for code in [124, 137, 143] {
         let cluster = FakeCluster::new(vec![pod("chi-orders-0-0-0", "u0")]).on_exec(move |req, _| {
-            (!req.stdin.starts_with(KILL)).then(|| {
+            (!is_stop(&req.stdin)).then(|| {
                 Ok(ExecOutput {
                     stdout: String::new(),
                     stderr: String::new(),
@@ -1385,7 +1400,7 @@ fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retrie
             3,
             "exit {code}: the statement, then its stop, looking twice (the fake answers at once)"
         );
-        assert!(execs[1].stdin.starts_with(&format!(
+        assert!(execs[1].stdin.contains(&format!(
             "KILL QUERY WHERE query_id IN ('{}')",
             query_id_of(&execs[0].command)
         )));

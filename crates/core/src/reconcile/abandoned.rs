@@ -11,7 +11,10 @@
 //! What is still tracked when the call ends, or when the lease is lost, may
 //! still run: each is stopped where it runs (`KILL QUERY ... SYNC` by its id
 //! in a fresh, bounded exec on its pod, then a look at `system.processes` to
-//! confirm it is gone). Under a lease still held, one that cannot be
+//! confirm it is gone). The error tells a stop that ended something (a
+//! process in the pod, a query the server listed before the KILL) from one
+//! that found the exec gone already; the KILL's own rows are not printed, as
+//! they carry the statements' text. Under a lease still held, one that cannot be
 //! confirmed is waited out until its pod-side bound has surely ended it; a
 //! lost lease is not waited on (another deploy may hold it by then). The
 //! error says which.
@@ -56,6 +59,9 @@ const STOP_BOUND: Duration = Duration::from_secs(10);
 /// Starts the line of the stop's output that counts what still runs.
 const STILL_RUNNING: &str = "clickhouse-schema-still-running";
 
+/// Starts the line of the stop's output that counts what ran on the server before its KILL.
+const FOUND_RUNNING: &str = "clickhouse-schema-found-running";
+
 /// How long after its exec was sent a statement's client has surely registered its query with
 /// the server, if it ever will: a stop that looked earlier and found nothing looks once more then.
 const STARTUP_ALLOWANCE: Duration = Duration::from_secs(5);
@@ -74,6 +80,14 @@ pub(super) enum PodLook {
     Seen,
     /// `/proc` could not be read there: only the server's side was confirmed.
     Unreadable,
+}
+
+/// What a confirmed stop found: whether it ended anything (a process in the pod, a query on the
+/// server) or found the execs gone already, which a note must not call a stop.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stopped {
+    pub(super) pod: PodLook,
+    pub(super) ended_any: bool,
 }
 
 impl<T, C> Run<'_, T, C> {
@@ -280,9 +294,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let (what, id) = (&statement.what, &statement.query_id);
                 match &outcome {
                     Ok(look) => notes.push(format!(
-                        "{what} on pod {pod} (query id {id}) was stopped with KILL QUERY and is not \
-                         running any more (not in system.processes, {}){}",
-                        match look {
+                        "{what} on pod {pod} (query id {id}) {} (not in system.processes, {}){}",
+                        if look.ended_any {
+                            "was stopped with KILL QUERY and is not running any more"
+                        } else {
+                            "was not running when the stop looked"
+                        },
+                        match look.pod {
                             PodLook::Seen => "and no process of it left in the pod",
                             PodLook::Unreadable => "and the pod's processes could not be read",
                         },
@@ -377,7 +395,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// with the server only once the API server, the kubelet and the client's
     /// own start are through, and a look before that finds nothing to stop.
     /// `Err` says why it could not be confirmed.
-    pub(super) async fn stop_on(&self, pod: &str, statements: &[&Abandoned]) -> Result<PodLook, String> {
+    pub(super) async fn stop_on(&self, pod: &str, statements: &[&Abandoned]) -> Result<Stopped, String> {
         let look = self.kill_and_look(pod, statements).await?;
         let youngest = statements.iter().map(|s| s.sent).max().unwrap_or_default();
         let settled = youngest + STARTUP_ALLOWANCE;
@@ -391,21 +409,27 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .sleep(settled.saturating_sub(self.clock.now_counting_suspend()))
                 .await;
         }
-        self.kill_and_look(pod, statements).await
+        let again = self.kill_and_look(pod, statements).await?;
+        Ok(Stopped {
+            ended_any: look.ended_any || again.ended_any,
+            ..again
+        })
     }
 
     /// One exec on `pod` (see `command::render_stop`): the processes in the
     /// pod that carry the statements' ids are killed and counted again, then
     /// `KILL QUERY ... SYNC` by those ids, then how many of them
     /// `system.processes` still lists. Confirmed only when neither holds one.
-    async fn kill_and_look(&self, pod: &str, statements: &[&Abandoned]) -> Result<PodLook, String> {
+    /// The KILL's own rows are not printed: they hold the statements' text.
+    async fn kill_and_look(&self, pod: &str, statements: &[&Abandoned]) -> Result<Stopped, String> {
         let ids = statements
             .iter()
             .map(|s| format!("'{}'", s.query_id.replace('\\', "\\\\").replace('\'', "\\'")))
             .collect::<Vec<_>>()
             .join(", ");
         let script = format!(
-            "KILL QUERY WHERE query_id IN ({ids}) SYNC;\n\
+            "SELECT '{FOUND_RUNNING}', count() FROM system.processes WHERE query_id IN ({ids});\n\
+             KILL QUERY WHERE query_id IN ({ids}) SYNC FORMAT Null;\n\
              SELECT '{STILL_RUNNING}', count() FROM system.processes WHERE query_id IN ({ids});\n"
         );
         // The system database: the statements' own may not exist yet (the first of them creates it).
@@ -434,27 +458,27 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if output.exit_code != 0 {
             return Err(format!("KILL QUERY exited with code {}", output.exit_code));
         }
-        let still = output
-            .stdout
-            .lines()
-            .filter_map(|line| line.strip_prefix(STILL_RUNNING)?.strip_prefix('\t'))
-            .next_back()
-            .and_then(|n| n.trim().parse::<u64>().ok());
-        let pod_left = output
-            .stdout
-            .lines()
-            .filter_map(|line| line.strip_prefix(command::POD_LEFT_LABEL)?.strip_prefix('\t'))
-            .next_back()
-            .and_then(|n| n.trim().parse::<u64>().ok());
+        let count = |label: &str| {
+            output
+                .stdout
+                .lines()
+                .filter_map(|line| line.strip_prefix(label)?.strip_prefix('\t'))
+                .next_back()
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        };
+        let (still, pod_left) = (count(STILL_RUNNING), count(command::POD_LEFT_LABEL));
+        let ended_any =
+            count(FOUND_RUNNING).unwrap_or(0) > 0 || count(command::POD_ENDED_LABEL).unwrap_or(0) > 0;
+        let stopped = |pod| Stopped { pod, ended_any };
         match (still, pod_left) {
             (_, Some(n)) if n > 0 => Err(format!("{n} of its processes still in the pod after kill -9")),
-            (Some(0), Some(_)) => Ok(PodLook::Seen),
+            (Some(0), Some(_)) => Ok(stopped(PodLook::Seen)),
             (Some(0), None) if statements.iter().any(|s| s.script) => Err(
                 "the pod's processes could not be read, and a script's client still there would send its next \
                  statement"
                     .to_owned(),
             ),
-            (Some(0), None) => Ok(PodLook::Unreadable),
+            (Some(0), None) => Ok(stopped(PodLook::Unreadable)),
             (Some(n), _) => Err(format!("{n} still in system.processes after KILL QUERY")),
             (None, _) => Err("system.processes could not be read".to_owned()),
         }

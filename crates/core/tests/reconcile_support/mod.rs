@@ -351,7 +351,7 @@ impl Executor for FakeCluster {
         world.exec_script = script;
         let result = scripted.unwrap_or_else(|| {
             // Every exec here completes, so a stop finds nothing left running.
-            Ok(if request.stdin.starts_with("KILL QUERY") {
+            Ok(if request.stdin.contains("KILL QUERY WHERE") {
                 ExecOutput {
                     stdout: "clickhouse-schema-still-running\t0\n".to_owned(),
                     ..ExecOutput::default()
