@@ -318,16 +318,29 @@ pub fn newest_on<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Opt
 /// `seq` plus one at once). Which of their lists ran last on the pod is not
 /// known, so neither covers it. Rows of an earlier version all have `seq` 0
 /// and are ordered by time.
+///
+/// Nor does a row of an earlier version (`seq` 0) written in the second of
+/// the newest numbered row or after it: an older package still deploying
+/// the resource into a migrated table (its INSERT names no `seq`, so the
+/// server gives it 0). Its row sorts below every numbered one whatever it
+/// records, a destroy included, so which came last is not known. Both
+/// versions stamp rows with the server's clock, so a row written before the
+/// migration is older, except within its second (which makes the pod due:
+/// the safe side).
 fn settled_newest<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Option<&'r LedgerRow> {
     let newest = newest_on(rows, resource_id, pod)?;
+    let theirs = |r: &&LedgerRow| r.resource_id == resource_id && r.pod == pod;
     let contested = newest.seq > 0
-        && rows.iter().any(|r| {
-            r.resource_id == resource_id
-                && r.pod == pod
-                && r.seq == newest.seq
-                && (r.event != newest.event || r.fingerprint != newest.fingerprint)
+        && rows.iter().filter(theirs).any(|r| {
+            r.seq == newest.seq && (r.event != newest.event || r.fingerprint != newest.fingerprint)
         });
-    (!contested).then_some(newest)
+    let second = |r: &LedgerRow| r.applied_at.get(..19).unwrap_or(&r.applied_at).to_owned();
+    let unordered = newest.seq > 0
+        && rows
+            .iter()
+            .filter(theirs)
+            .any(|r| r.seq == 0 && second(r) >= second(newest));
+    (!contested && !unordered).then_some(newest)
 }
 
 /// Whether `pod` holds `fingerprint` by `resource_id`'s hand: its newest row
@@ -473,9 +486,10 @@ mod tests {
             assert!(!applied_on(&rows, "r", "f1", "chi-0"));
             assert!(destroyed_on(&rows, "r", "chi-0"));
         }
-        // Rows of an earlier version (seq 0) are older than every numbered row, in time order among themselves.
+        // Rows of an earlier version (seq 0) written before the numbered ones sort below them (one
+        // written later covers nothing: see the test below).
         let mut old = row("r", "chi-0", 0, LedgerEvent::Destroyed);
-        old.applied_at = "2099-01-01T00:00:00.000Z".to_owned();
+        old.applied_at = "2026-11-30T00:00:00.000Z".to_owned();
         let rows = vec![old, row("r", "chi-0", 2, LedgerEvent::Applied)];
         assert!(applied_on(&rows, "r", "f1", "chi-0"));
     }
@@ -527,6 +541,42 @@ mod tests {
             row("r", "chi-0", 6, LedgerEvent::Applied),
             row("other", "chi-0", 6, LedgerEvent::Destroyed),
         ];
+        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+    }
+
+    #[test]
+    fn a_row_of_an_earlier_version_written_after_a_numbered_one_covers_nothing() {
+        // A migrated table: the new version applied F1 (seq 2), then an older package, still
+        // deploying the resource, destroyed it. Its row has seq 0 (its INSERT names no seq) and
+        // the old format: empty event and fingerprint, the server's time with milliseconds.
+        let old_destroy = |at: &str| LedgerRow {
+            fingerprint: String::new(),
+            applied_at: at.to_owned(),
+            package_version: "0.0.9".to_owned(),
+            ..row("r", "chi-0", 0, LedgerEvent::Destroyed)
+        };
+        let applied = |at: &str| LedgerRow {
+            applied_at: at.to_owned(),
+            ..row("r", "chi-0", 2, LedgerEvent::Applied)
+        };
+        let rows = vec![
+            row("r", "chi-0", 1, LedgerEvent::Started),
+            applied("2026-12-01T10:00:00Z"),
+            old_destroy("2026-12-01T10:05:00.120Z"),
+        ];
+        assert!(!applied_on(&rows, "r", "f1", "chi-0"), "the old destroy may be the newest");
+        assert!(!destroyed_on(&rows, "r", "chi-0"));
+        // In the same second: not known to be older either.
+        let rows = vec![applied("2026-12-01T10:00:00Z"), old_destroy("2026-12-01T10:00:00.900Z")];
+        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
+        // Written before the migration (an earlier second): the numbered row is the newest.
+        let rows = vec![old_destroy("2026-12-01T09:59:59.999Z"), applied("2026-12-01T10:00:00Z")];
+        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+        // Only old rows (nothing numbered yet): ordered by time, as before.
+        let mut old_apply = old_destroy("2026-12-01T10:06:00.000Z");
+        old_apply.fingerprint = "f1".to_owned();
+        old_apply.event = LedgerEvent::Applied;
+        let rows = vec![old_destroy("2026-12-01T10:05:00.120Z"), old_apply];
         assert!(applied_on(&rows, "r", "f1", "chi-0"));
     }
 
