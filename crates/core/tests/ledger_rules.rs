@@ -29,6 +29,7 @@ struct Row {
     fingerprint: String,
     count: String,
     pod: String,
+    uid: String,
     seq: u64,
     /// Empty when the script writing it names no event.
     event: String,
@@ -54,7 +55,15 @@ impl Ledgers {
         rows.iter().map(|r| r.event.clone()).collect()
     }
 
-    fn put(&mut self, on: &str, resource_id: &str, fingerprint: &str, named_pod: &str, event: &str) {
+    /// Writes a row on `on`'s table naming `(pod, uid)`.
+    fn put(
+        &mut self,
+        on: &str,
+        resource_id: &str,
+        fingerprint: &str,
+        (named_pod, uid): (&str, &str),
+        event: &str,
+    ) {
         let table = self.table(on);
         let seq = table
             .iter()
@@ -68,6 +77,7 @@ impl Ledgers {
             fingerprint: fingerprint.to_owned(),
             count: "2".to_owned(),
             pod: named_pod.to_owned(),
+            uid: uid.to_owned(),
             seq,
             event: event.to_owned(),
         });
@@ -82,7 +92,7 @@ impl Ledgers {
         if let Some(insert) = script.split("INSERT INTO ").nth(1) {
             // `SELECT 'id', 'fingerprint', count, 'pod', 'uid', <time>, ...[, 'event'];`
             let values = insert.split(" SELECT ").nth(1)?;
-            let fields: Vec<&str> = values.split(", ").take(4).collect();
+            let fields: Vec<&str> = values.split(", ").take(5).collect();
             let unquote = |s: &str| s.trim_matches('\'').to_owned();
             let event = values
                 .trim_end()
@@ -97,7 +107,7 @@ impl Ledgers {
                 &request.pod,
                 &unquote(fields[0]),
                 &unquote(fields[1]),
-                &pod,
+                (&pod, &unquote(fields[4])),
                 &event,
             );
             return Some(ExecOutput::default());
@@ -130,7 +140,7 @@ impl Ledgers {
                     "fingerprint" => row.fingerprint.clone(),
                     "statement_count" => row.count.clone(),
                     "pod" => row.pod.clone(),
-                    "pod_uid" => String::new(),
+                    "pod_uid" => row.uid.clone(),
                     // One server second for every row.
                     "applied_at" => "2026-12-02T10:00:00.000Z".to_owned(),
                     "package_version" => "0.1.0".to_owned(),
@@ -175,6 +185,11 @@ fn props(extra: serde_json::Value) -> serde_json::Value {
 
 fn pods() -> Vec<PodInfo> {
     vec![pod("chi-0", "u0"), pod("chi-1", "u1"), pod("chi-2", "u2")]
+}
+
+/// The uid the cluster gives `pod` (`chi-N` has `uN`).
+fn uid_of(pod: &str) -> String {
+    format!("u{}", pod.trim_start_matches("chi-"))
 }
 
 /// Scripted pods whose ledgers are `ledgers`; `also` may answer any other exec.
@@ -314,8 +329,8 @@ fn adopt_does_not_take_a_half_done_change_as_this_resources() {
         let mut l = ledgers.lock().unwrap();
         for pod in ["chi-0", "chi-1", "chi-2"] {
             // Applied once, then started again (after a pod lost its state, say) and stopped.
-            l.put(pod, ID, &fingerprint, pod, "applied");
-            l.put(pod, ID, &fingerprint, pod, "started");
+            l.put(pod, ID, &fingerprint, (pod, &uid_of(pod)), "applied");
+            l.put(pod, ID, &fingerprint, (pod, &uid_of(pod)), "started");
         }
     }
     let c = cluster(&ledgers, |_| None);
@@ -335,11 +350,33 @@ fn another_pods_rows_in_a_pods_ledger_do_not_cover_it() {
     ledgers
         .lock()
         .unwrap()
-        .put("chi-0", ID, &fingerprint, "chi-0", "applied");
+        .put("chi-0", ID, &fingerprint, ("chi-0", "u0"), "applied");
     let c = cluster(&ledgers, |_| None);
     let (state, outcome) = run_apply(&c, props(json!({})), None).unwrap();
     assert_eq!(ran_on(&outcome), vec!["chi-1", "chi-2"]);
     assert!(statements_on(&c, "chi-0").is_empty());
+    assert_eq!(state.pod_names, vec!["chi-0", "chi-1", "chi-2"]);
+}
+
+#[test]
+fn a_row_naming_a_pod_of_that_name_before_it_was_re_created_does_not_cover_it() {
+    // A Replicated ledger table (or a restored volume) brings back the rows chi-0 wrote before
+    // it was re-created, under its old uid; the new pod's own tables need not be there. As to
+    // the state, it is another pod: the list runs there. chi-1's row, its own, covers it.
+    let ledgers = Arc::new(Mutex::new(Ledgers {
+        shared: true,
+        ..Ledgers::default()
+    }));
+    let fingerprint = clickhouse_schema_core::config::fingerprint::fingerprint(&config(props(json!({}))));
+    {
+        let mut l = ledgers.lock().unwrap();
+        l.put("chi-0", ID, &fingerprint, ("chi-0", "u0-before"), "applied");
+        l.put("chi-1", ID, &fingerprint, ("chi-1", "u1"), "applied");
+    }
+    let c = cluster(&ledgers, |_| None);
+    let (state, outcome) = run_apply(&c, props(json!({})), None).unwrap();
+    assert_eq!(ran_on(&outcome), vec!["chi-0", "chi-2"]);
+    assert!(statements_on(&c, "chi-1").is_empty());
     assert_eq!(state.pod_names, vec!["chi-0", "chi-1", "chi-2"]);
 }
 
@@ -362,7 +399,7 @@ fn on_cluster_is_covered_only_when_every_pods_ledger_says_so() {
     ledgers
         .lock()
         .unwrap()
-        .put("chi-0", ID, &fingerprint, "chi-0", "applied");
+        .put("chi-0", ID, &fingerprint, ("chi-0", "u0"), "applied");
     let c = cluster(&ledgers, |_| None);
     let (_, outcome) = run_apply(&c, on_cluster_props(), None).unwrap();
     assert_eq!(ran_on(&outcome), vec!["chi-0"], "the list ran once, ON CLUSTER");

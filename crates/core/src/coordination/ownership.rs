@@ -30,7 +30,7 @@ pub(crate) async fn ledger_covered<T: PodLister + Executor, C: Clock>(
     let read = run.read_ledgers(ledger, fingerprint, &readable).await?;
     Ok(read
         .into_iter()
-        .filter(|(pod, rows)| applied_on(rows, run.resource_id, fingerprint, &pod.name))
+        .filter(|(pod, rows)| applied_on(rows, run.resource_id, fingerprint, &pod.name, uid(pod)))
         .map(|(pod, _)| PodRef::of(pod))
         .collect())
 }
@@ -49,9 +49,14 @@ pub(crate) async fn ledger_destroyed<T: PodLister + Executor, C: Clock>(
     let read = run.read_ledgers(ledger, applied, &readable).await?;
     Ok(read
         .into_iter()
-        .filter(|(pod, rows)| destroyed_on(rows, run.resource_id, &pod.name))
+        .filter(|(pod, rows)| destroyed_on(rows, run.resource_id, &pod.name, uid(pod)))
         .map(|(pod, _)| PodRef::of(pod))
         .collect())
+}
+
+/// The pod's uid as the ledger writes it (empty when the executor could not tell).
+fn uid(pod: &PodInfo) -> &str {
+    pod.uid.as_deref().unwrap_or("")
 }
 
 fn readable<'p, T, C>(run: &Run<'_, T, C>, live: &'p [PodInfo]) -> Vec<&'p PodInfo> {
@@ -151,8 +156,8 @@ pub async fn status<T: PodLister + Executor, C: Clock>(
                 statement_count: latest.map(|r| r.statement_count),
                 package_version: latest.map(|r| r.package_version.clone()),
                 event: latest.map(|r| r.event),
-                current: latest
-                    .is_some_and(|r| r.event == LedgerEvent::Applied && r.fingerprint == fingerprint),
+                current: rows
+                    .is_some_and(|rows| applied_on(rows, resource_id, &fingerprint, &pod.name, uid(pod))),
             }
         })
         .collect();
@@ -209,7 +214,7 @@ pub async fn adopt<T: PodLister + Executor, C: Clock>(
     let read = run.read_ledgers(ledger, &fingerprint, &readable).await?;
     let ours: Vec<PodRef> = read
         .iter()
-        .filter(|(pod, rows)| applied_on(rows, resource_id, &fingerprint, &pod.name))
+        .filter(|(pod, rows)| applied_on(rows, resource_id, &fingerprint, &pod.name, uid(pod)))
         .map(|(pod, _)| PodRef::of(pod))
         .collect();
     // Another resource id whose newest row on the pod is a finished apply of this schema.
@@ -218,7 +223,7 @@ pub async fn adopt<T: PodLister + Executor, C: Clock>(
         .filter_map(|(pod, rows)| {
             rows.iter()
                 .filter(|r| r.resource_id != resource_id)
-                .find(|r| applied_on(rows, &r.resource_id, &fingerprint, &pod.name))
+                .find(|r| applied_on(rows, &r.resource_id, &fingerprint, &pod.name, uid(pod)))
                 .map(|r| (*pod, r))
         })
         .collect();

@@ -331,9 +331,10 @@ fn settled_newest<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Op
     let newest = newest_on(rows, resource_id, pod)?;
     let theirs = |r: &&LedgerRow| r.resource_id == resource_id && r.pod == pod;
     let contested = newest.seq > 0
-        && rows.iter().filter(theirs).any(|r| {
-            r.seq == newest.seq && (r.event != newest.event || r.fingerprint != newest.fingerprint)
-        });
+        && rows
+            .iter()
+            .filter(theirs)
+            .any(|r| r.seq == newest.seq && (r.event != newest.event || r.fingerprint != newest.fingerprint));
     let second = |r: &LedgerRow| r.applied_at.get(..19).unwrap_or(&r.applied_at).to_owned();
     let unordered = newest.seq > 0
         && rows
@@ -343,18 +344,29 @@ fn settled_newest<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Op
     (!contested && !unordered).then_some(newest)
 }
 
-/// Whether `pod` holds `fingerprint` by `resource_id`'s hand: its newest row
-/// there is a finished apply of it (a `started` row means a run may have
-/// stopped half way, so the pod is due).
-pub fn applied_on(rows: &[LedgerRow], resource_id: &str, fingerprint: &str, pod: &str) -> bool {
-    settled_newest(rows, resource_id, pod)
-        .is_some_and(|r| r.event == LedgerEvent::Applied && r.fingerprint == fingerprint)
+/// Whether `pod` (uid `pod_uid`, empty when unknown) holds `fingerprint` by
+/// `resource_id`'s hand: its newest row there is a finished apply of it (a
+/// `started` row means a run may have stopped half way, so the pod is due),
+/// written on this very pod. A pod re-created under the same name is another
+/// pod, as it is to the state: a row naming the old one can come back with a
+/// replicated ledger table or a restored volume while the tables did not.
+pub fn applied_on(
+    rows: &[LedgerRow],
+    resource_id: &str,
+    fingerprint: &str,
+    pod: &str,
+    pod_uid: &str,
+) -> bool {
+    settled_newest(rows, resource_id, pod).is_some_and(|r| {
+        r.event == LedgerEvent::Applied && r.fingerprint == fingerprint && r.pod_uid == pod_uid
+    })
 }
 
-/// Whether `resource_id`'s delete statements all ran on `pod` since its
-/// last apply there (a retried destroy skips it).
-pub fn destroyed_on(rows: &[LedgerRow], resource_id: &str, pod: &str) -> bool {
-    settled_newest(rows, resource_id, pod).is_some_and(|r| r.event == LedgerEvent::Destroyed)
+/// Whether `resource_id`'s delete statements all ran on `pod` (uid
+/// `pod_uid`) since its last apply there (a retried destroy skips it).
+pub fn destroyed_on(rows: &[LedgerRow], resource_id: &str, pod: &str, pod_uid: &str) -> bool {
+    settled_newest(rows, resource_id, pod)
+        .is_some_and(|r| r.event == LedgerEvent::Destroyed && r.pod_uid == pod_uid)
 }
 
 #[cfg(test)]
@@ -483,15 +495,15 @@ mod tests {
                 newest_on(&rows, "r", "chi-0").unwrap().event,
                 LedgerEvent::Destroyed
             );
-            assert!(!applied_on(&rows, "r", "f1", "chi-0"));
-            assert!(destroyed_on(&rows, "r", "chi-0"));
+            assert!(!applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
+            assert!(destroyed_on(&rows, "r", "chi-0", "uid-0"));
         }
         // Rows of an earlier version (seq 0) written before the numbered ones sort below them (one
         // written later covers nothing: see the test below).
         let mut old = row("r", "chi-0", 0, LedgerEvent::Destroyed);
         old.applied_at = "2026-11-30T00:00:00.000Z".to_owned();
         let rows = vec![old, row("r", "chi-0", 2, LedgerEvent::Applied)];
-        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
     }
 
     #[test]
@@ -502,13 +514,13 @@ mod tests {
         ];
         let reversed: Vec<LedgerRow> = rows.iter().rev().cloned().collect();
         assert_eq!(newest_on(&rows, "r", "chi-0"), newest_on(&reversed, "r", "chi-0"));
-        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
-        assert!(!applied_on(&reversed, "r", "f1", "chi-0"));
+        assert!(!applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
+        assert!(!applied_on(&reversed, "r", "f1", "chi-0", "uid-0"));
         // Whatever the servers' clocks said of the two.
         let mut later = row("r", "chi-0", 5, LedgerEvent::Applied);
         later.applied_at = "2026-12-01T10:00:01Z".to_owned();
         let rows = vec![later, row("r", "chi-0", 5, LedgerEvent::Started)];
-        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(!applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
     }
 
     #[test]
@@ -521,27 +533,27 @@ mod tests {
             row("r", "chi-0", 6, LedgerEvent::Applied),
             f2,
         ];
-        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
-        assert!(!applied_on(&rows, "r", "f2", "chi-0"));
+        assert!(!applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
+        assert!(!applied_on(&rows, "r", "f2", "chi-0", "uid-0"));
         // An apply and a destroy racing: neither covered nor destroyed.
         let rows = vec![
             row("r", "chi-0", 6, LedgerEvent::Applied),
             row("r", "chi-0", 6, LedgerEvent::Destroyed),
         ];
-        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
-        assert!(!destroyed_on(&rows, "r", "chi-0"));
+        assert!(!applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
+        assert!(!destroyed_on(&rows, "r", "chi-0", "uid-0"));
         // The same row twice (a retried insert) is no race.
         let rows = vec![
             row("r", "chi-0", 6, LedgerEvent::Applied),
             row("r", "chi-0", 6, LedgerEvent::Applied),
         ];
-        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
         // Another resource's row at that seq is not this one's race.
         let rows = vec![
             row("r", "chi-0", 6, LedgerEvent::Applied),
             row("other", "chi-0", 6, LedgerEvent::Destroyed),
         ];
-        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
     }
 
     #[test]
@@ -564,38 +576,47 @@ mod tests {
             applied("2026-12-01T10:00:00Z"),
             old_destroy("2026-12-01T10:05:00.120Z"),
         ];
-        assert!(!applied_on(&rows, "r", "f1", "chi-0"), "the old destroy may be the newest");
-        assert!(!destroyed_on(&rows, "r", "chi-0"));
+        assert!(
+            !applied_on(&rows, "r", "f1", "chi-0", "uid-0"),
+            "the old destroy may be the newest"
+        );
+        assert!(!destroyed_on(&rows, "r", "chi-0", "uid-0"));
         // In the same second: not known to be older either.
-        let rows = vec![applied("2026-12-01T10:00:00Z"), old_destroy("2026-12-01T10:00:00.900Z")];
-        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
+        let rows = vec![
+            applied("2026-12-01T10:00:00Z"),
+            old_destroy("2026-12-01T10:00:00.900Z"),
+        ];
+        assert!(!applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
         // Written before the migration (an earlier second): the numbered row is the newest.
-        let rows = vec![old_destroy("2026-12-01T09:59:59.999Z"), applied("2026-12-01T10:00:00Z")];
-        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+        let rows = vec![
+            old_destroy("2026-12-01T09:59:59.999Z"),
+            applied("2026-12-01T10:00:00Z"),
+        ];
+        assert!(applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
         // Only old rows (nothing numbered yet): ordered by time, as before.
         let mut old_apply = old_destroy("2026-12-01T10:06:00.000Z");
         old_apply.fingerprint = "f1".to_owned();
         old_apply.event = LedgerEvent::Applied;
         let rows = vec![old_destroy("2026-12-01T10:05:00.120Z"), old_apply];
-        assert!(applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
     }
 
     #[test]
     fn a_started_run_is_not_covered_until_its_applied_row() {
         let started = vec![row("r", "chi-0", 1, LedgerEvent::Started)];
-        assert!(!applied_on(&started, "r", "f1", "chi-0"));
+        assert!(!applied_on(&started, "r", "f1", "chi-0", "uid-0"));
         let done = vec![started[0].clone(), row("r", "chi-0", 2, LedgerEvent::Applied)];
-        assert!(applied_on(&done, "r", "f1", "chi-0"));
-        assert!(!applied_on(&done, "r", "f2", "chi-0"));
-        assert!(!applied_on(&done, "other", "f1", "chi-0"));
+        assert!(applied_on(&done, "r", "f1", "chi-0", "uid-0"));
+        assert!(!applied_on(&done, "r", "f2", "chi-0", "uid-0"));
+        assert!(!applied_on(&done, "other", "f1", "chi-0", "uid-0"));
         // Applied again after a destroy.
         let again = vec![
             row("r", "chi-0", 3, LedgerEvent::Destroyed),
             row("r", "chi-0", 5, LedgerEvent::Applied),
             row("r", "chi-0", 4, LedgerEvent::Started),
         ];
-        assert!(applied_on(&again, "r", "f1", "chi-0"));
-        assert!(!destroyed_on(&again, "r", "chi-0"));
+        assert!(applied_on(&again, "r", "f1", "chi-0", "uid-0"));
+        assert!(!destroyed_on(&again, "r", "chi-0", "uid-0"));
     }
 
     #[test]
@@ -605,8 +626,8 @@ mod tests {
             row("r", "chi-1", 9, LedgerEvent::Applied),
             row("r", "chi-0", 1, LedgerEvent::Started),
         ];
-        assert!(applied_on(&rows, "r", "f1", "chi-1"));
-        assert!(!applied_on(&rows, "r", "f1", "chi-0"));
+        assert!(applied_on(&rows, "r", "f1", "chi-1", "uid-0"));
+        assert!(!applied_on(&rows, "r", "f1", "chi-0", "uid-0"));
         assert!(newest_on(&rows, "r", "chi-2").is_none());
     }
 }
