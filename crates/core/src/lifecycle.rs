@@ -511,8 +511,8 @@ async fn run_decision<T: PodLister + Executor, C: Clock>(
         // The rebuild is part of the change: each pod it may touch records
         // that the change started before it does, so a rebuild stopped half
         // way is not taken as covered by a later deploy that lost its state.
-        run.open_ledger_before_rebuild(&covered).await?;
-        run.rebuild_tables(&plans, &config.statements, &config.client.database)
+        let opened = run.open_ledger_before_rebuild(&covered).await?;
+        run.rebuild_tables(&plans, &config.statements, &config.client.database, &opened)
             .await?;
     }
     match &config.execution {

@@ -4,6 +4,10 @@
 //! since, the next attempt took the abandoned one's value again, counted that attempt's copies as
 //! done, skipped the backfill, failed verification and abandoned again, on every apply.
 //!
+//! And a rebuild on a pod whose ledger says it is covered while its table differs (someone
+//! re-created it by hand): the rebuild writes the pod's opening row before it touches it, so when
+//! it stops half way the pod is due for a deploy that lost its state, not covered.
+//!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
 //! just before the first verification reads it. One sandbox for the binary.
 
@@ -30,11 +34,22 @@ use serde_json::json;
 /// inserted into that table.
 struct Meddling<'a> {
     inner: &'a KubeTransport,
+    /// The new table, qualified and quoted as the rebuild's scripts spell it.
+    new_table: &'static str,
     done: AtomicBool,
     stdins: Mutex<Vec<String>>,
 }
 
-const NEW_TABLE: &str = "`rb_again`.`t__new`";
+impl<'a> Meddling<'a> {
+    fn new(inner: &'a KubeTransport, new_table: &'static str) -> Self {
+        Self {
+            inner,
+            new_table,
+            done: AtomicBool::new(false),
+            stdins: Mutex::new(Vec::new()),
+        }
+    }
+}
 
 impl PodLister for Meddling<'_> {
     fn list_pods(
@@ -50,15 +65,17 @@ impl Executor for Meddling<'_> {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
         self.stdins.lock().unwrap().push(request.stdin.clone());
         let counts_new = request.stdin.starts_with("SELECT (")
-            && request.stdin.contains(&format!("FROM {NEW_TABLE} GROUP BY p"));
+            && request
+                .stdin
+                .contains(&format!("FROM {} GROUP BY p", self.new_table));
         let meddle = counts_new && !self.done.swap(true, Ordering::SeqCst);
-        let (inner, pod) = (self.inner, request.pod.clone());
+        let (inner, pod, new_table) = (self.inner, request.pod.clone(), self.new_table);
         async move {
             if meddle {
                 let out = inner
                     .exec(statement_exec(
                         &pod,
-                        &format!("INSERT INTO {NEW_TABLE} (id, kind) VALUES (0, 'extra')"),
+                        &format!("INSERT INTO {new_table} (id, kind) VALUES (0, 'extra')"),
                         Duration::from_secs(30),
                     ))
                     .await?;
@@ -79,9 +96,15 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     })
     .await
     .expect("sandbox with ClickHouse starts");
-    let result = scenario(&sb).await;
+    let mut failures = Vec::new();
+    if let Err(e) = Box::pin(scenario(&sb)).await {
+        failures.push(format!("abandoned, then applied again: {e}"));
+    }
+    if let Err(e) = Box::pin(covered_pod_with_a_differing_table(&sb)).await {
+        failures.push(format!("a covered pod whose table differs: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
-    result.unwrap_or_else(|e| panic!("{e}"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn props(order: &str, rebuild: bool) -> serde_json::Value {
@@ -130,11 +153,7 @@ async fn scenario(sb: &Sandbox) -> Result<(), String> {
     check(out.exit_code == 0, format!("rows: {out:?}"))?;
 
     let v2 = validate("rb-again", &props("(kind, id)", true)).map_err(|e| format!("{e:?}"))?;
-    let meddling = Meddling {
-        inner: &t,
-        done: AtomicBool::new(false),
-        stdins: Mutex::new(Vec::new()),
-    };
+    let meddling = Meddling::new(&t, "`rb_again`.`t__new`");
     let disturbed = Cluster {
         transport: &meddling,
         clock: &clock,
@@ -180,4 +199,119 @@ async fn scenario(sb: &Sandbox) -> Result<(), String> {
     )?;
     let _ = state;
     Ok(())
+}
+
+/// The ledger's newest row for `resource` naming `pod`: its event.
+async fn newest_event(t: &KubeTransport, pod: &str, resource: &str) -> Result<String, String> {
+    let out = t
+        .exec(statement_exec(
+            pod,
+            &format!(
+                "SELECT event FROM ops.clickhouse_schema_ledger WHERE resource_id = '{resource}' AND pod = '{pod}' \
+                 ORDER BY seq DESC LIMIT 1"
+            ),
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(out.exit_code == 0, format!("the ledger read: {out:?}"))?;
+    Ok(out.stdout.trim().to_owned())
+}
+
+async fn covered_pod_with_a_differing_table(sb: &Sandbox) -> Result<(), String> {
+    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = KubeTransport::from(&conn);
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let plain = Cluster {
+        transport: &t,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    let table = |order: &str| {
+        format!(
+            "CREATE TABLE IF NOT EXISTS rb_ledger.t (id UInt64, kind String) ENGINE = MergeTree \
+             PARTITION BY id % 3 ORDER BY {order}"
+        )
+    };
+    let declared = json!({
+        "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
+        "statements": ["CREATE DATABASE IF NOT EXISTS rb_ledger", table("(kind, id)")],
+        "retry": { "maxAttempts": 3, "backoffMs": 100 },
+        "waitForPod": { "timeoutMs": 30_000 },
+        "ledger": { "database": "ops" },
+        "rebuild": { "rb_ledger.t": { "cutoverColumn": "id" } },
+    });
+    let id = "rb-ledger";
+    let config = validate(id, &declared).map_err(|e| format!("{e:?}"))?;
+    apply(id, &config, None, &plain)
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    check(
+        newest_event(&t, &pod, id).await? == "applied",
+        "the first apply's closing row".to_owned(),
+    )?;
+    // By hand, the table is made again as it was before the change, with rows; the ledger still
+    // says this pod holds the declaration.
+    for sql in [
+        "DROP TABLE rb_ledger.t".to_owned(),
+        table("id"),
+        "INSERT INTO rb_ledger.t SELECT number + 1, concat('k', toString(number % 5)) FROM system.numbers LIMIT 300"
+            .to_owned(),
+    ] {
+        let out = t
+            .exec(statement_exec(&pod, &sql, Duration::from_secs(30)))
+            .await
+            .map_err(|e| e.to_string())?;
+        check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
+    }
+    // A deploy that lost its state: the ledger covers the pod, its table differs, so the rebuild
+    // runs there, and stops at its verification.
+    let meddling = Meddling::new(&t, "`rb_ledger`.`t__new`");
+    let disturbed = Cluster {
+        transport: &meddling,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    let err = match apply(id, &config, None, &disturbed).await {
+        Ok(outcome) => return Err(format!("the disturbed rebuild went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        meddling.done.load(Ordering::SeqCst) && err.message.contains("differ after"),
+        format!("verification failed on the extra row: {err}"),
+    )?;
+    // Before, the pod's newest row was still the first apply's `applied`.
+    let newest = newest_event(&t, &pod, id).await?;
+    check(
+        newest == "started",
+        format!("the pod's newest ledger row after the stopped rebuild: {newest}"),
+    )?;
+    // The next deploy without state finishes it: rebuilt, every row once, the pod applied.
+    apply(id, &config, None, &plain)
+        .await
+        .map_err(|e| format!("the apply after the stopped rebuild: {e}"))?;
+    let counted = t
+        .exec(statement_exec(
+            &pod,
+            "SELECT count(), uniqExact(id), (SELECT sorting_key FROM system.tables WHERE database = 'rb_ledger' \
+             AND name = 't') FROM rb_ledger.t",
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(
+        counted.stdout == "300\t300\tkind, id\n",
+        format!("rebuilt with every row once: {counted:?}"),
+    )?;
+    check(
+        newest_event(&t, &pod, id).await? == "applied",
+        "closed again".to_owned(),
+    )
 }

@@ -26,6 +26,7 @@ use crate::rebuild::{
 use crate::reconcile::{Call, Run, Tracked};
 use crate::sql::declared::{StatementClass, classify};
 use crate::sql::redact::redact_clickhouse_output;
+use crate::state::PodRef;
 use crate::transport::{
     Clock, Event, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind,
 };
@@ -79,16 +80,28 @@ impl<'a> At<'a> {
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Rebuilds each table of `plans` on the pods whose live table needs it, before the statements
     /// run. A table that is missing (the statements create it) or already as declared is left alone.
+    /// A pod it touches that got no opening ledger row yet (not in `opened`: its ledger said it
+    /// was covered while its table differs, or it turned Ready since) gets one first, so a
+    /// rebuild stopped there leaves it due, not covered.
     pub(crate) async fn rebuild_tables(
         &self,
         plans: &[RebuildPlan],
         statements: &[String],
         default_database: &str,
+        opened: &[PodRef],
     ) -> Result<(), ClickHouseSchemaError> {
         if plans.is_empty() {
             return Ok(());
         }
         let survey = self.survey(plans, statements, default_database).await?;
+        let mut unopened: Vec<&PodInfo> = Vec::new();
+        for (pod, _) in survey.due.values().flatten() {
+            let known = opened.contains(&PodRef::of(pod)) || unopened.iter().any(|p| p.name == pod.name);
+            if !known {
+                unopened.push(pod);
+            }
+        }
+        self.open_ledger_on(&unopened).await?;
         for plan in plans {
             let Some(due) = survey.due.get(&plan.key()) else {
                 continue;

@@ -122,14 +122,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// every Ready matching pod not in `covered` (a rebuild needs them all
     /// Ready, and refuses otherwise), so a rebuild stopped half way leaves
     /// the pod due. The fanout writes the opening row again before the
-    /// statements; a second `started` row changes nothing.
+    /// statements; a second `started` row changes nothing. The pods written
+    /// on; the rebuild opens the others it touches itself
+    /// ([`Self::open_ledger_on`]).
     pub(crate) async fn open_ledger_before_rebuild(
         &self,
         covered: &[PodRef],
-    ) -> Result<(), ClickHouseSchemaError> {
-        let Some(write) = self.ledger else {
-            return Ok(());
-        };
+    ) -> Result<Vec<PodRef>, ClickHouseSchemaError> {
+        if self.ledger.is_none() {
+            return Ok(Vec::new());
+        }
         let live = self.list_matching().await?;
         let due: Vec<&PodInfo> = live
             .iter()
@@ -137,14 +139,24 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 p.ready && p.has_container(&self.target.container) && !covered.contains(&PodRef::of(p))
             })
             .collect();
+        self.open_ledger_on(&due).await?;
+        Ok(due.into_iter().map(PodRef::of).collect())
+    }
+
+    /// The opening row on each of `pods`, up to `parallelism` at once; the
+    /// first failure, by pod name. A pod gone since its list is left to
+    /// whoever lists it next.
+    pub(crate) async fn open_ledger_on(&self, pods: &[&PodInfo]) -> Result<(), ClickHouseSchemaError> {
+        let Some(write) = self.ledger else {
+            return Ok(());
+        };
         let (results, _) = bounded(
-            &due,
+            pods,
             self.parallelism,
             || true,
             |pod| self.write_ledger_opening(write, pod),
         )
         .await;
-        // A pod gone since the list is left to the rebuild's own list.
         let mut failures: Vec<ClickHouseSchemaError> = results
             .into_iter()
             .filter_map(|(_, r)| match r {
