@@ -416,6 +416,40 @@ fn on_cluster_is_covered_only_when_every_pods_ledger_says_so() {
 }
 
 #[test]
+fn on_cluster_with_a_host_down_and_left_queued_covers_no_other_pod() {
+    // Under throw_only_active a host that is down gets a NULL status and runs the statement from
+    // the queue when it is back: the list succeeds, but that host does not hold it yet. Which pod
+    // it is cannot be told from its name there, so no other pod's ledger says the list ran.
+    let mut p = on_cluster_props();
+    p["settings"] = json!({ "distributed_ddl_output_mode": "throw_only_active" });
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |request| {
+        request.stdin.contains("ON CLUSTER orders").then(|| ExecOutput {
+            stdout: "chi-orders-0-0\t9000\t0\t\\N\t1\t2\nchi-orders-0-1\t9000\t\\N\t\\N\t0\t2\n".to_owned(),
+            ..ExecOutput::default()
+        })
+    });
+    let (_, outcome) = run_apply(&c, p.clone(), None).unwrap();
+    assert_eq!(ran_on(&outcome), vec!["chi-0"]);
+    assert_eq!(
+        ledgers.lock().unwrap().events_on("chi-0"),
+        vec!["started", "applied"]
+    );
+    for pod in ["chi-1", "chi-2"] {
+        assert!(ledgers.lock().unwrap().events_on(pod).is_empty(), "{pod}");
+    }
+    // A deploy with a lost state runs the list again (ON CLUSTER, once).
+    let c2 = cluster(&ledgers, |_| None);
+    let (_, outcome) = run_apply(&c2, p, None).unwrap();
+    assert_eq!(ran_on(&outcome), vec!["chi-0"]);
+    assert_eq!(statements_on(&c2, "chi-0").len(), 2);
+    // Every host answered this time: every pod holds its closing row.
+    for pod in ["chi-1", "chi-2"] {
+        assert_eq!(ledgers.lock().unwrap().events_on(pod), vec!["applied"], "{pod}");
+    }
+}
+
+#[test]
 fn a_rebuild_that_is_part_of_a_change_comes_after_the_started_row() {
     let ledgers = Arc::new(Mutex::new(Ledgers::default()));
     let c = cluster(&ledgers, |_| None);

@@ -78,6 +78,9 @@ pub(crate) struct Run<'a, T, C> {
     /// The replica sets (ZooKeeper paths) a pod of this run has converged: another replica of
     /// the same set waits for the ALTER to replicate instead of running it again.
     pub converge_claims: std::sync::Mutex<BTreeSet<String>>,
+    /// Hosts an `ON CLUSTER` statement of this run left to run it from the queue when they are
+    /// back (down, under `throw_only_active`): until then no pod's ledger may say the list ran.
+    hosts_left_down: Mutex<Vec<String>>,
 }
 
 /// A statement whose exec a cancellation closed while it ran, or that ended
@@ -141,6 +144,7 @@ impl<'a, T, C> Run<'a, T, C> {
             exec_seq: AtomicU64::new(0),
             converge: None,
             converge_claims: std::sync::Mutex::new(BTreeSet::new()),
+            hosts_left_down: Mutex::new(Vec::new()),
         }
     }
 
@@ -430,7 +434,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// already): the closing ledger row on every other Ready pod of `matching`
     /// with the container, so a deploy that lost its state takes the change
     /// as covered only when every pod's ledger says so (a pod left without a
-    /// row, not Ready now, makes that deploy run the list again).
+    /// row, not Ready now, makes that deploy run the list again). None when a
+    /// host was down and left the list queued (`throw_only_active`): which pod
+    /// that host is cannot be told from its name in the status table, so no
+    /// other pod is said to hold the list, and a deploy that lost its state
+    /// runs it again.
     async fn close_on_cluster(
         &self,
         matching: &[PodInfo],
@@ -439,6 +447,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let Some(ledger) = self.ledger else {
             return Ok(());
         };
+        if !self
+            .hosts_left_down
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            return Ok(());
+        }
         let others: Vec<&PodInfo> = matching
             .iter()
             .filter(|p| p.name != ran_from.name && p.ready && p.has_container(&self.target.container))
@@ -545,6 +561,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let hosts = crate::sql::ddl_status::problems(statement, &output.stdout, self.null_status());
             if !hosts.is_empty() {
                 return Err(Failure::Error(self.hosts_failed(index, statement, pod, &hosts)));
+            }
+            if self.null_status() == crate::sql::ddl_status::NullStatus::Inactive {
+                // What is left NULL there is a host that was down: read as unfinished, it is named.
+                let down = crate::sql::ddl_status::problems(
+                    statement,
+                    &output.stdout,
+                    crate::sql::ddl_status::NullStatus::Unfinished,
+                );
+                self.hosts_left_down
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(down.into_iter().map(|h| h.host));
             }
         }
         if let Some(verification) = self.verification {
