@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use clickhouse_schema_core::coordination::ownership::{Ownership, adopt};
 use clickhouse_schema_core::lifecycle::{ApplyOutcome, apply, destroy};
 use clickhouse_schema_core::state::SchemaState;
-use clickhouse_schema_core::transport::{Cluster, ExecOutput, ExecRequest, NoEvents, PodInfo};
+use clickhouse_schema_core::transport::{
+    Cluster, ExecOutput, ExecRequest, NoEvents, PodInfo, TransportError, TransportErrorKind,
+};
 use reconcile_support::{FakeClock, FakeCluster, Flag, block_on, config, pod};
 use serde_json::json;
 
@@ -447,6 +449,70 @@ fn on_cluster_with_a_host_down_and_left_queued_covers_no_other_pod() {
     for pod in ["chi-1", "chi-2"] {
         assert_eq!(ledgers.lock().unwrap().events_on(pod), vec!["applied"], "{pod}");
     }
+}
+
+/// The query id a command runs under (`--query_id='<id>'` in its script).
+fn query_id_in(command: &[String]) -> Option<String> {
+    let script = command.last()?;
+    let at = script.find("--query_id='")? + "--query_id='".len();
+    script[at..].split('\'').next().map(str::to_owned)
+}
+
+#[test]
+fn a_dropped_ledger_write_is_stopped_before_its_retry() {
+    // The closing write on chi-0 drops mid-way (no status): its client may still run in the pod
+    // and land the row later, after another run's opening row. It runs under a query id, and that
+    // id is stopped before the retry runs under it.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let dropped: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let seen = dropped.clone();
+    let table = ledgers.clone();
+    let c = FakeCluster::new(pods()).on_exec(move |request, _| {
+        let closing =
+            request.pod == "chi-0" && request.stdin.contains(LEDGER) && request.stdin.contains("'applied';");
+        if closing && seen.lock().unwrap().is_empty() {
+            seen.lock().unwrap().push(request.command.clone());
+            return Some(Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "websocket closed mid-exec",
+            )));
+        }
+        if request.stdin.contains("KILL QUERY WHERE") {
+            // The dropped attempt's client was still in the pod: killed there, gone from the server.
+            return Some(Ok(ExecOutput {
+                stdout: "clickhouse-schema-pod-ended\t1\nclickhouse-schema-pod-left\t0\n\
+                         clickhouse-schema-found-running\t0\nclickhouse-schema-still-running\t0\n"
+                    .to_owned(),
+                ..ExecOutput::default()
+            }));
+        }
+        table.lock().unwrap().answer(request).map(Ok)
+    });
+    run_apply(&c, props(json!({})), None).unwrap();
+    let first = dropped.lock().unwrap()[0].clone();
+    let id = query_id_in(&first).expect("the ledger write runs under a query id");
+    assert!(
+        id.starts_with("clickhouse-schema-") && id.contains("-lg") && id.ends_with("-chi-0"),
+        "{id}"
+    );
+    let execs = c.execs();
+    let stop = execs.iter().position(|e| {
+        e.pod == "chi-0"
+            && e.stdin
+                .contains(&format!("KILL QUERY WHERE query_id IN ('{id}')"))
+    });
+    let retry = execs
+        .iter()
+        .position(|e| e.pod == "chi-0" && e.stdin.contains("'applied';"));
+    assert!(
+        stop.is_some() && stop < retry,
+        "stop {stop:?}, retry {retry:?}: {execs:?}"
+    );
+    assert_eq!(query_id_in(&execs[retry.unwrap()].command), Some(id));
+    assert_eq!(
+        ledgers.lock().unwrap().events_on("chi-0"),
+        vec!["started", "applied"]
+    );
 }
 
 #[test]

@@ -1,13 +1,14 @@
 //! The ledger on a pod (see `crate::coordination::ledger`): a row written
 //! before a pod's first statement and one after its statements (and their
 //! check) succeeded, read where a run has to know what an earlier deploy did.
-//! One exec each; transport failures are retried like a statement's.
+//! One exec each; transport failures are retried like a statement's, and a
+//! write runs under a query id and is tracked like one (`reconcile::abandoned`).
 
 use crate::command;
 use crate::config::LedgerConfig;
 use crate::coordination::ledger::{self, LedgerRow, LedgerWrite};
 use crate::error::{ClickHouseSchemaError, ErrorKind};
-use crate::reconcile::{Call, Failure, Run, bounded};
+use crate::reconcile::{Call, Failure, Run, Tracked, bounded};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::state::PodRef;
 use crate::transport::{Clock, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
@@ -62,45 +63,92 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         pod: &PodInfo,
         after_statements: bool,
     ) -> Result<(), Failure> {
-        let request = self.ledger_request(&pod.name, script, command::render_multiquery);
-        if self.cancel.is_cancelled() {
-            return Err(Failure::Error(
-                self.cancelled(&format!("before the ledger write on pod {}", pod.name))
-                    .with_pod(&pod.name),
-            ));
-        }
-        let attempt = self.with_retry(Call::Ledger { pod: &pod.name }, || {
-            self.transport.exec(request.clone())
-        });
-        let output = match self.unless_cancelled(attempt).await {
-            None => {
+        // Under a query id of its own and tracked, as a statement is: a dropped write may still
+        // land, so it is stopped and confirmed gone before its retry and before the lease goes. An
+        // orphaned `applied` row landing after a later run's `started` row would cover the pod.
+        let query_id = self.script_query_id("lg", &pod.name);
+        let request = ExecRequest {
+            namespace: self.target.namespace.clone(),
+            pod: pod.name.clone(),
+            container: self.target.container.clone(),
+            command: command::render_multiquery_as(
+                self.client,
+                self.settings,
+                script.len(),
+                self.statement_timeout,
+                &query_id,
+            ),
+            stdin: script,
+            timeout: command::exec_timeout(self.statement_timeout),
+        };
+        let failed = |detail: &str, code: Option<u32>| {
+            Failure::Error(self.ledger_failed(
+                config,
+                &pod.name,
+                Ledger::Write { after_statements },
+                detail,
+                code,
+            ))
+        };
+        let output = match self
+            .exec_tracked(
+                &request,
+                "the ledger write",
+                &query_id,
+                Some(Call::Ledger { pod: &pod.name }),
+            )
+            .await
+        {
+            Tracked::CancelledBefore => {
+                return Err(Failure::Error(
+                    self.cancelled(&format!("before the ledger write on pod {}", pod.name))
+                        .with_pod(&pod.name),
+                ));
+            }
+            Tracked::CancelledDuring => {
                 return Err(Failure::Error(
                     self.cancelled(&format!("during the ledger write on pod {}", pod.name))
                         .with_pod(&pod.name),
                 ));
             }
-            Some(Err((err, _)))
+            Tracked::Failed { err, .. }
                 if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) =>
             {
                 return Err(Failure::Vanished);
             }
-            Some(Err((err, _))) if err.kind == TransportErrorKind::ProgramMissing => {
+            Tracked::Failed { err, .. } if err.kind == TransportErrorKind::ProgramMissing => {
                 return Err(Failure::Error(self.image_unsupported(
                     "the ledger write",
                     &pod.name,
                     &err.message,
                 )));
             }
-            Some(Err((err, attempts))) => {
-                return Err(Failure::Error(self.ledger_failed(
-                    config,
-                    &pod.name,
-                    Ledger::Write { after_statements },
-                    &format!("its exec failed after {attempts} attempt(s): {}", err.message),
+            Tracked::Failed {
+                err,
+                attempts,
+                not_retried,
+            } => {
+                let not_retried = not_retried
+                    .map(|why| format!(" (not retried: the attempt could not be confirmed stopped, {why})"))
+                    .unwrap_or_default();
+                return Err(failed(
+                    &format!(
+                        "its exec failed after {attempts} attempt(s): {}{not_retried}",
+                        err.message
+                    ),
                     None,
-                )));
+                ));
             }
-            Some(Ok(output)) => output,
+            Tracked::EarlierRunning { attempt } => {
+                return Err(failed(
+                    &format!(
+                        "attempt {attempt} was refused: an earlier attempt still runs under its query id \
+                         ({query_id})"
+                    ),
+                    Some(command::QUERY_ID_IN_USE_CODE),
+                ));
+            }
+            Tracked::Output { output, .. } => output,
         };
         if output.exit_code != 0 {
             let said = redact_clickhouse_output(&output.stderr, &request.stdin);
