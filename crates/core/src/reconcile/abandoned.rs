@@ -316,8 +316,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         let bound = command::exec_timeout(self.statement_timeout).as_secs();
                         notes.push(format!(
                             "{what} on pod {pod} (query id {id}) could not be confirmed stopped ({why}); \
-                             its client ends at the latest at its pod-side bound, {bound} s after it was sent \
-                             (a statement the server runs without checking for a cancellation can outlive it)"
+                             its client ends at the latest at its pod-side bound, {bound} s after it was sent, \
+                             where the image has `timeout` (without it, only the server's max_execution_time \
+                             bounds it; a statement the server runs without checking for a cancellation can \
+                             outlive either)"
                         ));
                     }
                 }
@@ -328,16 +330,21 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             (true, None) => " The lease was released after that.".to_owned(),
             (true, Some(until)) => {
                 let held_from = self.clock.now_counting_suspend();
-                self.hold_until(until).await;
                 // The bound ended the client, not necessarily what the server runs: looked at again,
                 // and held on (up to one more statementTimeoutMs) while it is still there.
                 let cap = until + self.statement_timeout;
+                self.lease_hold_until.store(
+                    u64::try_from(cap.as_millis()).unwrap_or(u64::MAX),
+                    Ordering::SeqCst,
+                );
+                self.hold_until(until).await;
                 let mut still = self.still_unconfirmed(&unconfirmed).await;
                 while still.is_some() && self.clock.now_counting_suspend() < cap {
                     let next = (self.clock.now_counting_suspend() + RECHECK).min(cap);
                     self.hold_until(next).await;
                     still = self.still_unconfirmed(&unconfirmed).await;
                 }
+                self.lease_hold_until.store(0, Ordering::SeqCst);
                 let held = self.clock.now_counting_suspend().saturating_sub(held_from);
                 match still {
                     None => format!(
