@@ -25,7 +25,7 @@ impl SystemClock {
     pub(crate) fn new(timers: Timers) -> Self {
         Self {
             origin: Instant::now(),
-            suspend_origin: counting_suspend(),
+            suspend_origin: origin(counting_suspend()),
             timers,
         }
     }
@@ -37,7 +37,7 @@ impl Clock for SystemClock {
     }
 
     fn now_counting_suspend(&self) -> Duration {
-        counting_suspend().saturating_sub(self.suspend_origin)
+        since(self.suspend_origin, counting_suspend())
     }
 
     fn now_iso8601(&self) -> String {
@@ -63,7 +63,7 @@ impl Clock for SystemClock {
 ///   Linux that is `CLOCK_MONOTONIC`, so there a suspend is not counted. No
 ///   closer clock is reachable from WASI.
 #[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
-fn counting_suspend() -> Duration {
+fn counting_suspend() -> Option<Duration> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     const CLOCK: libc::clockid_t = libc::CLOCK_BOOTTIME;
     #[cfg(target_vendor = "apple")]
@@ -74,23 +74,35 @@ fn counting_suspend() -> Duration {
     };
     // SAFETY: `ts` is a valid, writable timespec; the clock id is one the platform defines.
     let rc = unsafe { libc::clock_gettime(CLOCK, &mut ts) };
-    // It cannot fail for a defined clock id and a valid pointer. Were it to,
-    // the reading is the end of time: the holder's deadline passes at once and
-    // the call fails with E_LEASE_LOST, rather than work with no deadline.
+    // It cannot fail for a defined clock id and a valid pointer; were it to, `since` decides.
     if rc != 0 {
-        return Duration::MAX;
+        return None;
     }
-    Duration::new(
+    Some(Duration::new(
         u64::try_from(ts.tv_sec).unwrap_or(0),
         u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
+    ))
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
-fn counting_suspend() -> Duration {
+fn counting_suspend() -> Option<Duration> {
     use std::sync::OnceLock;
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed()
+    Some(ORIGIN.get_or_init(Instant::now).elapsed())
+}
+
+/// The origin of a clock from its first reading: one that could not be read
+/// counts from zero, so later readings are never earlier than the truth.
+fn origin(reading: Option<Duration>) -> Duration {
+    reading.unwrap_or(Duration::ZERO)
+}
+
+/// The time counting suspend since `origin`, from a reading `now`. A failed
+/// reading is the end of time: the lease holder's deadline passes at once and
+/// the call fails with E_LEASE_LOST, rather than work with no deadline (fail
+/// closed, whether the failure came at the start or later).
+fn since(origin: Duration, now: Option<Duration>) -> Duration {
+    now.map_or(Duration::MAX, |now| now.saturating_sub(origin))
 }
 
 /// RFC 3339 UTC with exactly three fractional digits: `2026-11-29T23:59:01.123Z`.
@@ -108,6 +120,22 @@ mod tests {
 
     fn native_timers() -> Timers {
         Timers::tokio()
+    }
+
+    #[test]
+    fn a_clock_that_cannot_be_read_fails_closed() {
+        // A failed reading later: the end of time, so the holder's deadline has passed.
+        assert_eq!(since(Duration::from_secs(5), None), Duration::MAX);
+        // A failed reading at the start: the origin is zero, and later readings still advance
+        // (before, the origin was the end of time and every reading was zero for good).
+        assert_eq!(
+            since(origin(None), Some(Duration::from_secs(7))),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            since(Duration::from_secs(2), Some(Duration::from_secs(7))),
+            Duration::from_secs(5)
+        );
     }
 
     #[test]
@@ -164,7 +192,7 @@ mod tests {
         for _ in 0..100 {
             let mono = monotonic();
             let before = uptime();
-            let boot = counting_suspend();
+            let boot = counting_suspend().expect("the boot clock reads");
             let after = uptime();
             assert!(
                 boot >= mono + Duration::from_secs(ahead),

@@ -131,7 +131,7 @@ pub(crate) fn check_framed_on_stdin(
     check(
         r.argv.len() == 3
             && r.argv[0] == "sh"
-            && r.argv[2].contains(&format!("s=$(head -c {} <&3; echo .)", stdin.len()))
+            && r.argv[2].contains(&format!("s=$($t head -c {} <&3; echo .)", stdin.len()))
             && r.argv[2].contains("printf '%s' \"$s\" 4<&- | exec $t clickhouse-client"),
         format!("argv frames stdin: {:?}", r.argv),
     )?;
