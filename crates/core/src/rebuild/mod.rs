@@ -623,7 +623,10 @@ impl RebuildPlan {
 
     /// The swap on one pod: the view goes first (after the rename it would write into the
     /// missing `__new`), then one RENAME, then the staging table and, unless kept, the old one.
-    pub fn swap_script(&self) -> String {
+    /// The `swapped` receipt names the pod and the cut-over, so a later rebuild of the same
+    /// declaration (the table made again by hand since) does not take that finished attempt for
+    /// one to resume.
+    pub fn swap_script(&self, cutover: &Cutover, pod: &str) -> String {
         let mut script = format!(
             "DROP TABLE IF EXISTS {view};\nRENAME TABLE {live} TO {old}, {new} TO {live};\nDROP TABLE IF EXISTS {stage};\n",
             view = self.name(VIEW_SUFFIX),
@@ -635,7 +638,7 @@ impl RebuildPlan {
         if !self.config.keep_old {
             script.push_str(&format!("DROP TABLE IF EXISTS {};\n", self.name(OLD_SUFFIX)));
         }
-        script.push_str(&self.receipt_insert("swapped", "", "", 0, 0, "", ""));
+        script.push_str(&self.receipt_insert("swapped", pod, "", 0, 0, "", &cutover.value));
         script
     }
 
@@ -792,7 +795,7 @@ pub struct Receipt {
     pub rows: u64,
     /// The cut-over (`cutover`) or the new table's partition id (`attached`).
     pub value: String,
-    /// The cut-over the receipt belongs to (empty for `swapped`).
+    /// The cut-over the receipt belongs to (empty for a `swapped` one of an earlier version).
     pub cutover: String,
 }
 

@@ -82,16 +82,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// run. A table that is missing (the statements create it) or already as declared is left alone.
     /// A pod it touches that got no opening ledger row yet (not in `opened`: its ledger said it
     /// was covered while its table differs, or it turned Ready since) gets one first, so a
-    /// rebuild stopped there leaves it due, not covered.
+    /// rebuild stopped there leaves it due, not covered. Returns those pods: the run is theirs
+    /// now, so the caller runs the list there too (it closes their row).
     pub(crate) async fn rebuild_tables(
         &self,
         plans: &[RebuildPlan],
         statements: &[String],
         default_database: &str,
         opened: &[PodRef],
-    ) -> Result<(), ClickHouseSchemaError> {
+    ) -> Result<Vec<PodRef>, ClickHouseSchemaError> {
         if plans.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let survey = self.survey(plans, statements, default_database).await?;
         let mut unopened: Vec<&PodInfo> = Vec::new();
@@ -102,6 +103,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         }
         self.open_ledger_on(&unopened).await?;
+        let reopened: Vec<PodRef> = unopened.iter().map(|p| PodRef::of(p)).collect();
         for plan in plans {
             let Some(due) = survey.due.get(&plan.key()) else {
                 continue;
@@ -110,7 +112,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let holders = survey.holders(plan);
             self.rebuild_table(plan, &due, &holders, &survey.declared).await?;
         }
-        Ok(())
+        Ok(reopened)
     }
 
     /// What an apply would rebuild: the survey (the live-schema check, with its scratch copy) and
@@ -312,9 +314,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .filter(|r| r.step == "abandoned")
             .map(|r| r.value.as_str())
             .collect();
+        // Finished: swapped on every pod due now. A pod whose table was made again by hand since
+        // needs a new attempt, not that one's receipts (it would skip the backfill).
+        let finished = |value: &str| {
+            due.iter().all(|pod| {
+                receipts
+                    .iter()
+                    .any(|r| r.step == "swapped" && r.cutover == value && r.source == pod.name)
+            })
+        };
         let recorded = receipts
             .iter()
-            .filter(|r| r.step == "cutover" && !abandoned.contains(r.value.as_str()))
+            .filter(|r| r.step == "cutover" && !abandoned.contains(r.value.as_str()) && !finished(&r.value))
             .find_map(|r| Cutover::parse(kind, &r.value));
         let cutover = match recorded {
             Some(cutover) => cutover,
@@ -397,7 +408,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // The swap, pod by pod.
         for pod in due {
             let at = At::new(plan, "swap", &pod.name);
-            self.rebuild_exec(&at, plan.swap_script(), false).await?;
+            self.rebuild_exec(&at, plan.swap_script(&cutover, &pod.name), false)
+                .await?;
             self.rebuild_event(
                 plan,
                 "swap",

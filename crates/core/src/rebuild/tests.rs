@@ -283,7 +283,8 @@ fn attaching_skips_what_receipts_record_and_writes_a_receipt_after_each_move() {
 #[test]
 fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() {
     let mut plan = events_plan("at").unwrap();
-    let script = plan.swap_script();
+    let cutover = Cutover::parse(CutoverKind::Time, "1764000000").unwrap();
+    let script = plan.swap_script(&cutover, "pod-0");
     let lines: Vec<&str> = script.lines().collect();
     assert_eq!(lines[0], "DROP TABLE IF EXISTS `shop`.`events__rebuild_view`;");
     assert_eq!(
@@ -291,9 +292,16 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
         "RENAME TABLE `shop`.`events` TO `shop`.`events__old`, `shop`.`events__new` TO `shop`.`events`;"
     );
     assert!(!script.contains("DROP TABLE IF EXISTS `shop`.`events__old`"));
+    // The receipt names the pod and the cut-over it finished.
+    assert!(
+        script
+            .trim_end()
+            .ends_with("'swapped', 'pod-0', '', 0, 0, '', '1764000000');"),
+        "{script}"
+    );
     plan.config.keep_old = false;
     assert!(
-        plan.swap_script()
+        plan.swap_script(&cutover, "pod-0")
             .contains("DROP TABLE IF EXISTS `shop`.`events__old`")
     );
     let abandon = plan.abandon_script(&Cutover::parse(CutoverKind::Time, "7").unwrap());
