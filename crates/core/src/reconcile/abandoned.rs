@@ -333,10 +333,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 // The bound ended the client, not necessarily what the server runs: looked at again,
                 // and held on (up to one more statementTimeoutMs) while it is still there.
                 let cap = until + self.statement_timeout;
-                self.lease_hold_until.store(
-                    u64::try_from(cap.as_millis()).unwrap_or(u64::MAX),
-                    Ordering::SeqCst,
-                );
                 self.hold_until(until).await;
                 let mut still = self.still_unconfirmed(&unconfirmed).await;
                 while still.is_some() && self.clock.now_counting_suspend() < cap {
@@ -344,7 +340,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     self.hold_until(next).await;
                     still = self.still_unconfirmed(&unconfirmed).await;
                 }
-                self.lease_hold_until.store(0, Ordering::SeqCst);
                 let held = self.clock.now_counting_suspend().saturating_sub(held_from);
                 match still {
                     None => format!(

@@ -81,10 +81,6 @@ pub(crate) struct Run<'a, T, C> {
     /// Hosts an `ON CLUSTER` statement of this run left to run it from the queue when they are
     /// back (down, under `throw_only_active`): until then no pod's ledger may say the list ran.
     hosts_left_down: Mutex<Vec<String>>,
-    /// Until when (`now_counting_suspend`, in ms; 0: no hold) the lease is held for something a
-    /// stop could not confirm gone: each renewal meanwhile writes a duration reaching past it,
-    /// so that a deploying process killed during the hold does not shorten it for the takers.
-    pub(crate) lease_hold_until: AtomicU64,
 }
 
 /// A statement whose exec a cancellation closed while it ran, or that ended
@@ -149,7 +145,6 @@ impl<'a, T, C> Run<'a, T, C> {
             converge: None,
             converge_claims: std::sync::Mutex::new(BTreeSet::new()),
             hosts_left_down: Mutex::new(Vec::new()),
-            lease_hold_until: AtomicU64::new(0),
         }
     }
 

@@ -325,17 +325,9 @@ impl<T: PodLister + Executor + LeaseApi, C: Clock> Run<'_, T, C> {
     /// One renewal: `Err(Some)` when the lease is another's, `Err(None)` when
     /// the API could not be reached (tried again at the next tick).
     async fn renew(&self, held: &Held) -> Result<(), Option<Lost>> {
-        // While a hold lasts (see `reconcile::abandoned`), the duration reaches one ttl past its
-        // end: a taker waits that long from this write even if this process dies now.
-        let hold_left = Duration::from_millis(self.lease_hold_until.load(Ordering::SeqCst))
-            .saturating_sub(self.clock.now_counting_suspend());
-        let base = self.spec_of(held);
         let spec = LeaseSpec {
             renew_time: Some(micro_time(&self.clock.now_iso8601())),
-            duration_seconds: base
-                .duration_seconds
-                .saturating_add(u32::try_from(hold_left.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)),
-            ..base
+            ..self.spec_of(held)
         };
         match self.rewrite_if_held(held, &spec).await {
             Ok(true) => Ok(()),
