@@ -516,6 +516,53 @@ fn a_dropped_ledger_write_is_stopped_before_its_retry() {
 }
 
 #[test]
+fn a_retried_ledger_write_refused_because_the_first_still_runs_says_so() {
+    // The closing write drops; the stop finds it gone (its client had not registered yet), and the
+    // retry is refused with 216: the first attempt may still land its row. Not a grants problem.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let mut attempt = 0;
+    let c = FakeCluster::new(pods()).on_exec(move |request, _| {
+        if request.stdin.contains("KILL QUERY WHERE") {
+            return Some(Ok(ExecOutput {
+                stdout: "clickhouse-schema-pod-ended\t0\nclickhouse-schema-pod-left\t0\n\
+                         clickhouse-schema-found-running\t0\nclickhouse-schema-still-running\t0\n"
+                    .to_owned(),
+                ..ExecOutput::default()
+            }));
+        }
+        let closing =
+            request.pod == "chi-0" && request.stdin.contains(LEDGER) && request.stdin.contains("'applied';");
+        if closing {
+            attempt += 1;
+            return Some(if attempt == 1 {
+                Err(TransportError::new(
+                    TransportErrorKind::Transient,
+                    "websocket closed mid-exec",
+                ))
+            } else {
+                Ok(ExecOutput {
+                    stderr:
+                        "Code: 216. DB::Exception: Query with id = clickhouse-schema-x is already running. \
+                             (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING)"
+                            .to_owned(),
+                    exit_code: 216,
+                    ..ExecOutput::default()
+                })
+            });
+        }
+        ledgers.lock().unwrap().answer(request).map(Ok)
+    });
+    let err = run_apply(&c, props(json!({ "parallelism": 1 })), None).unwrap_err();
+    assert!(
+        err.contains("write on pod chi-0: attempt 2 was refused because an earlier attempt still runs")
+            && err.contains("it may still write its row")
+            && err.contains("whether the row saying so is recorded is unknown")
+            && !err.contains("grant"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_rebuild_that_is_part_of_a_change_comes_after_the_started_row() {
     let ledgers = Arc::new(Mutex::new(Ledgers::default()));
     let c = cluster(&ledgers, |_| None);

@@ -139,13 +139,29 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     None,
                 ));
             }
+            // Nothing was refused for want of a grant: the earlier attempt may still write its row.
             Tracked::EarlierRunning { attempt } => {
-                return Err(failed(
-                    &format!(
-                        "attempt {attempt} was refused: an earlier attempt still runs under its query id \
-                         ({query_id})"
-                    ),
-                    Some(command::QUERY_ID_IN_USE_CODE),
+                let row = if after_statements {
+                    "The statements ran there; whether the row saying so is recorded is unknown, so a deploy \
+                     that lost its state may run them on that pod again."
+                } else {
+                    "No statement ran on that pod."
+                };
+                return Err(Failure::Error(
+                    self.error(
+                        ErrorKind::LedgerFailed,
+                        format!(
+                            "{}: the ledger `{}`.`{}` write on pod {}: attempt {attempt} was refused because an \
+                             earlier attempt still runs on the server under the same query id ({query_id}; \
+                             ClickHouse code 216, QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING), after its exec ended \
+                             without an outcome; it may still write its row. {row}",
+                            self.prefix(),
+                            config.database,
+                            config.table,
+                            pod.name,
+                        ),
+                    )
+                    .with_pod(&pod.name),
                 ));
             }
             Tracked::Output { output, .. } => output,
