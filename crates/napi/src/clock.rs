@@ -98,12 +98,16 @@ fn origin(reading: Option<Duration>) -> Duration {
 }
 
 /// The time counting suspend since `origin`, from a reading `now`. A failed
-/// reading is the end of time: the lease holder's deadline passes at once and
+/// reading is the end of time (`END_OF_TIME`): the lease holder's deadline passes at once and
 /// the call fails with E_LEASE_LOST, rather than work with no deadline (fail
 /// closed, whether the failure came at the start or later).
 fn since(origin: Duration, now: Option<Duration>) -> Duration {
-    now.map_or(Duration::MAX, |now| now.saturating_sub(origin))
+    now.map_or(END_OF_TIME, |now| now.saturating_sub(origin))
 }
+
+/// A reading past every deadline, yet far enough below `Duration::MAX` that the core's sums of a
+/// reading and a bound (`sent + timeout`) cannot overflow.
+const END_OF_TIME: Duration = Duration::from_secs(u64::MAX / 4);
 
 /// RFC 3339 UTC with exactly three fractional digits: `2026-11-29T23:59:01.123Z`.
 /// A fixed width keeps the values sortable as text.
@@ -125,7 +129,11 @@ mod tests {
     #[test]
     fn a_clock_that_cannot_be_read_fails_closed() {
         // A failed reading later: the end of time, so the holder's deadline has passed.
-        assert_eq!(since(Duration::from_secs(5), None), Duration::MAX);
+        let end = since(Duration::from_secs(5), None);
+        assert_eq!(end, END_OF_TIME);
+        // Past every deadline, and a bound added to it does not overflow (it would panic).
+        assert!(end > Duration::from_secs(100 * 365 * 24 * 3600));
+        assert!(end.checked_add(Duration::from_secs(86_400 * 365)).is_some());
         // A failed reading at the start: the origin is zero, and later readings still advance
         // (before, the origin was the end of time and every reading was zero for good).
         assert_eq!(
