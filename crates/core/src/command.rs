@@ -216,6 +216,11 @@ pub(crate) const QUERY_ID_PREFIX: &str = "clickhouse-schema-";
 /// How many rounds of kills the stop makes in the pod before it counts what is left.
 const KILL_ROUNDS: u32 = 3;
 
+/// How long the pod part of a stop may take before its client starts (outside the client's
+/// bound): a second after each round of kills, and one more for the scans of `/proc`. The
+/// caller's exec timeout for a stop adds it.
+pub(crate) const STOP_POD_PART: Duration = Duration::from_secs(KILL_ROUNDS as u64 + 1);
+
 /// argv for stopping the execs that ran under `query_ids` on a pod: first, in the pod, every
 /// process whose command line carries one of the ids (the exec's `sh`, `timeout` and client,
 /// which on a real cluster outlive their closed exec) is killed, and the processes that still

@@ -450,7 +450,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 STOP_BOUND,
             ),
             stdin: script,
-            timeout: command::exec_timeout(STOP_BOUND),
+            timeout: command::exec_timeout(STOP_BOUND) + command::STOP_POD_PART,
         };
         let output = self
             .transport
