@@ -323,10 +323,12 @@ pub fn newest_on<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Opt
 /// the newest numbered row or after it: an older package still deploying
 /// the resource into a migrated table (its INSERT names no `seq`, so the
 /// server gives it 0). Its row sorts below every numbered one whatever it
-/// records, a destroy included, so which came last is not known. Both
-/// versions stamp rows with the server's clock, so a row written before the
-/// migration is older, except within its second (which makes the pod due:
-/// the safe side).
+/// records, a destroy included, so which came last is not known. Versions
+/// from cc98143 on stamp rows with the server's clock, so a row they wrote
+/// before the migration is older, except within its second (which makes the
+/// pod due: the safe side). Earlier ones used the deployer's clock: a row of
+/// theirs dated ahead leaves the pod due until that time, one dated behind
+/// can go unseen, so those must be retired before the migration (README).
 fn settled_newest<'r>(rows: &'r [LedgerRow], resource_id: &str, pod: &str) -> Option<&'r LedgerRow> {
     let newest = newest_on(rows, resource_id, pod)?;
     let theirs = |r: &&LedgerRow| r.resource_id == resource_id && r.pod == pod;
