@@ -39,7 +39,12 @@
 //! queued for the other hosts (their DDL workers run it under ids of their
 //! own), and a statement whose client registers its query with the server
 //! more than `STARTUP_ALLOWANCE` after its exec was sent (a stop that finds
-//! nothing earlier than that looks once more when it has passed).
+//! nothing earlier than that looks once more when it has passed). The
+//! pod-side bound a hold waits for (`exec_timeout` from the send) counts the
+//! client's run; an input that trickled in for up to its own bound before the
+//! client started can put the client's end later by as much. Where the pod's
+//! processes can be read, the stop kills the wrapper still reading, so this
+//! only matters where they cannot.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
