@@ -50,6 +50,29 @@ use crate::sql::lexer::{Token, TokenKind, significant};
 
 /// Suffix of the table a rebuild builds.
 pub const NEW_SUFFIX: &str = "__new";
+
+/// The last line every script whose output is read prints: the transport keeps at most 1 MiB of
+/// an exec's output, and an output cut there (or a script stopped early) must not read as a
+/// shorter, complete list of partitions, receipts, dependents or counts.
+const END: &str = "__clickhouse_schema_rebuild_end__";
+
+/// The statement that prints [`END`].
+fn end_statement() -> String {
+    format!("SELECT '{END}' FORMAT TSV;\n")
+}
+
+/// `stdout` before its end marker; `Err` when it has none as its last line.
+fn complete(stdout: &str) -> Result<&str, String> {
+    let body = stdout.trim_end_matches('\n');
+    match body.strip_suffix(END) {
+        Some(before) if before.is_empty() || before.ends_with('\n') => Ok(before),
+        _ => Err(format!(
+            "its output ended before its end marker ({} bytes read): it was cut short (the transport keeps \
+             1 MiB of an exec's output) or the script stopped early, so what it lists may be incomplete",
+            stdout.len()
+        )),
+    }
+}
 /// Suffix the live table gets at the swap.
 pub const OLD_SUFFIX: &str = "__old";
 /// Suffix of the materialized view that carries rows written from the cut-over on.
@@ -401,11 +424,12 @@ impl RebuildPlan {
              ENGINE = MergeTree ORDER BY (table_name, target, step);\n\
              {reads}\
              SELECT 'receipt', step, source, partition, rows, checksum, value, cutover FROM {receipts} \
-             WHERE table_name = {key} AND target = {target} FORMAT TSV;\n",
+             WHERE table_name = {key} AND target = {target} FORMAT TSV;\n{end}",
             receipts = self.receipts(),
             reads = self.inspect_reads(),
             key = literal(&self.key()),
             target = literal(&self.target),
+            end = end_statement(),
         )
     }
 
@@ -413,7 +437,7 @@ impl RebuildPlan {
     /// pod (not even the receipts table) and needs what the check step refuses on, not where a
     /// resumed rebuild would start.
     pub fn plan_inspect_script(&self) -> String {
-        self.inspect_reads()
+        format!("{}{}", self.inspect_reads(), end_statement())
     }
 
     /// The reads both inspections make.
@@ -482,9 +506,10 @@ impl RebuildPlan {
     pub fn partitions_query(&self) -> String {
         format!(
             "SELECT partition_id, any(partition), sum(rows) FROM system.parts WHERE database = {} AND table = {} \
-             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n",
+             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n{}",
             literal(&self.database),
             literal(&self.table),
+            end_statement(),
         )
     }
 
@@ -499,10 +524,11 @@ impl RebuildPlan {
     ) -> String {
         format!(
             "{}SELECT partition_id, sum(rows) FROM system.parts WHERE database = {} AND table = {} \
-             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n",
+             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n{}",
             self.staged_copy(partition, live_key, cutover, columns),
             literal(&self.database),
             literal(&format!("{}{STAGE_SUFFIX}", self.table)),
+            end_statement(),
         )
     }
 
@@ -616,8 +642,9 @@ impl RebuildPlan {
             String::new()
         };
         format!(
-            "{sync}SELECT {key} AS p, count(), {checksum} FROM {table} GROUP BY p ORDER BY p FORMAT TSV;\n",
+            "{sync}SELECT {key} AS p, count(), {checksum} FROM {table} GROUP BY p ORDER BY p FORMAT TSV;\n{end}",
             table = self.name(table_suffix),
+            end = end_statement(),
         )
     }
 
@@ -811,7 +838,7 @@ impl Inspection {
     /// Reads the inspection script's output; `Err` names the line it could not read.
     pub fn parse(stdout: &str) -> Result<Self, String> {
         let mut out = Self::default();
-        for line in stdout.lines().filter(|l| !l.is_empty()) {
+        for line in complete(stdout)?.lines().filter(|l| !l.is_empty()) {
             let fields: Vec<String> = line.split('\t').map(unescape).collect();
             let f = |i: usize| fields.get(i).cloned().unwrap_or_default();
             match fields.first().map(String::as_str) {
@@ -952,7 +979,7 @@ pub fn dependents(plan: &RebuildPlan, inspection: &Inspection, declared: &BTreeS
 
 /// Reads [`RebuildPlan::partitions_query`]'s output.
 pub fn parse_partitions(stdout: &str) -> Result<Vec<LivePartition>, String> {
-    stdout
+    complete(stdout)?
         .lines()
         .filter(|l| !l.is_empty())
         .map(|line| {
@@ -973,6 +1000,13 @@ pub fn parse_partitions(stdout: &str) -> Result<Vec<LivePartition>, String> {
 
 /// Reads the staged partitions at the end of [`RebuildPlan::stage_script`]'s output.
 pub fn parse_staged(stdout: &str) -> Result<Vec<(String, u64)>, String> {
+    parse_copied(complete(stdout)?)
+}
+
+/// Reads the lines of a batch of [`RebuildPlan::copy_script`]s (partition id and rows copied),
+/// one per partition the batch finished. It has no end marker: a batch that stopped early is
+/// read for the partitions it did finish, and a missing one is the batch's failure.
+pub fn parse_copied(stdout: &str) -> Result<Vec<(String, u64)>, String> {
     stdout
         .lines()
         .filter(|l| !l.is_empty())
@@ -992,7 +1026,7 @@ pub type Counts = BTreeMap<String, (u64, u64)>;
 /// Reads [`RebuildPlan::counts_script`]'s output.
 pub fn parse_counts(stdout: &str) -> Result<Counts, String> {
     let mut counts = Counts::new();
-    for line in stdout.lines().filter(|l| !l.is_empty()) {
+    for line in complete(stdout)?.lines().filter(|l| !l.is_empty()) {
         let fields: Vec<&str> = line.split('\t').collect();
         let [p, rows, checksum] = fields.as_slice() else {
             return Err(format!("an unexpected count line: {line}"));

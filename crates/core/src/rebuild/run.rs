@@ -716,7 +716,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             partition: Some(&first.id),
         };
         let (output, script) = self.rebuild_run(&at, script, false).await?;
-        let finished = rebuild::parse_staged(&output.stdout).unwrap_or_default();
+        let finished = rebuild::parse_copied(&output.stdout).unwrap_or_default();
         for (n, partition) in batch {
             match finished.iter().find(|(id, _)| *id == partition.id) {
                 Some((_, rows)) => self.copied_event(plan, pod, partition, *n, total, *rows),

@@ -346,7 +346,8 @@ fn the_inspection_reads_what_18_16_prints() {
                dictionary\td\tClickHouse: shop.events\n\
                receipt\tcopied\tpod-0\t20261101\t50\t0\t\t1764600000\n\
                receipt\tcutover\t\t\t0\t0\t1764600000\t1764600000\n\
-               receipt\tcopied\tpod-0\t20261102\t50\t0\t\t1764500000\n";
+               receipt\tcopied\tpod-0\t20261102\t50\t0\t\t1764500000\n\
+               __clickhouse_schema_rebuild_end__\n";
     let inspection = Inspection::parse(out).expect("readable");
     assert_eq!(inspection.tables.len(), 2);
     assert_eq!(inspection.replicas["events__new"], "/t/0/events_v2");
@@ -364,7 +365,8 @@ fn the_inspection_reads_what_18_16_prints() {
     assert_eq!(shared_columns(&inspection, "events"), vec!["id", "at"]);
     assert_eq!(checksum_columns(&inspection, "events"), vec!["id", "at"]);
     let retyped = Inspection::parse(
-        "column\tt\tid\tUInt64\t\ncolumn\tt\tcode\tString\t\ncolumn\tt__new\tid\tUInt64\t\ncolumn\tt__new\tcode\tUInt32\t\n",
+        "column\tt\tid\tUInt64\t\ncolumn\tt\tcode\tString\t\ncolumn\tt__new\tid\tUInt64\t\ncolumn\tt__new\tcode\tUInt32\t\n\
+         __clickhouse_schema_rebuild_end__\n",
     )
     .unwrap();
     assert_eq!(shared_columns(&retyped, "t"), vec!["id", "code"]);
@@ -387,28 +389,70 @@ fn the_inspection_reads_what_18_16_prints() {
     );
 
     assert!(
-        Inspection::parse("surprise\n")
+        Inspection::parse(&ended("surprise\n"))
             .unwrap_err()
             .contains("an unexpected line")
     );
-    assert!(Inspection::parse("receipt\tcopied\tp\tx\tmany\t0\t\t1\n").is_err());
+    assert!(Inspection::parse(&ended("receipt\tcopied\tp\tx\tmany\t0\t\t1\n")).is_err());
+    // Cut before the end marker (the transport keeps 1 MiB): an error, not a shorter list.
+    let cut = &out[..out.find("dictionary").unwrap()];
+    assert!(
+        Inspection::parse(cut)
+            .unwrap_err()
+            .contains("ended before its end marker"),
+    );
+}
+
+/// `lines` as a script prints them, its end marker last.
+fn ended(lines: &str) -> String {
+    format!("{lines}__clickhouse_schema_rebuild_end__\n")
+}
+
+#[test]
+fn every_read_script_prints_the_end_marker_last() {
+    let plan = events_plan("at").unwrap();
+    let cutover = Cutover::parse(CutoverKind::Time, "1764600000").unwrap();
+    let partition = LivePartition {
+        id: "20261101".into(),
+        value: "20261101".into(),
+        rows: 5,
+    };
+    let marker = "SELECT '__clickhouse_schema_rebuild_end__' FORMAT TSV;\n";
+    for script in [
+        plan.inspect_script(),
+        plan.plan_inspect_script(),
+        plan.partitions_query(),
+        plan.stage_script(&partition, "toYYYYMMDD(at)", &cutover, &["id".to_owned()]),
+        plan.counts_script("", "toYYYYMMDD(at)", &[], true),
+    ] {
+        assert!(script.ends_with(marker), "{script}");
+    }
 }
 
 #[test]
 fn partitions_staged_parts_and_counts_are_read_and_compared() {
-    let partitions =
-        parse_partitions("20261101\t20261101\t50\nall\ttuple()\t3\nx\t(1,\\'a\\')\t2\n").unwrap();
+    let partitions = parse_partitions(&ended(
+        "20261101\t20261101\t50\nall\ttuple()\t3\nx\t(1,\\'a\\')\t2\n",
+    ))
+    .unwrap();
     assert_eq!(partitions[1].value, "tuple()");
     assert_eq!(partitions[2].value, "(1,'a')");
-    assert!(parse_partitions("a\tb\n").is_err());
+    assert!(parse_partitions(&ended("a\tb\n")).is_err());
+    // A list cut short, even at a line's end, is not a shorter list; nor is a line cut mid-way
+    // ("50" read as "5") a smaller count.
+    assert!(parse_partitions("20261101\t20261101\t50\n").is_err());
+    assert!(parse_counts("20261101\t5").is_err());
     assert_eq!(
-        parse_staged("a\t2\nb\t3\n").unwrap(),
+        parse_staged(&ended("a\t2\nb\t3\n")).unwrap(),
         vec![("a".into(), 2), ("b".into(), 3)]
     );
-    assert!(parse_staged("a\n").is_err());
+    assert!(parse_staged(&ended("a\n")).is_err());
+    assert!(parse_staged("a\t2\n").is_err());
+    // A copy batch has no marker: it is read for what it finished.
+    assert_eq!(parse_copied("a\t2\n").unwrap(), vec![("a".into(), 2)]);
 
-    let one = parse_counts("20261101\t50\t18446744073709551615\n20261102\t1\t0\n").unwrap();
-    let two = parse_counts("20261101\t5\t2\n").unwrap();
+    let one = parse_counts(&ended("20261101\t50\t18446744073709551615\n20261102\t1\t0\n")).unwrap();
+    let two = parse_counts(&ended("20261101\t5\t2\n")).unwrap();
     let mut sum = Counts::new();
     add_counts(&mut sum, &one);
     add_counts(&mut sum, &two);
@@ -417,7 +461,7 @@ fn partitions_staged_parts_and_counts_are_read_and_compared() {
         (55, 1),
         "checksums wrap around like sumWithOverflow"
     );
-    let found = parse_counts("20261101\t55\t1\n20261103\t4\t0\n").unwrap();
+    let found = parse_counts(&ended("20261101\t55\t1\n20261103\t4\t0\n")).unwrap();
     assert_eq!(
         count_differences(&sum, &found),
         vec![
@@ -425,5 +469,7 @@ fn partitions_staged_parts_and_counts_are_read_and_compared() {
             ("20261103".to_owned(), (0, 0), (4, 0))
         ]
     );
-    assert!(parse_counts("p\tx\t0\n").is_err());
+    assert!(parse_counts(&ended("p\tx\t0\n")).is_err());
+    // Nothing at all but the marker: no partition.
+    assert!(parse_counts(&ended("")).unwrap().is_empty());
 }
