@@ -8,6 +8,9 @@
 //! re-created it by hand): the rebuild writes the pod's opening row before it touches it, so when
 //! it stops half way the pod is due for a deploy that lost its state, not covered.
 //!
+//! And a table a `Merge` table reads by pattern: after the swap the pattern would match the old
+//! table too and read every row twice, so the rebuild refuses, naming it, before it changes anything.
+//!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
 //! just before the first verification reads it. One sandbox for the binary.
 
@@ -19,6 +22,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::{
@@ -102,6 +106,9 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     }
     if let Err(e) = Box::pin(covered_pod_with_a_differing_table(&sb)).await {
         failures.push(format!("a covered pod whose table differs: {e}"));
+    }
+    if let Err(e) = Box::pin(a_merge_table_over_it_is_refused(&sb)).await {
+        failures.push(format!("a Merge table over the table: {e}"));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -338,4 +345,69 @@ async fn covered_pod_with_a_differing_table(sb: &Sandbox) -> Result<(), String> 
         newest == "applied",
         format!("the pod's newest ledger row after its rebuild went through: {newest}"),
     )
+}
+
+async fn a_merge_table_over_it_is_refused(sb: &Sandbox) -> Result<(), String> {
+    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = KubeTransport::from(&conn);
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let plain = Cluster {
+        transport: &t,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    let table = |order: &str| {
+        format!(
+            "CREATE TABLE IF NOT EXISTS rb_merge.t (id UInt64, kind String) ENGINE = MergeTree ORDER BY {order}"
+        )
+    };
+    let props = |order: &str| {
+        json!({
+            "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
+            "statements": ["CREATE DATABASE IF NOT EXISTS rb_merge", table(order)],
+            "waitForPod": { "timeoutMs": 30_000 },
+            "rebuild": { "rb_merge.t": { "cutoverColumn": "id" } },
+        })
+    };
+    let id = "rb-merge";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &plain)
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    for sql in [
+        "INSERT INTO rb_merge.t SELECT number + 1, 'k' FROM system.numbers LIMIT 30",
+        // Not declared: someone's union over the database's tables whose names start with t.
+        "CREATE TABLE rb_merge.everything (id UInt64, kind String) ENGINE = Merge('rb_merge', '^t')",
+    ] {
+        let out = t
+            .exec(statement_exec(&pod, sql, Duration::from_secs(30)))
+            .await
+            .map_err(|e| e.to_string())?;
+        check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
+    }
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let err = match apply(id, &v2, Some(&state), &plain).await {
+        Ok(outcome) => return Err(format!("rebuilt under a Merge table: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        err.kind == ErrorKind::RebuildRefused && err.message.contains("rb_merge.everything"),
+        format!("{err:?}"),
+    )?;
+    // Nothing changed: the Merge table reads the 30 rows once, and no rebuild table exists.
+    let out = t
+        .exec(statement_exec(
+            &pod,
+            "SELECT (SELECT count() FROM rb_merge.everything), (SELECT count() FROM system.tables \
+             WHERE database = 'rb_merge' AND name LIKE 't\\_\\_%')",
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(out.stdout == "30\t0\n", format!("untouched: {out:?}"))
 }

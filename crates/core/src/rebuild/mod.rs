@@ -944,6 +944,40 @@ pub fn references(sql: &str, tokens: &[Token], own_database: &str, db: &str, tab
     false
 }
 
+/// Whether `sql` is a `Merge` table that may read `db.table`: its tables are chosen by a
+/// regular expression (`Merge(db, '^events')`), which names no table, and after the swap it
+/// would match `<table>__old` as well and read its rows twice. Its database argument is `db`
+/// (spelled, `currentDatabase()` in `db`, or itself a `REGEXP(...)`), and a string argument
+/// holds the table's name. Errs on the side of naming too many: the pattern is not evaluated.
+fn merges_over(sql: &str, tokens: &[Token], own_database: &str, db: &str, table: &str) -> bool {
+    let text = |t: &Token| String::from_utf8_lossy(&t.value(sql)).into_owned();
+    let Some(start) = tokens
+        .windows(2)
+        .position(|w| w[0].kind == TokenKind::Word && text(&w[0]) == "Merge" && w[1].is_punct(sql, "("))
+    else {
+        return false;
+    };
+    let args = &tokens[start + 2..];
+    let first_end = args
+        .iter()
+        .position(|t| t.is_punct(sql, ","))
+        .unwrap_or(args.len());
+    let first = &args[..first_end];
+    let database_matches = match first {
+        [one] => text(one) == db,
+        [word, ..] if word.kind == TokenKind::Word && text(word).eq_ignore_ascii_case("currentDatabase") => {
+            own_database == db
+        }
+        [word, ..] if word.kind == TokenKind::Word && text(word).eq_ignore_ascii_case("REGEXP") => true,
+        _ => false,
+    };
+    database_matches
+        && args[first_end..]
+            .iter()
+            .take_while(|t| !t.is_punct(sql, ")"))
+            .any(|t| t.kind == TokenKind::StringLiteral && text(t).contains(table))
+}
+
 /// The objects on a pod that would break at the swap, by name: views and materialized views
 /// reading the table, materialized views writing into it, Distributed and Merge tables over it,
 /// and dictionaries reading it, except those the statements declare (`declared`, qualified names).
@@ -956,13 +990,10 @@ pub fn dependents(plan: &RebuildPlan, inspection: &Inspection, declared: &BTreeS
         let own = name.split_once('.').map_or("", |(d, _)| d);
         let tokens: Vec<Token> = significant(create).collect();
         let at = definition::after_name(create, &tokens);
-        if references(
-            create,
-            &tokens[at.min(tokens.len())..],
-            own,
-            &plan.database,
-            &plan.table,
-        ) {
+        let after_name = &tokens[at.min(tokens.len())..];
+        if references(create, after_name, own, &plan.database, &plan.table)
+            || merges_over(create, after_name, own, &plan.database, &plan.table)
+        {
             found.push(name.clone());
         }
     }

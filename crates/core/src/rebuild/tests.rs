@@ -343,6 +343,9 @@ fn the_inspection_reads_what_18_16_prints() {
                object\tshop\tunrelated\tCREATE TABLE shop.unrelated (events_id UInt64) ENGINE = Log\n\
                object\tshop\tbare\tCREATE VIEW shop.bare AS SELECT * FROM events\n\
                object\tother\tsame_name\tCREATE VIEW other.same_name AS SELECT * FROM events\n\
+               object\tother\tmerged\tCREATE TABLE other.merged (id UInt64) ENGINE = Merge(\'shop\', \'^events\')\n\
+               object\tshop\tmerged_here\tCREATE TABLE shop.merged_here (id UInt64) ENGINE = Merge(currentDatabase(), \'events|audit\')\n\
+               object\tother\tmerged_elsewhere\tCREATE TABLE other.merged_elsewhere (id UInt64) ENGINE = Merge(currentDatabase(), \'^events\')\n\
                dictionary\td\tClickHouse: shop.events\n\
                receipt\tcopied\tpod-0\t20261101\t50\t0\t\t1764600000\n\
                receipt\tcutover\t\t\t0\t0\t1764600000\t1764600000\n\
@@ -380,12 +383,20 @@ fn the_inspection_reads_what_18_16_prints() {
     let none = BTreeSet::new();
     assert_eq!(
         dependents(&plan, &inspection, &none),
-        vec!["shop.mv", "other.dist", "shop.bare", "dictionary d"]
+        vec![
+            "shop.mv",
+            "other.dist",
+            "shop.bare",
+            "other.merged",
+            "shop.merged_here",
+            "dictionary d"
+        ],
+        "a Merge table whose pattern may match the table (other.merged_elsewhere reads other's)"
     );
     let declared: BTreeSet<String> = ["shop.mv".to_owned(), "shop.bare".to_owned()].into();
     assert_eq!(
         dependents(&plan, &inspection, &declared),
-        vec!["other.dist", "dictionary d"]
+        vec!["other.dist", "other.merged", "shop.merged_here", "dictionary d"]
     );
 
     assert!(
