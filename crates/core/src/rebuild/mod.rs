@@ -778,6 +778,16 @@ impl Cutover {
     }
 }
 
+/// The first integer cut-over from `start` (the live rows' largest value plus one) that no
+/// earlier attempt used: only uniqueness matters, so not above every used one.
+pub fn unused_from(start: i128, used: &BTreeSet<i128>) -> i128 {
+    let mut v = start;
+    while used.contains(&v) {
+        v += 1;
+    }
+    v
+}
+
 /// One live partition of a source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LivePartition {

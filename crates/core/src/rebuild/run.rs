@@ -519,14 +519,15 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             best = Some(best.map_or(value, |b| b.max(value)));
         }
         if kind == CutoverKind::Number {
-            let used = receipts
+            // Past the values used, not above all of them (see `unused_from`): a finished attempt far
+            // above the live rows (ids that restarted, a table made again) would put the cut-over
+            // above every row written meanwhile, so the view would carry none of them.
+            let used: BTreeSet<i128> = receipts
                 .iter()
                 .filter(|r| r.step == "cutover" || r.step == "abandoned")
                 .filter_map(|r| r.value.parse::<i128>().ok())
-                .max();
-            if let Some(used) = used {
-                best = Some(best.map_or(used + 1, |b| b.max(used + 1)));
-            }
+                .collect();
+            best = best.map(|v| rebuild::unused_from(v, &used));
         }
         Ok(Cutover {
             kind,

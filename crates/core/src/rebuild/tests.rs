@@ -484,3 +484,14 @@ fn partitions_staged_parts_and_counts_are_read_and_compared() {
     // Nothing at all but the marker: no partition.
     assert!(parse_counts(&ended("")).unwrap().is_empty());
 }
+
+#[test]
+fn an_integer_cut_over_is_new_but_not_above_every_used_one() {
+    let used: BTreeSet<i128> = [301, 302, 1_000_000_001].into();
+    // An abandoned attempt took the live rows' next value: the one after it.
+    assert_eq!(unused_from(301, &used), 303);
+    // A finished attempt far above (ids restarted, a table made again): just above the live rows,
+    // so the view carries every row written from now on.
+    assert_eq!(unused_from(400, &used), 400);
+    assert_eq!(unused_from(1_000_000_001, &used), 1_000_000_002);
+}
