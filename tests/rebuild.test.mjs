@@ -284,6 +284,29 @@ describe('one shard of two replicas', () => {
     assert.match(err.message, /keeps the live table's ZooKeeper path/);
   });
 
+  test1816('replication between the replicas', 'a replica whose table was made again with the old definition after its rebuild is refused: its new table would join the set the other replica serves', { timeout }, async () => {
+    const engine = (version) => `ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/remade${version}', '{replica}')`;
+    const allow = { rebuild: { 'rb.remade': { cutoverColumn: 'at', cutoverDelaySeconds: 1, keepOld: false } } };
+    const first = await apply('rb-remade', props(sandbox, [DB, table('remade', engine(''), 'id')]));
+    sandbox.query(pods[0], sixDays('remade', 0));
+    const v2 = [DB, table('remade', engine('_v2'), '(kind, id)')];
+    await apply('rb-remade', props(sandbox, v2, allow), first.state);
+    // By hand, on the first replica: the table made again as it was, with rows of its own.
+    sandbox.query(pods[0], 'DROP TABLE rb.remade');
+    sandbox.query(pods[0], table('remade', engine(''), 'id'));
+    sandbox.query(pods[0], sixDays('remade', 90_000, 10));
+    const served = perPartition(sandbox, pods[1], 'remade');
+    // A deploy that lost its state: the first replica's table differs, the second's is as declared.
+    const err = await rejection(apply('rb-remade', props(sandbox, v2, allow)));
+    assert.equal(err.code, 'E_REBUILD_REFUSED', err.message);
+    assert.equal(err.pod, pods[0]);
+    assert.match(err.message, /already serves the declared ZooKeeper path/);
+    assert.match(err.message, /was dropped again/);
+    assert.deepEqual(perPartition(sandbox, pods[1], 'remade'), served, 'the serving replica got none of the other rows');
+    assert.equal(engineOf(sandbox, pods[0], 'remade__new'), '', 'the new table the step created is gone');
+    assert.equal(sortingKey(sandbox, pods[0], 'remade'), 'id', 'the hand-made table is left as it is');
+  });
+
   test('bad rebuild props name the field: a text cut-over column, a Date one, a table the statements do not create', async () => {
     const base = props(sandbox, [DB, table('events', 'MergeTree', 'id'), 'CREATE TABLE IF NOT EXISTS rb.days (d Date, n UInt64) ENGINE = MergeTree ORDER BY d']);
     let err = await rejection(apply('rb-bad', { ...base, rebuild: { 'rb.events': { cutoverColumn: 'kind' } } }));

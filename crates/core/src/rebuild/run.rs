@@ -223,7 +223,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     /// The check step: every pod that holds the table inspected, and the rebuild refused where
-    /// it would lose or break something on a pod that needs it. Returns the receipts found.
+    /// it would lose or break something on a pod that needs it. Returns the receipts found, and
+    /// each holder's inspection by pod name.
     async fn check(
         &self,
         plan: &RebuildPlan,
@@ -231,7 +232,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         holders: &[&PodInfo],
         declared: &BTreeSet<String>,
         inspect: Inspect,
-    ) -> Result<Vec<rebuild::Receipt>, ClickHouseSchemaError> {
+    ) -> Result<(Vec<rebuild::Receipt>, BTreeMap<String, Inspection>), ClickHouseSchemaError> {
         let mut receipts = Vec::new();
         let mut before: BTreeMap<String, Inspection> = BTreeMap::new();
         for pod in holders {
@@ -246,7 +247,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         for pod in due {
             self.refuse(plan, &pod.name, &before[&pod.name], declared)?;
         }
-        Ok(receipts)
+        Ok((receipts, before))
     }
 
     async fn rebuild_table(
@@ -272,12 +273,20 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         );
 
         // Inspect, refuse what would lose or break something, then prepare.
-        let receipts = self.check(plan, due, holders, declared, Inspect::Apply).await?;
+        let (receipts, before) = self.check(plan, due, holders, declared, Inspect::Apply).await?;
+        // The ZooKeeper path each holder's live table serves (expanded, as the server lists it).
+        let serving: Vec<(&str, &str)> = before
+            .iter()
+            .filter_map(|(pod, inspection)| Some((pod.as_str(), inspection.replicas.get(table)?.as_str())))
+            .collect();
         let mut inspected: BTreeMap<String, Inspection> = BTreeMap::new();
         for pod in due {
             let at = At::new(plan, "prepare", &pod.name);
             self.rebuild_exec(&at, plan.prepare_script(), true).await?;
-            inspected.insert(pod.name.clone(), self.inspect(&at).await?);
+            let inspection = self.inspect(&at).await?;
+            self.refuse_joining_a_serving_set(plan, pod, &before[&pod.name], &inspection, &serving)
+                .await?;
+            inspected.insert(pod.name.clone(), inspection);
         }
         self.rebuild_event(
             plan,
@@ -487,6 +496,66 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses when `pod`'s new table (`after` its prepare) has the ZooKeeper path another pod's
+    /// live table serves: that pod serves the declared table already (its swap went through,
+    /// and this pod's table was made again by hand with the old definition, or this pod's swap
+    /// was cut short). The dual write and the backfill into this new table would replicate
+    /// this pod's rows into the serving table, and an abandon could not take them back. A new
+    /// table this prepare just created is dropped again (a replica's DROP leaves the others'
+    /// data alone); one that was there before is left for the user to look at.
+    async fn refuse_joining_a_serving_set(
+        &self,
+        plan: &RebuildPlan,
+        pod: &PodInfo,
+        before: &Inspection,
+        after: &Inspection,
+        serving: &[(&str, &str)],
+    ) -> Result<(), ClickHouseSchemaError> {
+        let table = plan.table.as_str();
+        let new_name = format!("{table}{NEW_SUFFIX}");
+        let Some(new_path) = after.replicas.get(&new_name) else {
+            return Ok(());
+        };
+        let Some((other, _)) = serving
+            .iter()
+            .find(|(other, path)| *other != pod.name && path == new_path)
+        else {
+            return Ok(());
+        };
+        let at = At::new(plan, "prepare", &pod.name);
+        let created_now = !before.tables.contains_key(&new_name);
+        if created_now {
+            self.rebuild_exec(
+                &at,
+                format!(
+                    "DROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\n",
+                    plan.name(NEW_SUFFIX),
+                    plan.name(rebuild::STAGE_SUFFIX)
+                ),
+                true,
+            )
+            .await?;
+        }
+        Err(self.rebuild_error(
+            ErrorKind::RebuildRefused,
+            &at,
+            &format!(
+                "pod {other}'s live {db}.{table} already serves the declared ZooKeeper path '{new_path}' (its \
+                 rebuild went through; this pod's table was made again with the old definition since, or its \
+                 swap was cut short), so {table}{NEW_SUFFIX} here would replicate this pod's rows into it. \
+                 {}Make {db}.{table} on pod {pod} as declared by hand (drop it and run the declared CREATE: it \
+                 joins the replica set and fetches its rows), keeping any rows only it holds, then deploy again",
+                if created_now {
+                    format!("The {table}{NEW_SUFFIX} this step created was dropped again. ")
+                } else {
+                    format!("{table}{NEW_SUFFIX} was there before this run and is left as it is. ")
+                },
+                db = plan.database,
+                pod = pod.name,
+            ),
+        ))
     }
 
     /// A cut-over no earlier attempt used: receipts are keyed by the cut-over's value, so one that
