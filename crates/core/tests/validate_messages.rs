@@ -547,6 +547,40 @@ fn real_settings_that_look_like_options_are_accepted() {
 }
 
 #[test]
+fn settings_that_cut_results_short_are_refused_with_a_rebuild() {
+    let rebuild = |settings: Value| {
+        let mut props = with(
+            base(),
+            "/statements",
+            json!([
+                "CREATE DATABASE IF NOT EXISTS orders",
+                "CREATE TABLE IF NOT EXISTS orders.events (id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id",
+            ]),
+        );
+        props["rebuild"] = json!({ "orders.events": { "cutoverColumn": "at" } });
+        props["settings"] = settings;
+        props
+    };
+    assert_single_issue(
+        rebuild(json!({ "limit": 2 })),
+        "settings[\"limit\"]",
+        "cuts query results short",
+    );
+    assert_single_issue(
+        rebuild(json!({ "result_overflow_mode": "break", "max_result_rows": 10 })),
+        "settings[\"result_overflow_mode\"]",
+        "remove it while `rebuild` is set",
+    );
+    // Throwing on overflow is an error, not a cut: allowed; and without a rebuild, all of them.
+    validate(
+        "orders-schema",
+        &rebuild(json!({ "result_overflow_mode": "throw", "max_result_rows": 10 })),
+    )
+    .expect("an overflow that throws");
+    validate("orders-schema", &with(base(), "/settings", json!({ "limit": 2 }))).expect("no rebuild");
+}
+
+#[test]
 fn a_nul_byte_in_a_statement_is_refused_by_index() {
     // The pod's shell drops NUL bytes from the statement it reads, so it could never arrive whole.
     let props = with(base(), "/statements", json!(["SELECT 1", "SELECT 'a\u{0}b'"]));

@@ -685,6 +685,26 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
 /// cut-over column is a DateTime or integer column of that declaration (see [`RebuildPlan::new`]).
 /// Entries of the wrong shape were reported by the schema.
 fn check_rebuild(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) {
+    // Every setting reaches the rebuild's reads too. One that cuts a result short without an
+    // error would make the partitions, counts and receipts it reads incomplete on both sides
+    // alike: verification would pass, and the swap would leave the other partitions behind.
+    if let (Some(Value::Object(entries)), Some(Value::Object(settings))) =
+        (props.get("rebuild"), props.get("settings"))
+        && !entries.is_empty()
+    {
+        for (name, value) in settings {
+            let cuts = matches!(name.as_str(), "limit" | "offset")
+                || (name.ends_with("_overflow_mode") && value.as_str() == Some("break"));
+            if cuts {
+                issues.push(issue(
+                    format!("settings[{}]", quote(name)),
+                    "cuts query results short without an error, which would make the rebuild read only part \
+                     of the table's partitions and counts (and swap without the rest); remove it while \
+                     `rebuild` is set",
+                ));
+            }
+        }
+    }
     let (Some(Value::Object(entries)), Some(Value::Array(statements))) =
         (props.get("rebuild"), props.get("statements"))
     else {
