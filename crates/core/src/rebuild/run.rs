@@ -620,7 +620,15 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     true,
                 )
                 .await?;
-            let now: i128 = out.trim().parse().unwrap_or(target);
+            // An answer that is no time must not read as "the cut-over has passed": the backfill
+            // would start before rows written just before it had reached the live table.
+            let now: i128 = out.trim().parse().map_err(|_| {
+                self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &at,
+                    &format!("the server's time printed {:?}, not a number", out.trim()),
+                )
+            })?;
             if now >= target {
                 return Ok(());
             }
