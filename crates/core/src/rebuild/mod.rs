@@ -416,7 +416,8 @@ impl RebuildPlan {
 
     /// What a pod holds for this rebuild: its tables, replicas, columns, the objects that may read
     /// or write the table, and the receipts. Creates the receipts table, so it may only run where
-    /// a rebuild is due.
+    /// a rebuild is due. The copies of abandoned attempts are left out (no later attempt counts
+    /// them, and a table restarted many times would fill the output's 1 MiB with them).
     pub fn inspect_script(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {receipts} (table_name String, target String, step String, source String, \
@@ -424,7 +425,9 @@ impl RebuildPlan {
              ENGINE = MergeTree ORDER BY (table_name, target, step);\n\
              {reads}\
              SELECT 'receipt', step, source, partition, rows, checksum, value, cutover FROM {receipts} \
-             WHERE table_name = {key} AND target = {target} FORMAT TSV;\n{end}",
+             WHERE table_name = {key} AND target = {target} AND NOT (step IN ('copied', 'attached') AND cutover IN \
+             (SELECT value FROM {receipts} WHERE table_name = {key} AND target = {target} AND step = 'abandoned')) \
+             FORMAT TSV;\n{end}",
             receipts = self.receipts(),
             reads = self.inspect_reads(),
             key = literal(&self.key()),
