@@ -5,14 +5,13 @@
 use std::fmt::Write as _;
 
 use super::{Converge, PodPlan, plan_pod};
-use crate::command;
 use crate::error::ClickHouseSchemaError;
 use crate::error::ErrorKind;
 use crate::live_schema::{ObjectStatus, PodReport, VerifyPlan};
 use crate::reconcile::{Failure, Run, Tracked, bounded};
 use crate::sql::clickhouse_text::literal;
 use crate::sql::redact::redact_clickhouse_output;
-use crate::transport::{Clock, Event, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind};
+use crate::transport::{Clock, Event, Executor, PodInfo, PodLister, TransportErrorKind};
 
 /// A marker printed before each planned statement, so the output says how far the script got.
 const MARKER: &str = "clickhouse_schema_converge";
@@ -174,21 +173,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
         // Under a query id of its own, so that a cancellation, a lost lease or a dropped exec can
         // stop it where it runs (see `reconcile::abandoned`).
-        let query_id = self.script_query_id("cv", pod);
-        let request = ExecRequest {
-            namespace: self.target.namespace.clone(),
-            pod: pod.to_owned(),
-            container: self.target.container.clone(),
-            command: command::render_multiquery_as(
-                self.client,
-                self.settings,
-                script.len(),
-                self.statement_timeout,
-                &query_id,
-            ),
-            stdin: script,
-            timeout: command::exec_timeout(self.statement_timeout),
-        };
+        let (request, query_id) = self.script_request("cv", pod, script);
         // A transport failure is not retried: an ALTER may have run, and the check decides after
         // the next apply's statements.
         let output = match self

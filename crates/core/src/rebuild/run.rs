@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::command;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
@@ -27,9 +26,7 @@ use crate::reconcile::{Call, Run, Tracked};
 use crate::sql::declared::{StatementClass, classify};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::state::PodRef;
-use crate::transport::{
-    Clock, Event, ExecOutput, ExecRequest, Executor, PodInfo, PodLister, TransportErrorKind,
-};
+use crate::transport::{Clock, Event, ExecOutput, Executor, PodInfo, PodLister, TransportErrorKind};
 
 /// Which pods hold each allowed table (`database.table`), which of them need it rebuilt (with
 /// the parts that differ), and the objects the statements declare.
@@ -969,21 +966,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     ) -> Result<(ExecOutput, String), ClickHouseSchemaError> {
         // Under a query id of its own, so that a cancellation, a lost lease or a dropped exec can
         // stop it where it runs: a copy can take minutes (see `reconcile::abandoned`).
-        let query_id = self.script_query_id("rb", at.pod);
-        let request = ExecRequest {
-            namespace: self.target.namespace.clone(),
-            pod: at.pod.to_owned(),
-            container: self.target.container.clone(),
-            command: command::render_multiquery_as(
-                self.client,
-                self.settings,
-                script.len(),
-                self.statement_timeout,
-                &query_id,
-            ),
-            stdin: script,
-            timeout: command::exec_timeout(self.statement_timeout),
-        };
+        let (request, query_id) = self.script_request("rb", at.pod, script);
         let what = format!("step {} of rebuilding {}", at.step, at.plan.key());
         let call = retry.then_some(Call::Rebuild { pod: at.pod });
         let output = match self.exec_tracked(&request, &what, &query_id, call).await {

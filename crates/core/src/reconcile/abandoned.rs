@@ -140,6 +140,29 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         format!("{}-{what}{n}-{pod}", self.run_key())
     }
 
+    /// A script of this run that is not one of the user's statements (`what` as in
+    /// [`Self::script_query_id`]) on `pod`, under a query id of its own, so that a
+    /// cancellation, a lost lease or a dropped exec can stop it where it runs: the request and
+    /// that id, for [`Self::exec_tracked`].
+    pub(crate) fn script_request(&self, what: &str, pod: &str, script: String) -> (ExecRequest, String) {
+        let query_id = self.script_query_id(what, pod);
+        let request = ExecRequest {
+            namespace: self.target.namespace.clone(),
+            pod: pod.to_owned(),
+            container: self.target.container.clone(),
+            command: command::render_multiquery_as(
+                self.client,
+                self.settings,
+                script.len(),
+                self.statement_timeout,
+                &query_id,
+            ),
+            stdin: script,
+            timeout: command::exec_timeout(self.statement_timeout),
+        };
+        (request, query_id)
+    }
+
     fn run_key(&self) -> String {
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let key = self.run_key.get_or_init(|| {

@@ -66,21 +66,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // Under a query id of its own and tracked, as a statement is: a dropped write may still
         // land, so it is stopped and confirmed gone before its retry and before the lease goes. An
         // orphaned `applied` row landing after a later run's `started` row would cover the pod.
-        let query_id = self.script_query_id("lg", &pod.name);
-        let request = ExecRequest {
-            namespace: self.target.namespace.clone(),
-            pod: pod.name.clone(),
-            container: self.target.container.clone(),
-            command: command::render_multiquery_as(
-                self.client,
-                self.settings,
-                script.len(),
-                self.statement_timeout,
-                &query_id,
-            ),
-            stdin: script,
-            timeout: command::exec_timeout(self.statement_timeout),
-        };
+        let (request, query_id) = self.script_request("lg", &pod.name, script);
         let failed = |detail: &str, code: Option<u32>| {
             Failure::Error(self.ledger_failed(
                 config,
