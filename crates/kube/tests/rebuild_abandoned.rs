@@ -208,6 +208,29 @@ async fn scenario(sb: &Sandbox) -> Result<(), String> {
     Ok(())
 }
 
+/// By hand on `pod`: `first`, then `rb_ledger.t` dropped and made again by `create`, with 300 rows.
+async fn made_again_by_hand(
+    t: &KubeTransport,
+    pod: &str,
+    first: &[&str],
+    create: &str,
+) -> Result<(), String> {
+    let rows = "INSERT INTO rb_ledger.t SELECT number + 1, concat('k', toString(number % 5)) FROM system.numbers \
+                LIMIT 300";
+    for sql in first
+        .iter()
+        .copied()
+        .chain(["DROP TABLE rb_ledger.t", create, rows])
+    {
+        let out = t
+            .exec(statement_exec(pod, sql, Duration::from_secs(30)))
+            .await
+            .map_err(|e| e.to_string())?;
+        check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
+    }
+    Ok(())
+}
+
 /// The ledger's newest row for `resource` naming `pod`: its event.
 async fn newest_event(t: &KubeTransport, pod: &str, resource: &str) -> Result<String, String> {
     let out = t
@@ -264,18 +287,7 @@ async fn covered_pod_with_a_differing_table(sb: &Sandbox) -> Result<(), String> 
     )?;
     // By hand, the table is made again as it was before the change, with rows; the ledger still
     // says this pod holds the declaration.
-    for sql in [
-        "DROP TABLE rb_ledger.t".to_owned(),
-        table("id"),
-        "INSERT INTO rb_ledger.t SELECT number + 1, concat('k', toString(number % 5)) FROM system.numbers LIMIT 300"
-            .to_owned(),
-    ] {
-        let out = t
-            .exec(statement_exec(&pod, &sql, Duration::from_secs(30)))
-            .await
-            .map_err(|e| e.to_string())?;
-        check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
-    }
+    made_again_by_hand(&t, &pod, &[], &table("id")).await?;
     // A deploy that lost its state: the ledger covers the pod, its table differs, so the rebuild
     // runs there, and stops at its verification.
     let meddling = Meddling::new(&t, "`rb_ledger`.`t__new`");
@@ -324,19 +336,7 @@ async fn covered_pod_with_a_differing_table(sb: &Sandbox) -> Result<(), String> 
     // Made again by hand once more (the last rebuild's old table dropped), and this time the
     // rebuild goes through: the pod it opened is due, so the list runs there and closes the row.
     // Before, the covered pod was skipped after its rebuild and its newest row stayed `started`.
-    for sql in [
-        "DROP TABLE rb_ledger.t__old".to_owned(),
-        "DROP TABLE rb_ledger.t".to_owned(),
-        table("id"),
-        "INSERT INTO rb_ledger.t SELECT number + 1, concat('k', toString(number % 5)) FROM system.numbers LIMIT 300"
-            .to_owned(),
-    ] {
-        let out = t
-            .exec(statement_exec(&pod, &sql, Duration::from_secs(30)))
-            .await
-            .map_err(|e| e.to_string())?;
-        check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
-    }
+    made_again_by_hand(&t, &pod, &["DROP TABLE rb_ledger.t__old"], &table("id")).await?;
     apply(id, &config, None, &plain)
         .await
         .map_err(|e| format!("the rebuild of a covered pod: {e}"))?;
