@@ -581,6 +581,30 @@ fn settings_that_cut_results_short_are_refused_with_a_rebuild() {
 }
 
 #[test]
+fn crlf_line_ends_in_tab_separated_output_are_refused() {
+    for value in [json!(1), json!("1")] {
+        assert_single_issue(
+            with(
+                base(),
+                "/settings",
+                json!({ "output_format_tsv_crlf_end_of_line": value }),
+            ),
+            "settings[\"output_format_tsv_crlf_end_of_line\"]",
+            "end its lines with CRLF",
+        );
+    }
+    validate(
+        "orders-schema",
+        &with(
+            base(),
+            "/settings",
+            json!({ "output_format_tsv_crlf_end_of_line": 0 }),
+        ),
+    )
+    .expect("the default, spelled out");
+}
+
+#[test]
 fn a_nul_byte_in_a_statement_is_refused_by_index() {
     // The pod's shell drops NUL bytes from the statement it reads, so it could never arrive whole.
     let props = with(base(), "/statements", json!(["SELECT 1", "SELECT 'a\u{0}b'"]));

@@ -645,6 +645,22 @@ fn cross_field_rules(props: &Map<String, Value>, issues: &mut Vec<ConfigIssue>) 
                 issues.push(issue(format!("settings[{}]", quote(name)), reason));
             }
         }
+        // Every output this package reads (the ledger, the checks, the rebuild's reads, the
+        // stop's counts) is TabSeparated with LF line ends; CRLF would fail each read as garbled.
+        let crlf = "output_format_tsv_crlf_end_of_line";
+        // The schema admits strings and numbers only.
+        let on = |v: &Value| match v {
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::String(t) => !matches!(t.trim(), "0" | "false" | "False" | "FALSE" | ""),
+            _ => false,
+        };
+        if settings.get(crlf).is_some_and(on) {
+            issues.push(issue(
+                format!("settings[{}]", quote(crlf)),
+                "makes TabSeparated output end its lines with CRLF, which the package reads (ledger, checks, \
+                 rebuilds, stops) with LF line ends; remove it",
+            ));
+        }
     }
 
     // Only a kubeConfig of the right shape: a malformed one was reported by the schema.
