@@ -475,10 +475,36 @@ impl RebuildPlan {
 
     /// Records the cut-over on a pod and creates the view that writes every row at or after it
     /// into the new table.
-    pub fn dual_write_script(&self, cutover: &Cutover, columns: &[String]) -> String {
+    ///
+    /// With `ahead` (the copied columns, on the pod that copies for its source), the rows at or
+    /// after the cut-over that the live table holds already are copied first: the view carries
+    /// only rows written after it exists, and the backfill only rows before the cut-over, so rows
+    /// dated ahead (scheduled events, a skewed producer) would be in neither. The copy is the
+    /// difference of the two tables and runs only while the view does not exist, so the script
+    /// can run again (a retry, a resumed rebuild) without copying a row twice. With `sync` (a
+    /// `Replicated` live table), the pod's replication queue of the live table is done first, so
+    /// that rows written on the other replicas before their views are there.
+    pub fn dual_write_script(
+        &self,
+        cutover: &Cutover,
+        columns: &[String],
+        ahead: Option<&[(String, Option<String>)]>,
+        sync: bool,
+    ) -> String {
         let list = column_list(columns);
+        let ahead = ahead.map_or_else(String::new, |copied| {
+            format!(
+                "{}{}",
+                if sync {
+                    format!("SYSTEM SYNC REPLICA {};\n", self.name(""))
+                } else {
+                    String::new()
+                },
+                self.catch_up_script("", NEW_SUFFIX, "", "", &self.from(cutover), copied, true)
+            )
+        });
         format!(
-            "{receipt}\
+            "{receipt}{ahead}\
              CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {new} AS SELECT {list} FROM {live} WHERE {column} >= {value};\n",
             receipt = self.receipt_insert("cutover", "", "", 0, 0, &cutover.value, &cutover.value),
             view = self.name(VIEW_SUFFIX),
@@ -619,25 +645,38 @@ impl RebuildPlan {
         script
     }
 
-    /// Per live partition of `table_suffix` (the live table or the new one): rows, and the
-    /// checksum when asked. Under a `Replicated` new table, waits for its replication queue first.
+    /// Per live partition of `table_suffix` (the live table or the new one), in two ranges: the
+    /// rows before the cut-over (the backfill's) and those from the cut-over up to `bound` (the
+    /// view's; every row from the cut-over on when `None`), each as rows and, when asked, a
+    /// checksum. Under a `Replicated` table (`sync`), waits for its replication queue first.
     pub fn counts_script(
         &self,
         table_suffix: &str,
         live_key: &str,
         columns: &[String],
         sync: bool,
+        cutover: &Cutover,
+        bound: Option<&Cutover>,
     ) -> String {
-        let checksum = match self.config.verify {
+        let before = self.before(cutover);
+        let after = match bound {
+            Some(bound) => format!("{} AND {}", self.from(cutover), self.before(bound)),
+            None => self.from(cutover),
+        };
+        let checksum = |condition: &str| match self.config.verify {
             RebuildVerify::Checksum if !columns.is_empty() => {
-                format!("sumWithOverflow(cityHash64({}))", column_list(columns))
+                format!(
+                    "sumWithOverflowIf(cityHash64({}), {condition})",
+                    column_list(columns)
+                )
             }
             _ => "toUInt64(0)".to_owned(),
         };
+        // The partition as text, which the catch-up's filter compares with (`key_filter`).
         let key = if live_key.trim().is_empty() {
-            "'tuple()'".to_owned()
+            format!("'{UNPARTITIONED}'")
         } else {
-            format!("({live_key})")
+            format!("toString(({live_key}))")
         };
         let sync = if sync {
             format!("SYSTEM SYNC REPLICA {};\n", self.name(table_suffix))
@@ -645,14 +684,113 @@ impl RebuildPlan {
             String::new()
         };
         format!(
-            "{sync}SELECT {key} AS p, count(), {checksum} FROM {table} GROUP BY p ORDER BY p FORMAT TSV;\n{end}",
+            "{sync}SELECT {key} AS p, countIf({before}), {}, countIf({after}), {} FROM {table} GROUP BY p ORDER BY p \
+             FORMAT TSV;\n{end}",
+            checksum(&before),
+            checksum(&after),
             table = self.name(table_suffix),
             end = end_statement(),
         )
     }
 
+    /// The query that reads the bound up to which verification compares the rows the view
+    /// carries: the server's time less the delay (a row dated earlier is taken to have been
+    /// written), or the live table's largest integer plus one. Rows from it on may still be on
+    /// their way to either table.
+    pub fn bound_query(&self, kind: CutoverKind) -> String {
+        match kind {
+            CutoverKind::Time => format!(
+                "SELECT toString(toInt64(toUnixTimestamp(now())) - {}) FORMAT TSV;\n",
+                self.config.cutover_delay_seconds
+            ),
+            CutoverKind::Number => self.cutover_query(kind),
+        }
+    }
+
+    /// Copies into `into` (a table suffix) the rows of one live partition of `from` in `range`
+    /// (a condition on the cut-over column) that `into` lacks, each as many times as `from` holds
+    /// it more often: the difference of the two as multisets, so running it again copies nothing
+    /// more, and two equal rows stay two. `columns` are the copied columns, each with the type to
+    /// convert `from`'s values to when the two tables' types differ. Deduplication of inserts is
+    /// off for it: a `Replicated` table would drop a copy equal to an earlier block.
+    #[allow(clippy::too_many_arguments)]
+    pub fn catch_up_script(
+        &self,
+        from: &str,
+        into: &str,
+        partition: &str,
+        live_key: &str,
+        range: &str,
+        columns: &[(String, Option<String>)],
+        only_without_view: bool,
+    ) -> String {
+        let names: Vec<String> = (0..columns.len())
+            .map(|i| format!("__clickhouse_schema_c{i}"))
+            .collect();
+        let aliased = |cast: bool| {
+            columns
+                .iter()
+                .zip(&names)
+                .map(|((name, to), alias)| match to {
+                    Some(to) if cast => format!("CAST({} AS {to}) AS {alias}", ident(name)),
+                    _ => format!("{} AS {alias}", ident(name)),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let filter = key_filter(live_key, partition);
+        let guard = if only_without_view {
+            format!(
+                " WHERE (SELECT count() FROM system.tables WHERE database = {} AND name = {}) = 0",
+                literal(&self.database),
+                literal(&format!("{}{VIEW_SUFFIX}", self.table)),
+            )
+        } else {
+            String::new()
+        };
+        let list = names.join(", ");
+        let difference = format!(
+            "SELECT {list}, sum(__clickhouse_schema_side) AS __clickhouse_schema_n FROM (SELECT {from_cols}, \
+             toInt64(1) AS __clickhouse_schema_side FROM {from} WHERE {filter} AND {range} UNION ALL SELECT \
+             {into_cols}, toInt64(-1) AS __clickhouse_schema_side FROM {into} WHERE {filter} AND {range}) GROUP BY \
+             {list} HAVING __clickhouse_schema_n > 0",
+            into = self.name(into),
+            from = self.name(from),
+            from_cols = aliased(true),
+            into_cols = aliased(false),
+        );
+        // How many rows it copies, first (a catch-up reports them; the rows dated ahead do not).
+        let count = if only_without_view {
+            String::new()
+        } else {
+            format!("SELECT toString(sum(__clickhouse_schema_n)) FROM ({difference}) FORMAT TSV;\n")
+        };
+        format!(
+            "{count}SET insert_deduplicate = 0;\nINSERT INTO {into} ({columns}) SELECT {list} FROM ({difference}) \
+             ARRAY JOIN range(toUInt64(__clickhouse_schema_n)) AS __clickhouse_schema_i{guard};\n",
+            into = self.name(into),
+            columns = columns
+                .iter()
+                .map(|(n, _)| ident(n))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    }
+
+    /// The condition on the cut-over column of the rows before the cut-over.
+    pub fn before(&self, cutover: &Cutover) -> String {
+        format!("{} < {}", ident(&self.config.cutover_column), cutover.sql())
+    }
+
+    /// The condition on the cut-over column of the rows at or after the cut-over.
+    pub fn from(&self, cutover: &Cutover) -> String {
+        format!("{} >= {}", ident(&self.config.cutover_column), cutover.sql())
+    }
+
     /// The swap on one pod: the view goes first (after the rename it would write into the
-    /// missing `__new`), then one RENAME, then the staging table and, unless kept, the old one.
+    /// missing `__new`), then one RENAME, then the staging table. The old table stays until the
+    /// rows that reached it after their partition was verified are copied (see
+    /// [`Self::catch_up_script`] and [`Self::drop_old_script`]).
     /// The `swapped` receipt names the pod and the cut-over, so a later rebuild of the same
     /// declaration (the table made again by hand since) does not take that finished attempt for
     /// one to resume.
@@ -665,11 +803,17 @@ impl RebuildPlan {
             new = self.name(NEW_SUFFIX),
             stage = self.name(STAGE_SUFFIX),
         );
-        if !self.config.keep_old {
-            script.push_str(&format!("DROP TABLE IF EXISTS {};\n", self.name(OLD_SUFFIX)));
-        }
         script.push_str(&self.receipt_insert("swapped", pod, "", 0, 0, "", &cutover.value));
         script
+    }
+
+    /// Drops the old table after the swap unless `keepOld`: an empty script then.
+    pub fn drop_old_script(&self) -> String {
+        if self.config.keep_old {
+            String::new()
+        } else {
+            format!("DROP TABLE IF EXISTS {};\n", self.name(OLD_SUFFIX))
+        }
     }
 
     /// Drops what a rebuild that must start over left: the view first, then the new and staging
@@ -742,6 +886,19 @@ fn declared_type(entry: &str) -> String {
 
 fn column_list(columns: &[String]) -> String {
     columns.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ")
+}
+
+/// The partition verification names an unpartitioned table's one partition.
+const UNPARTITIONED: &str = "tuple()";
+
+/// The rows of the live partition verification printed as `partition` (the key as text), or
+/// every row for an unpartitioned table (or an empty `partition`: the whole table).
+fn key_filter(live_key: &str, partition: &str) -> String {
+    if live_key.trim().is_empty() || partition.is_empty() {
+        "1".to_owned()
+    } else {
+        format!("toString(({live_key})) = {}", literal(partition))
+    }
 }
 
 /// `(<partition key>) = <value>`, or `1` for an unpartitioned table.
@@ -908,6 +1065,26 @@ pub fn shared_columns(inspection: &Inspection, table: &str) -> Vec<String> {
         .collect()
 }
 
+/// The columns a catch-up copies ([`RebuildPlan::catch_up_script`]): the shared ones, each with
+/// the new table's type when the live table's differs (its values are converted as the backfill's
+/// insert converts them, so that both sides of the difference compare alike).
+pub fn copy_columns(inspection: &Inspection, table: &str) -> Vec<(String, Option<String>)> {
+    let new = format!("{table}{NEW_SUFFIX}");
+    let type_in = |t: &str, name: &str| {
+        inspection
+            .columns_of(t)
+            .find(|c| c.1 == name)
+            .map(|c| c.2.clone())
+    };
+    shared_columns(inspection, table)
+        .into_iter()
+        .map(|name| {
+            let to = type_in(&new, &name).filter(|to| type_in(table, &name).as_ref() != Some(to));
+            (name, to)
+        })
+        .collect()
+}
+
 /// Columns a checksum can compare: shared ones whose type is the same in both tables (a value
 /// converted on the way, `String` to `UInt32` say, hashes otherwise).
 pub fn checksum_columns(inspection: &Inspection, table: &str) -> Vec<String> {
@@ -1067,21 +1244,37 @@ pub fn parse_copied(stdout: &str) -> Result<Vec<(String, u64)>, String> {
 /// Rows and checksum per live partition value.
 pub type Counts = BTreeMap<String, (u64, u64)>;
 
+/// What [`RebuildPlan::counts_script`] read of one table: per partition, the rows before the
+/// cut-over and those from the cut-over up to the bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SplitCounts {
+    /// Rows before the cut-over (the backfill's).
+    pub before: Counts,
+    /// Rows from the cut-over up to the bound (the view's).
+    pub after: Counts,
+}
+
 /// Reads [`RebuildPlan::counts_script`]'s output.
-pub fn parse_counts(stdout: &str) -> Result<Counts, String> {
-    let mut counts = Counts::new();
+pub fn parse_counts(stdout: &str) -> Result<SplitCounts, String> {
+    let mut counts = SplitCounts::default();
+    let number = |line: &str, text: &str| -> Result<u64, String> {
+        text.parse()
+            .map_err(|_| format!("a count is not a number: {line}"))
+    };
     for line in complete(stdout)?.lines().filter(|l| !l.is_empty()) {
         let fields: Vec<&str> = line.split('\t').collect();
-        let [p, rows, checksum] = fields.as_slice() else {
+        let [p, rows, checksum, after_rows, after_checksum] = fields.as_slice() else {
             return Err(format!("an unexpected count line: {line}"));
         };
-        let rows: u64 = rows
-            .parse()
-            .map_err(|_| format!("rows are not a number: {line}"))?;
-        let checksum: u64 = checksum
-            .parse()
-            .map_err(|_| format!("a checksum is not a number: {line}"))?;
-        counts.insert(unescape(p), (rows, checksum));
+        let p = unescape(p);
+        let before = (number(line, rows)?, number(line, checksum)?);
+        let after = (number(line, after_rows)?, number(line, after_checksum)?);
+        if before != (0, 0) {
+            counts.before.insert(p.clone(), before);
+        }
+        if after != (0, 0) {
+            counts.after.insert(p, after);
+        }
     }
     Ok(counts)
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
-    self, BATCH_PARTITIONS, BATCH_ROWS, Counts, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
+    self, BATCH_PARTITIONS, BATCH_ROWS, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
     PlannedRebuild, RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
 };
 use crate::reconcile::{Call, Run, Tracked};
@@ -333,33 +333,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .iter()
             .filter(|r| r.step == "cutover" && !abandoned.contains(r.value.as_str()) && !finished(&r.value))
             .find_map(|r| Cutover::parse(kind, &r.value));
+        let fresh = recorded.is_none();
         let cutover = match recorded {
             Some(cutover) => cutover,
             None => self.new_cutover(plan, kind, due, &receipts).await?,
         };
-        for pod in due {
-            let at = At::new(plan, "dualWrite", &pod.name);
-            let columns = rebuild::shared_columns(&inspected[&pod.name], table);
-            self.rebuild_exec(&at, plan.dual_write_script(&cutover, &columns), true)
-                .await?;
-        }
-        self.rebuild_event(
-            plan,
-            "dualWrite",
-            None,
-            None,
-            None,
-            format!(
-                "{key}: rows with {} >= {} are written to both tables from now on",
-                plan.config.cutover_column,
-                cutover.sql()
-            ),
-        );
-        if kind == CutoverKind::Time {
-            self.wait_for_cutover(plan, &cutover, first).await?;
-        }
-
-        // The backfill, source by source.
+        // Which source each pod reads, and the pod that copies for each source.
         let source_of = |pod: &PodInfo| -> String {
             inspected[&pod.name]
                 .replicas
@@ -371,6 +350,99 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         for pod in due {
             sources.entry(source_of(pod)).or_insert(pod);
         }
+        let copiers: BTreeSet<&str> = sources.values().map(|p| p.name.as_str()).collect();
+        // The other replicas' views first, then each copier's copy of the rows dated ahead and its
+        // view: a row written on another replica before its view is then in the copier's live
+        // table (after its replication queue is done) when the copier reads it, and one written
+        // after is carried by that replica's view.
+        let (others, copying): (Vec<&PodInfo>, Vec<&PodInfo>) =
+            due.iter().partition(|pod| !copiers.contains(pod.name.as_str()));
+        for pod in others.into_iter().chain(copying) {
+            let at = At::new(plan, "dualWrite", &pod.name);
+            let inspection = &inspected[&pod.name];
+            let columns = rebuild::shared_columns(inspection, table);
+            let ahead = copiers
+                .contains(pod.name.as_str())
+                .then(|| rebuild::copy_columns(inspection, table));
+            let sync = ahead.is_some() && inspection.replicas.contains_key(table);
+            self.rebuild_exec(
+                &at,
+                plan.dual_write_script(&cutover, &columns, ahead.as_deref(), sync),
+                true,
+            )
+            .await?;
+        }
+        self.rebuild_event(
+            plan,
+            "dualWrite",
+            None,
+            None,
+            None,
+            format!(
+                "{key}: rows with {} >= {} are written to both tables from now on, and those the table held \
+                 already are copied",
+                plan.config.cutover_column,
+                cutover.sql()
+            ),
+        );
+
+        // Verification, target by target (the new table's replica set, or the pod).
+        let mut targets: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
+        for pod in due {
+            let target = inspected[&pod.name]
+                .replicas
+                .get(&new_name)
+                .cloned()
+                .unwrap_or_else(|| pod.name.clone())
+                .clone();
+            targets.entry(target).or_default().push(pod);
+        }
+        // Each target's rows before the cut-over in the new table, as its verification left them.
+        let verify_all = |phase: Phase| {
+            let targets = &targets;
+            let inspected = &inspected;
+            let cutover = &cutover;
+            let source_of = &source_of;
+            async move {
+                let mut copied: BTreeMap<String, rebuild::Counts> = BTreeMap::new();
+                for (target, pods) in targets {
+                    // Each source read on its first pod, as the backfill copied it: a catch-up must
+                    // run where the new table already holds what the backfill attached (another
+                    // replica may not have fetched it yet, and would copy those rows again).
+                    let mut in_target: BTreeMap<String, &PodInfo> = BTreeMap::new();
+                    for pod in pods {
+                        in_target.entry(source_of(pod)).or_insert(pod);
+                    }
+                    match self
+                        .verify_target(plan, pods[0], &in_target, inspected, cutover, phase)
+                        .await?
+                    {
+                        Verified::Matches { copied: counts } => {
+                            copied.insert(target.clone(), counts);
+                        }
+                        Verified::Differs(mismatch) => {
+                            for pod in due {
+                                let at = At::new(plan, "abandon", &pod.name);
+                                self.rebuild_exec(&at, plan.abandon_script(cutover), true).await?;
+                            }
+                            return Err(mismatch);
+                        }
+                    }
+                }
+                Ok::<_, ClickHouseSchemaError>(copied)
+            }
+        };
+        if kind == CutoverKind::Time && fresh {
+            // Before the clock reaches the cut-over only rows dated ahead reach the view's range:
+            // those the table held are in the new table now, or a row written while the copy ran
+            // was missed, which this finds while the rebuild can still start over.
+            verify_all(Phase::Ahead).await?;
+        }
+        if kind == CutoverKind::Time {
+            self.wait_for_cutover(plan, &cutover, first).await?;
+        }
+
+        // The backfill, source by source.
         // Only this cut-over's: an abandoned rebuild's copies are not in the new table.
         let copied: BTreeSet<(&str, &str)> = rebuild::of_cutover(&receipts, &cutover)
             .filter(|r| r.step == "copied")
@@ -389,27 +461,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .await?;
         }
 
-        // Verification, target by target.
-        let mut targets: BTreeMap<String, Vec<&PodInfo>> = BTreeMap::new();
-        for pod in due {
-            let target = inspected[&pod.name]
-                .replicas
-                .get(&new_name)
-                .cloned()
-                .unwrap_or_else(|| pod.name.clone());
-            targets.entry(target).or_default().push(pod);
-        }
-        for pods in targets.values() {
-            let in_target: BTreeMap<String, &PodInfo> = pods.iter().map(|p| (source_of(p), *p)).collect();
-            if let Some(mismatch) = self.verify_target(plan, pods[0], &in_target, &inspected).await? {
-                for pod in due {
-                    let at = At::new(plan, "abandon", &pod.name);
-                    self.rebuild_exec(&at, plan.abandon_script(&cutover), true)
-                        .await?;
-                }
-                return Err(mismatch);
-            }
-        }
+        let copied_before = verify_all(Phase::Final).await?;
 
         // The swap, pod by pod.
         for pod in due {
@@ -422,18 +474,19 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 Some(&pod.name),
                 None,
                 None,
-                format!(
-                    "{key} on {}: swapped; the new table serves{}",
-                    pod.name,
-                    if plan.config.keep_old {
-                        format!(", the old one is kept as {table}{OLD_SUFFIX}")
-                    } else {
-                        ", the old one is dropped".to_owned()
-                    }
-                ),
+                format!("{key} on {}: swapped; the new table serves", pod.name),
             );
         }
-        Ok(())
+        self.after_swap(
+            plan,
+            due,
+            &targets,
+            &copied_before,
+            &source_of,
+            &inspected,
+            &cutover,
+        )
+        .await
     }
 
     /// Refuses a rebuild on `pod` that would lose or break something.
@@ -839,15 +892,22 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     /// Compares one target (the new table on `verifier`, or its replica set) with the sum of its
-    /// sources, reading again while the dual write catches up. `Some`: they still differ, and the
-    /// error says how.
+    /// sources, per live partition, in the ranges `phase` says (see [`Phase`]). The rows before
+    /// the cut-over change in the new table only by this rebuild's copies, so they are compared
+    /// exactly, and rows a source holds there that the new table lacks (written after their
+    /// partition was copied) are copied now, where the target has one source. The rows the view
+    /// carries keep arriving while they are read, so the new table is read before and after its
+    /// sources: a quiet read (the same both times) must match exactly, and under writes the
+    /// sources' rows must lie between the two. `Some`: they differ, and the error says how.
     async fn verify_target(
         &self,
         plan: &RebuildPlan,
         verifier: &PodInfo,
         sources: &BTreeMap<String, &PodInfo>,
         inspected: &BTreeMap<String, Inspection>,
-    ) -> Result<Option<ClickHouseSchemaError>, ClickHouseSchemaError> {
+        cutover: &Cutover,
+        phase: Phase,
+    ) -> Result<Verified, ClickHouseSchemaError> {
         let key = plan.key();
         let table = plan.table.as_str();
         let inspection = &inspected[&verifier.name];
@@ -857,82 +917,449 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .map(|(_, k)| k.clone())
             .unwrap_or_default();
         let columns = rebuild::checksum_columns(inspection, table);
+        let copied_columns = rebuild::copy_columns(inspection, table);
         let replicated = inspection.replicas.contains_key(&format!("{table}{NEW_SUFFIX}"));
+        let at = At::new(plan, "verify", &verifier.name);
+        let mut caught_up: u64 = 0;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            // The live table first: a row its view has yet to write reads as missing in the new
-            // table, never as extra.
-            let mut expected = Counts::new();
+            // The bound up to which the view's rows are compared: none before the backfill (only
+            // rows dated ahead are in its range then).
+            let bound = match phase {
+                Phase::Ahead => None,
+                Phase::Final => Some(self.bound(plan, cutover, sources).await?),
+            };
+            let read_new = || async {
+                let out = self
+                    .rebuild_exec(
+                        &at,
+                        plan.counts_script(
+                            NEW_SUFFIX,
+                            &live_key,
+                            &columns,
+                            replicated,
+                            cutover,
+                            bound.as_ref(),
+                        ),
+                        true,
+                    )
+                    .await?;
+                rebuild::parse_counts(&out)
+                    .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))
+            };
+            let early = read_new().await?;
+            let mut expected = rebuild::SplitCounts::default();
             for pod in sources.values() {
                 let at = At::new(plan, "verify", &pod.name);
                 let out = self
-                    .rebuild_exec(&at, plan.counts_script("", &live_key, &columns, false), true)
+                    .rebuild_exec(
+                        &at,
+                        plan.counts_script("", &live_key, &columns, false, cutover, bound.as_ref()),
+                        true,
+                    )
                     .await?;
                 let counts = rebuild::parse_counts(&out)
                     .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-                rebuild::add_counts(&mut expected, &counts);
+                rebuild::add_counts(&mut expected.before, &counts.before);
+                rebuild::add_counts(&mut expected.after, &counts.after);
             }
-            let at = At::new(plan, "verify", &verifier.name);
-            let out = self
-                .rebuild_exec(
-                    &at,
-                    plan.counts_script(NEW_SUFFIX, &live_key, &columns, replicated),
-                    true,
-                )
-                .await?;
-            let found = rebuild::parse_counts(&out)
-                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-            let differences = rebuild::count_differences(&expected, &found);
-            let rows: u64 = expected.values().map(|(r, _)| r).sum();
-            if differences.is_empty() {
-                self.rebuild_event(
+            let late = read_new().await?;
+
+            // Before the cut-over (the final phase only): exact.
+            let before = match phase {
+                Phase::Ahead => Vec::new(),
+                Phase::Final => rebuild::count_differences(&expected.before, &late.before),
+            };
+            if let Some((p, e, f)) = before.iter().find(|(_, e, f)| f.0 > e.0) {
+                return Ok(Verified::Differs(self.mismatch(
                     plan,
-                    "verify",
-                    Some(&verifier.name),
-                    None,
-                    Some(rows),
-                    format!(
-                        "{key} on {}: {} partition(s), {rows} row(s) match{}",
-                        verifier.name,
-                        expected.len(),
-                        match plan.config.verify {
-                            crate::config::RebuildVerify::Checksum => ", checksums included",
-                            crate::config::RebuildVerify::Count => "",
-                        }
-                    ),
-                );
-                return Ok(None);
-            }
-            if attempt >= VERIFY_READS {
-                let listed: Vec<String> = differences
-                    .iter()
-                    .take(5)
-                    .map(|(p, e, f)| {
-                        let what = if e.0 == f.0 { "checksum" } else { "rows" };
-                        format!("{p}: {what} {} expected, {} found", pick(e, what), pick(f, what))
-                    })
-                    .collect();
-                return Ok(Some(self.rebuild_error(
-                    ErrorKind::RebuildFailed,
-                    &At {
-                        partition: differences.first().map(|d| d.0.as_str()),
-                        ..at
-                    },
+                    &at,
+                    p,
                     &format!(
-                        "{} partition(s) differ after {attempt} reads ({}). A row before the cut-over arrived after \
-                         its partition was copied, or another client wrote into {table}{NEW_SUFFIX}. The new table, \
-                         its view and staging table are dropped, so the next apply starts the rebuild over with a \
-                         new cut-over",
-                        differences.len(),
-                        listed.join("; ")
+                        "{table}{NEW_SUFFIX} holds {} row(s) dated before the cut-over where the live table holds {} \
+                         (another client wrote into {table}{NEW_SUFFIX}, or rows were deleted from {table})",
+                        f.0, e.0
                     ),
                 )));
+            }
+            // Rows a source holds that the new table lacks arrived after their partition was
+            // copied: copied now (the difference, so never twice), then everything is read again.
+            // They may keep arriving; what arrives after the last read is copied after the swap.
+            if let Some((p, e, f)) = before
+                .iter()
+                .find(|(_, e, f)| e.0 == f.0 && attempt >= VERIFY_READS)
+            {
+                return Ok(Verified::Differs(self.mismatch(
+                    plan,
+                    &at,
+                    p,
+                    &format!(
+                        "the checksums of the {} row(s) dated before the cut-over differ after {attempt} reads: the \
+                         copies hold other values than the live table ({} against {})",
+                        e.0, f.1, e.1
+                    ),
+                )));
+            }
+            let behind: Vec<&String> = before
+                .iter()
+                .filter(|(_, e, f)| e.0 > f.0)
+                .map(|(p, _, _)| p)
+                .collect();
+            if !behind.is_empty() && sources.len() != 1 {
+                let (p, e, f) = &before[0];
+                return Ok(Verified::Differs(self.mismatch(
+                    plan,
+                    &at,
+                    p,
+                    &format!(
+                        "{} partition(s) differ before the cut-over ({p}: rows {} expected, {} found): rows dated \
+                         before it arrived after their partition was copied, and a target of several sources cannot \
+                         tell whose rows are missing",
+                        before.len(),
+                        e.0,
+                        f.0,
+                    ),
+                )));
+            }
+            if !behind.is_empty() && attempt < VERIFY_READS {
+                let (_, source) = sources.iter().next().expect("one source");
+                for p in behind {
+                    let at = At {
+                        partition: Some(p),
+                        ..At::new(plan, "verify", &source.name)
+                    };
+                    let out = self
+                        .rebuild_exec(
+                            &at,
+                            plan.catch_up_script(
+                                "",
+                                NEW_SUFFIX,
+                                p,
+                                &live_key,
+                                &plan.before(cutover),
+                                &copied_columns,
+                                false,
+                            ),
+                            true,
+                        )
+                        .await?;
+                    let rows = out.trim().parse::<u64>().unwrap_or(0);
+                    caught_up += rows;
+                    self.rebuild_event(
+                        plan,
+                        "verify",
+                        Some(&source.name),
+                        Some(p),
+                        Some(rows),
+                        format!(
+                            "{key} on {}: partition {p}: {rows} row(s) dated before the cut-over arrived after it was \
+                             copied; copied now",
+                            source.name
+                        ),
+                    );
+                }
+                continue;
+            }
+            if behind.is_empty() && !before.is_empty() {
+                // The same rows with other checksums: read again, then it is a difference.
+                let _ = self
+                    .unless_cancelled(self.clock.sleep(Duration::from_secs(1)))
+                    .await;
+                continue;
+            }
+
+            // From the cut-over up to the bound: the sources' rows between the two reads of the
+            // new table, and equal to them when those two agree.
+            let judged = judge_view_range(&early.after, &expected.after, &late.after);
+            match judged {
+                ViewRange::Matches { quiet } if quiet || attempt >= VERIFY_READS => {
+                    let rows: u64 = match phase {
+                        Phase::Ahead => expected.after.values().map(|(r, _)| r).sum(),
+                        Phase::Final => expected
+                            .before
+                            .values()
+                            .chain(expected.after.values())
+                            .map(|(r, _)| r)
+                            .sum(),
+                    };
+                    self.rebuild_event(
+                        plan,
+                        match phase {
+                            Phase::Ahead => "dualWrite",
+                            Phase::Final => "verify",
+                        },
+                        Some(&verifier.name),
+                        None,
+                        Some(rows),
+                        format!(
+                            "{key} on {}: {}{} row(s) match{}{}",
+                            verifier.name,
+                            match phase {
+                                Phase::Ahead => "the rows dated at or after the cut-over: ",
+                                Phase::Final => "",
+                            },
+                            rows,
+                            match plan.config.verify {
+                                crate::config::RebuildVerify::Checksum if quiet => ", checksums included",
+                                crate::config::RebuildVerify::Checksum => {
+                                    " (checksums of the rows the view carries were not compared: writes never paused)"
+                                }
+                                crate::config::RebuildVerify::Count => "",
+                            },
+                            if caught_up > 0 {
+                                format!(", {caught_up} of them copied late")
+                            } else {
+                                String::new()
+                            }
+                        ),
+                    );
+                    return Ok(Verified::Matches { copied: late.before });
+                }
+                ViewRange::Extra(p, e, f) => {
+                    return Ok(Verified::Differs(self.mismatch(
+                        plan,
+                        &at,
+                        &p,
+                        &format!(
+                            "{table}{NEW_SUFFIX} held {} row(s) from the cut-over on before the live table held {} \
+                             (another client wrote into {table}{NEW_SUFFIX}, or rows were copied twice)",
+                            f.0, e.0
+                        ),
+                    )));
+                }
+                ViewRange::Missing(p, e, f) if attempt >= VERIFY_READS => {
+                    return Ok(Verified::Differs(self.mismatch(
+                        plan,
+                        &at,
+                        &p,
+                        &if e.0 == f.0 {
+                            format!(
+                                "the checksums of the {} row(s) from the cut-over on differ after {attempt} reads: the \
+                                 view wrote other values than the live table holds",
+                                e.0
+                            )
+                        } else {
+                            format!(
+                                "rows {} expected, {} found from the cut-over on after {attempt} reads: rows the view \
+                                 should carry are missing (written while the view was being created, or dated ahead \
+                                 and written while the rows the table held were copied)",
+                                e.0, f.0
+                            )
+                        },
+                    )));
+                }
+                _ => {}
             }
             let _ = self
                 .unless_cancelled(self.clock.sleep(Duration::from_secs(1)))
                 .await;
         }
+    }
+
+    /// The error of a verification that found a difference.
+    fn mismatch(&self, plan: &RebuildPlan, at: &At<'_>, partition: &str, why: &str) -> ClickHouseSchemaError {
+        self.rebuild_error(
+            ErrorKind::RebuildFailed,
+            &At {
+                partition: Some(partition),
+                ..At::new(plan, at.step, at.pod)
+            },
+            &format!(
+                "{why}. The new table, its view and staging table are dropped, so the next apply starts the \
+                 rebuild over with a new cut-over"
+            ),
+        )
+    }
+
+    /// Reads the bound of the view's range (see [`RebuildPlan::bound_query`]): for an integer
+    /// column the largest over the sources.
+    async fn bound(
+        &self,
+        plan: &RebuildPlan,
+        cutover: &Cutover,
+        sources: &BTreeMap<String, &PodInfo>,
+    ) -> Result<Cutover, ClickHouseSchemaError> {
+        let mut best: Option<i128> = None;
+        for pod in sources.values() {
+            let at = At::new(plan, "verify", &pod.name);
+            let out = self
+                .rebuild_exec(&at, plan.bound_query(cutover.kind), true)
+                .await?;
+            let value: i128 = out.trim().parse().map_err(|_| {
+                self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &at,
+                    &format!("the verification's bound printed {:?}, not a number", out.trim()),
+                )
+            })?;
+            best = Some(best.map_or(value, |b| b.max(value)));
+            if cutover.kind == CutoverKind::Time {
+                break;
+            }
+        }
+        Ok(Cutover {
+            kind: cutover.kind,
+            value: best.unwrap_or(0).to_string(),
+        })
+    }
+
+    /// After every pod's swap: the rows dated before the cut-over that reached the old table
+    /// after their partition was verified (up to the RENAME, and inserts under way then) are
+    /// copied into the new one, where a target has one source; then the old table is dropped
+    /// unless kept. The rows are the difference of the two tables below the cut-over, read once
+    /// the inserts under way at the RENAME had the cut-over delay to land.
+    #[allow(clippy::too_many_arguments)]
+    async fn after_swap(
+        &self,
+        plan: &RebuildPlan,
+        due: &[&PodInfo],
+        targets: &BTreeMap<String, Vec<&PodInfo>>,
+        copied_before: &BTreeMap<String, rebuild::Counts>,
+        source_of: &(dyn Fn(&PodInfo) -> String + Sync),
+        inspected: &BTreeMap<String, Inspection>,
+        cutover: &Cutover,
+    ) -> Result<(), ClickHouseSchemaError> {
+        let key = plan.key();
+        let table = plan.table.as_str();
+        if self
+            .unless_cancelled(
+                self.clock
+                    .sleep(Duration::from_secs(u64::from(plan.config.cutover_delay_seconds))),
+            )
+            .await
+            .is_none()
+        {
+            return Err(self
+                .cancelled(&format!(
+                    "after the swap of {key}, before its old table was compared"
+                ))
+                .with_pod(&due[0].name));
+        }
+        let mut keep: BTreeSet<String> = BTreeSet::new();
+        for (target, pods) in targets {
+            let pod = pods[0];
+            let inspection = &inspected[&pod.name];
+            let live_key = inspection
+                .tables
+                .get(table)
+                .map(|(_, k)| k.clone())
+                .unwrap_or_default();
+            let columns = rebuild::checksum_columns(inspection, table);
+            let replicated = inspection.replicas.contains_key(table);
+            let sources: BTreeSet<String> = pods.iter().map(|p| source_of(p)).collect();
+            let at = At::new(plan, "swap", &pod.name);
+            let read = |suffix: &'static str| {
+                let live_key = &live_key;
+                let columns = &columns;
+                let at = &at;
+                async move {
+                    let out = self
+                        .rebuild_exec(
+                            at,
+                            plan.counts_script(suffix, live_key, columns, replicated, cutover, Some(cutover)),
+                            true,
+                        )
+                        .await?;
+                    rebuild::parse_counts(&out)
+                        .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))
+                }
+            };
+            // The new table's rows before the cut-over came from the old one alone until the
+            // RENAME, so a partition the old table holds more of than verification left in the
+            // new one got rows since (rows written to the new table after the RENAME do not hide
+            // them, as they would in a comparison with the new table now).
+            let old = read(OLD_SUFFIX).await?;
+            let verified = copied_before.get(target).cloned().unwrap_or_default();
+            let behind: Vec<String> = rebuild::count_differences(&old.before, &verified)
+                .into_iter()
+                .filter(|(_, o, v)| o.0 > v.0)
+                .map(|(p, _, _)| p)
+                .collect();
+            if behind.is_empty() {
+                continue;
+            }
+            if sources.len() != 1 {
+                // Several sources' old tables against one new table: whose rows are missing cannot
+                // be told, so every old table stays for the user to look at.
+                keep.extend(pods.iter().map(|p| p.name.clone()));
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(&pod.name),
+                    None,
+                    None,
+                    format!(
+                        "{key}: {} partition(s) of the old tables hold rows dated before the cut-over that the new \
+                         table lacks (they arrived after their partition was verified); {table}{OLD_SUFFIX} is kept on \
+                         {} pod(s) so that nothing is lost: copy them by hand, then drop it",
+                        behind.len(),
+                        pods.len()
+                    ),
+                );
+                continue;
+            }
+            let copied_columns = rebuild::copy_columns(inspection, table);
+            for p in &behind {
+                let at = At {
+                    partition: Some(p),
+                    ..At::new(plan, "swap", &pod.name)
+                };
+                let out = self
+                    .rebuild_exec(
+                        &at,
+                        plan.catch_up_script(
+                            OLD_SUFFIX,
+                            "",
+                            p,
+                            &live_key,
+                            &plan.before(cutover),
+                            &copied_columns,
+                            false,
+                        ),
+                        true,
+                    )
+                    .await?;
+                let rows = out.trim().parse::<u64>().unwrap_or(0);
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(&pod.name),
+                    Some(p),
+                    Some(rows),
+                    format!(
+                        "{key} on {}: partition {p}: {rows} row(s) dated before the cut-over reached the old table after \
+                         it was verified; copied after the swap",
+                        pod.name
+                    ),
+                );
+            }
+        }
+        let drop = plan.drop_old_script();
+        for pod in due {
+            let kept = plan.config.keep_old || keep.contains(&pod.name);
+            if !kept {
+                let at = At::new(plan, "swap", &pod.name);
+                self.rebuild_exec(&at, drop.clone(), true).await?;
+            }
+            self.rebuild_event(
+                plan,
+                "swap",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{key} on {}: {}",
+                    pod.name,
+                    if kept {
+                        format!("the old table is kept as {table}{OLD_SUFFIX}")
+                    } else {
+                        "the old table is dropped".to_owned()
+                    }
+                ),
+            );
+        }
+        Ok(())
     }
 
     async fn inspect(&self, at: &At<'_>) -> Result<Inspection, ClickHouseSchemaError> {
@@ -1129,8 +1556,72 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 }
 
-fn pick(v: &(u64, u64), what: &str) -> u64 {
-    if what == "rows" { v.0 } else { v.1 }
+/// What a target's verification found.
+enum Verified {
+    /// The tables match; `copied` holds the new table's rows before the cut-over per partition.
+    Matches { copied: rebuild::Counts },
+    /// They differ: the error says how (the rebuild is abandoned).
+    Differs(ClickHouseSchemaError),
+}
+
+/// Which rows a verification compares.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Right after the view, before the clock reaches a time cut-over: every row from the cut-over
+    /// on (only rows dated ahead are there yet).
+    Ahead,
+    /// After the backfill: the rows before the cut-over, and the view's up to a bound in the past.
+    Final,
+}
+
+/// What the reads of the view's range say: the new table read `early`, the sources, then the new
+/// table `late`.
+#[derive(Debug, PartialEq, Eq)]
+enum ViewRange {
+    /// Every partition lies between the two reads; `quiet` when they agree (and so match exactly,
+    /// checksums included).
+    Matches { quiet: bool },
+    /// Not yet: a partition's rows are above the later read (missing, or a view still writing).
+    Missing(String, (u64, u64), (u64, u64)),
+    /// The new table held more before the sources were read than the sources hold.
+    Extra(String, (u64, u64), (u64, u64)),
+}
+
+/// Judges the view's range: rows only grow, and the view writes a row after the live table got
+/// it, so a correct new table read before its sources holds at most their rows, and read after them
+/// at least.
+fn judge_view_range(
+    early: &rebuild::Counts,
+    expected: &rebuild::Counts,
+    late: &rebuild::Counts,
+) -> ViewRange {
+    let keys: BTreeSet<&String> = early.keys().chain(expected.keys()).chain(late.keys()).collect();
+    let get = |m: &rebuild::Counts, p: &String| m.get(p).copied().unwrap_or((0, 0));
+    let mut quiet = true;
+    let mut missing = None;
+    for p in keys {
+        let (e0, x, e1) = (get(early, p), get(expected, p), get(late, p));
+        if e0 == e1 {
+            if x.0 < e0.0 {
+                return ViewRange::Extra(p.clone(), x, e0);
+            }
+            if x != e0 {
+                missing.get_or_insert((p.clone(), x, e1));
+            }
+            continue;
+        }
+        quiet = false;
+        if x.0 < e0.0 {
+            return ViewRange::Extra(p.clone(), x, e0);
+        }
+        if x.0 > e1.0 {
+            missing.get_or_insert((p.clone(), x, e1));
+        }
+    }
+    match missing {
+        Some((p, x, f)) => ViewRange::Missing(p, x, f),
+        None => ViewRange::Matches { quiet },
+    }
 }
 
 /// The declared engine's name.
@@ -1152,4 +1643,71 @@ fn replication_path(sql: &str) -> Option<String> {
         return None;
     }
     args.first().map(|a| a.text.trim_matches('\'').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ViewRange, judge_view_range};
+    use crate::rebuild::Counts;
+
+    fn counts(list: &[(&str, u64, u64)]) -> Counts {
+        list.iter().map(|(p, r, c)| ((*p).to_owned(), (*r, *c))).collect()
+    }
+
+    #[test]
+    fn a_quiet_read_of_the_view_range_must_match_exactly() {
+        let new = counts(&[("a", 5, 9)]);
+        assert_eq!(
+            judge_view_range(&new, &counts(&[("a", 5, 9)]), &new),
+            ViewRange::Matches { quiet: true }
+        );
+        // The same rows with other values: not a match, whatever the order of the reads.
+        assert!(matches!(
+            judge_view_range(&new, &counts(&[("a", 5, 8)]), &new),
+            ViewRange::Missing(..)
+        ));
+        // The live table holds rows the new one never got.
+        assert!(matches!(
+            judge_view_range(&new, &counts(&[("a", 6, 9)]), &new),
+            ViewRange::Missing(..)
+        ));
+        // The new table holds rows the live table does not (written twice, or by someone else).
+        assert!(matches!(
+            judge_view_range(&new, &counts(&[("a", 4, 9)]), &new),
+            ViewRange::Extra(..)
+        ));
+        assert!(matches!(
+            judge_view_range(&new, &counts(&[]), &new),
+            ViewRange::Extra(..)
+        ));
+    }
+
+    #[test]
+    fn under_writes_the_sources_must_lie_between_the_two_reads_of_the_new_table() {
+        let early = counts(&[("a", 5, 1), ("b", 2, 2)]);
+        let late = counts(&[("a", 8, 3), ("b", 2, 2)]);
+        // Rows written between the reads, on either side of the sources' read.
+        for rows in [5, 6, 8] {
+            assert_eq!(
+                judge_view_range(&early, &counts(&[("a", rows, 0), ("b", 2, 2)]), &late),
+                ViewRange::Matches { quiet: false },
+                "{rows}"
+            );
+        }
+        // Fewer than the new table held before: extra rows in the new table.
+        assert!(matches!(
+            judge_view_range(&early, &counts(&[("a", 4, 0), ("b", 2, 2)]), &late),
+            ViewRange::Extra(p, ..) if p == "a"
+        ));
+        // More than it held after: missing there (or a view still writing: read again).
+        assert!(matches!(
+            judge_view_range(&early, &counts(&[("a", 9, 0), ("b", 2, 2)]), &late),
+            ViewRange::Missing(p, ..) if p == "a"
+        ));
+        // A partition only the sources have.
+        assert!(matches!(
+            judge_view_range(&early, &counts(&[("a", 6, 0), ("b", 2, 2), ("c", 1, 0)]), &late),
+            ViewRange::Missing(p, ..) if p == "c"
+        ));
+    }
 }

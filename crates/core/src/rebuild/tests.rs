@@ -188,13 +188,33 @@ fn the_view_and_the_backfill_split_at_the_cut_over() {
     let plan = events_plan("at").unwrap();
     let cutover = Cutover::parse(CutoverKind::Time, "1764600000").unwrap();
     let columns = vec!["id".to_owned(), "at".to_owned()];
-    let dual = plan.dual_write_script(&cutover, &columns);
+    let dual = plan.dual_write_script(&cutover, &columns, None, false);
+    assert!(!dual.contains("INSERT INTO `shop`.`events__new`"), "{dual}");
     assert!(dual.contains(
         "CREATE MATERIALIZED VIEW IF NOT EXISTS `shop`.`events__rebuild_view` TO `shop`.`events__new` AS SELECT \
          `id`, `at` FROM `shop`.`events` WHERE `at` >= toDateTime(1764600000);"
     ));
     assert!(dual.starts_with("INSERT INTO `shop`.`clickhouse_schema_rebuild_receipts`"));
     assert!(dual.contains("'cutover', '', '', 0, 0, '1764600000'"));
+    // On the pod that copies for its source, the rows the table holds from the cut-over on go
+    // into the new table first, only while the view does not exist yet (a rerun copies nothing).
+    let copied = vec![("id".to_owned(), None), ("at".to_owned(), None)];
+    let dual = plan.dual_write_script(&cutover, &columns, Some(&copied), false);
+    assert!(!dual.contains("SYNC REPLICA"));
+    // A replicated live table's queue is done first (rows written on the other replicas).
+    let synced = plan.dual_write_script(&cutover, &columns, Some(&copied), true);
+    assert!(
+        synced.find("SYSTEM SYNC REPLICA `shop`.`events`;").unwrap()
+            < synced.find("INSERT INTO `shop`.`events__new`").unwrap()
+    );
+    let ahead = dual
+        .find("INSERT INTO `shop`.`events__new` (`id`, `at`)")
+        .expect(&dual);
+    assert!(ahead < dual.find("CREATE MATERIALIZED VIEW").unwrap());
+    assert!(dual.contains("FROM `shop`.`events` WHERE 1 AND `at` >= toDateTime(1764600000) UNION ALL"));
+    assert!(dual.contains(
+        "WHERE (SELECT count() FROM system.tables WHERE database = 'shop' AND name = 'events__rebuild_view') = 0;"
+    ));
 
     let partition = LivePartition {
         id: "20261101".into(),
@@ -287,11 +307,15 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     let script = plan.swap_script(&cutover, "pod-0");
     let lines: Vec<&str> = script.lines().collect();
     assert_eq!(lines[0], "DROP TABLE IF EXISTS `shop`.`events__rebuild_view`;");
+    assert_eq!(lines.len(), 4, "{script}");
     assert_eq!(
         lines[1],
         "RENAME TABLE `shop`.`events` TO `shop`.`events__old`, `shop`.`events__new` TO `shop`.`events`;"
     );
+    // The old table is never dropped in the swap itself: rows that reached it after their
+    // partition was verified are copied from it first.
     assert!(!script.contains("DROP TABLE IF EXISTS `shop`.`events__old`"));
+    assert_eq!(plan.drop_old_script(), "");
     // The receipt names the pod and the cut-over it finished.
     assert!(
         script
@@ -301,8 +325,13 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     );
     plan.config.keep_old = false;
     assert!(
-        plan.swap_script(&cutover, "pod-0")
+        !plan
+            .swap_script(&cutover, "pod-0")
             .contains("DROP TABLE IF EXISTS `shop`.`events__old`")
+    );
+    assert_eq!(
+        plan.drop_old_script(),
+        "DROP TABLE IF EXISTS `shop`.`events__old`;\n"
     );
     let abandon = plan.abandon_script(&Cutover::parse(CutoverKind::Time, "7").unwrap());
     assert!(abandon.find("events__rebuild_view").unwrap() < abandon.find("events__new").unwrap());
@@ -310,20 +339,91 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
 }
 
 #[test]
-fn counts_compare_with_or_without_checksums_and_wait_for_replication() {
+fn counts_split_at_the_cut_over_with_or_without_checksums_and_wait_for_replication() {
     let mut plan = events_plan("at").unwrap();
     let columns = vec!["id".to_owned()];
-    let count = plan.counts_script(NEW_SUFFIX, "toYYYYMMDD(at)", &columns, true);
+    let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
+    let bound = Cutover::parse(CutoverKind::Time, "200").unwrap();
+    let count = plan.counts_script(
+        NEW_SUFFIX,
+        "toYYYYMMDD(at)",
+        &columns,
+        true,
+        &cutover,
+        Some(&bound),
+    );
     assert!(count.starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\n"));
-    assert!(count.contains("SELECT (toYYYYMMDD(at)) AS p, count(), toUInt64(0) FROM `shop`.`events__new`"));
+    assert!(count.contains(
+        "SELECT toString((toYYYYMMDD(at))) AS p, countIf(`at` < toDateTime(100)), toUInt64(0), countIf(`at` >= \
+         toDateTime(100) AND `at` < toDateTime(200)), toUInt64(0) FROM `shop`.`events__new` GROUP BY p"
+    ));
+    // Without a bound, every row from the cut-over on.
+    assert!(
+        plan.counts_script("", "", &[], false, &cutover, None)
+            .starts_with("SELECT 'tuple()' AS p, countIf(`at` < toDateTime(100)), toUInt64(0), countIf(`at` >= toDateTime(100)), toUInt64(0) FROM `shop`.`events`")
+    );
     plan.config.verify = RebuildVerify::Checksum;
     assert!(
-        plan.counts_script("", "", &[], false)
-            .contains("count(), toUInt64(0)")
+        plan.counts_script("", "", &[], false, &cutover, None)
+            .contains("countIf(`at` < toDateTime(100)), toUInt64(0),")
     );
-    assert!(plan.counts_script("", "", &columns, false).starts_with(
-        "SELECT 'tuple()' AS p, count(), sumWithOverflow(cityHash64(`id`)) FROM `shop`.`events`"
+    assert!(
+        plan.counts_script("", "", &columns, false, &cutover, None)
+            .contains("sumWithOverflowIf(cityHash64(`id`), `at` < toDateTime(100)), countIf(`at` >= toDateTime(100)), sumWithOverflowIf(cityHash64(`id`), `at` >= toDateTime(100))")
+    );
+    assert!(
+        plan.bound_query(CutoverKind::Time)
+            .contains("toUnixTimestamp(now())) - 10")
+    );
+    assert_eq!(
+        plan.bound_query(CutoverKind::Number),
+        plan.cutover_query(CutoverKind::Number)
+    );
+}
+
+#[test]
+fn a_catch_up_copies_the_difference_of_two_tables_as_multisets() {
+    let plan = events_plan("at").unwrap();
+    let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
+    let columns = vec![
+        ("id".to_owned(), None),
+        ("code".to_owned(), Some("UInt32".to_owned())),
+    ];
+    let script = plan.catch_up_script(
+        "",
+        NEW_SUFFIX,
+        "(2026,'a')",
+        "(toYYYYMM(at), kind)",
+        &plan.before(&cutover),
+        &columns,
+        false,
+    );
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 3, "{script}");
+    // The rows it copies are counted first, with the same difference.
+    assert!(lines[0].starts_with("SELECT toString(sum(__clickhouse_schema_n)) FROM (SELECT "));
+    assert_eq!(lines[1], "SET insert_deduplicate = 0;");
+    let insert = lines[2];
+    assert!(insert.starts_with(
+        "INSERT INTO `shop`.`events__new` (`id`, `code`) SELECT __clickhouse_schema_c0, __clickhouse_schema_c1 FROM"
     ));
+    // The live side converted to the new table's types, both sides filtered alike, the new
+    // table's rows subtracted, and each missing row copied as often as it is missing.
+    assert!(insert.contains(
+        "SELECT `id` AS __clickhouse_schema_c0, CAST(`code` AS UInt32) AS __clickhouse_schema_c1, toInt64(1) AS \
+         __clickhouse_schema_side FROM `shop`.`events` WHERE toString(((toYYYYMM(at), kind))) = '(2026,\\'a\\')' AND \
+         `at` < toDateTime(100) UNION ALL SELECT `id` AS __clickhouse_schema_c0, `code` AS __clickhouse_schema_c1, \
+         toInt64(-1) AS __clickhouse_schema_side FROM `shop`.`events__new` WHERE"
+    ), "{insert}");
+    assert!(
+        insert
+            .contains("HAVING __clickhouse_schema_n > 0) ARRAY JOIN range(toUInt64(__clickhouse_schema_n))")
+    );
+    assert!(insert.ends_with("AS __clickhouse_schema_i;"));
+    // After the swap: from the old table into the live one.
+    let after = plan.catch_up_script(OLD_SUFFIX, "", "", "", &plan.before(&cutover), &columns, false);
+    assert!(after.contains("INSERT INTO `shop`.`events` (`id`, `code`)"));
+    assert!(after.contains("FROM `shop`.`events__old` WHERE 1 AND"));
 }
 
 #[test]
@@ -434,7 +534,7 @@ fn every_read_script_prints_the_end_marker_last() {
         plan.plan_inspect_script(),
         plan.partitions_query(),
         plan.stage_script(&partition, "toYYYYMMDD(at)", &cutover, &["id".to_owned()]),
-        plan.counts_script("", "toYYYYMMDD(at)", &[], true),
+        plan.counts_script("", "toYYYYMMDD(at)", &[], true, &cutover, None),
     ] {
         assert!(script.ends_with(marker), "{script}");
     }
@@ -462,27 +562,45 @@ fn partitions_staged_parts_and_counts_are_read_and_compared() {
     // A copy batch has no marker: it is read for what it finished.
     assert_eq!(parse_copied("a\t2\n").unwrap(), vec![("a".into(), 2)]);
 
-    let one = parse_counts(&ended("20261101\t50\t18446744073709551615\n20261102\t1\t0\n")).unwrap();
-    let two = parse_counts(&ended("20261101\t5\t2\n")).unwrap();
+    let one = parse_counts(&ended(
+        "20261101\t50\t18446744073709551615\t7\t1\n20261102\t1\t0\t0\t0\n",
+    ))
+    .unwrap();
+    let two = parse_counts(&ended("20261101\t5\t2\t0\t0\n")).unwrap();
+    // A range without rows is no partition of it.
+    assert_eq!(one.after.keys().collect::<Vec<_>>(), vec!["20261101"]);
     let mut sum = Counts::new();
-    add_counts(&mut sum, &one);
-    add_counts(&mut sum, &two);
+    add_counts(&mut sum, &one.before);
+    add_counts(&mut sum, &two.before);
     assert_eq!(
         sum["20261101"],
         (55, 1),
         "checksums wrap around like sumWithOverflow"
     );
-    let found = parse_counts(&ended("20261101\t55\t1\n20261103\t4\t0\n")).unwrap();
+    let found = parse_counts(&ended("20261101\t55\t1\t0\t0\n20261103\t4\t0\t0\t0\n")).unwrap();
     assert_eq!(
-        count_differences(&sum, &found),
+        count_differences(&sum, &found.before),
         vec![
             ("20261102".to_owned(), (1, 0), (0, 0)),
             ("20261103".to_owned(), (0, 0), (4, 0))
         ]
     );
-    assert!(parse_counts(&ended("p\tx\t0\n")).is_err());
+    assert!(parse_counts(&ended("p\tx\t0\t0\t0\n")).is_err());
+    assert!(
+        parse_counts(&ended("p\t1\t0\n")).is_err(),
+        "the format before the split"
+    );
+    assert_eq!(
+        parse_counts(&ended("(1,\\'a\\')\t1\t0\t0\t0\n"))
+            .unwrap()
+            .before
+            .keys()
+            .next()
+            .unwrap(),
+        "(1,'a')"
+    );
     // Nothing at all but the marker: no partition.
-    assert!(parse_counts(&ended("")).unwrap().is_empty());
+    assert_eq!(parse_counts(&ended("")).unwrap(), SplitCounts::default());
 }
 
 #[test]
