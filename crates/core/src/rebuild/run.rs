@@ -107,7 +107,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             };
             let due: Vec<&PodInfo> = due.iter().map(|(pod, _)| pod).collect();
             let holders = survey.holders(plan);
-            self.rebuild_table(plan, &due, &holders, &survey.declared).await?;
+            // Boxed: a rebuild's future is large, and a caller may poll it on a small stack.
+            Box::pin(self.rebuild_table(plan, &due, &holders, &survey.declared)).await?;
         }
         Ok(reopened)
     }
@@ -413,8 +414,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     for pod in pods {
                         in_target.entry(source_of(pod)).or_insert(pod);
                     }
-                    match self
-                        .verify_target(plan, pods[0], &in_target, inspected, cutover, phase)
+                    match Box::pin(self.verify_target(plan, pods[0], &in_target, inspected, cutover, phase))
                         .await?
                     {
                         Verified::Matches { copied: counts } => {
@@ -436,7 +436,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // Before the clock reaches the cut-over only rows dated ahead reach the view's range:
             // those the table held are in the new table now, or a row written while the copy ran
             // was missed, which this finds while the rebuild can still start over.
-            verify_all(Phase::Ahead).await?;
+            Box::pin(verify_all(Phase::Ahead)).await?;
         }
         if kind == CutoverKind::Time {
             self.wait_for_cutover(plan, &cutover, first).await?;
@@ -461,7 +461,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .await?;
         }
 
-        let copied_before = verify_all(Phase::Final).await?;
+        let copied_before = Box::pin(verify_all(Phase::Final)).await?;
 
         // The swap, pod by pod.
         for pod in due {
@@ -477,7 +477,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 format!("{key} on {}: swapped; the new table serves", pod.name),
             );
         }
-        self.after_swap(
+        Box::pin(self.after_swap(
             plan,
             due,
             &targets,
@@ -485,7 +485,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             &source_of,
             &inspected,
             &cutover,
-        )
+        ))
         .await
     }
 
