@@ -116,12 +116,19 @@ describe('local tables on two pods', () => {
     assert.deepEqual(swapped.map((e) => e.pod).sort(), [...pods].sort());
   });
 
-  test('a row dated weeks back that arrives after its partition was copied and verified is in the rebuilt table, also with keepOld: false', { timeout }, async () => {
+  test('rows that reach the old table late (one dated weeks back, after verification; one dated after the cut-over, after the view was dropped) are in the rebuilt table once, also with keepOld: false', { timeout }, async () => {
     const first = await apply('rt-late', props(sandbox, [DB, table('late', 'MergeTree', 'id')]));
     for (const [i, pod] of pods.entries()) history(sandbox, pod, 'late', i * 100_000);
     const before = pods.map((pod) => rowsOf(sandbox, pod, 'rt.late'));
-    const lateRow = `777777\tlate\t${Math.floor(Date.now() / 1000) - 20 * DAY}\t7`;
+    const now = Math.floor(Date.now() / 1000);
+    const lateRow = `777777\tlate\t${now - 20 * DAY}\t7`;
+    let strayRow = null;
+    const insert = (pod, name, row) => {
+      const [id, kind, at, v] = row.split('\t');
+      sandbox.query(pod, `INSERT INTO rt.${name} VALUES (${id}, '${kind}', toDateTime(${at}), ${v})`);
+    };
     let landed = null;
+    let strayed = false;
     const events = [];
     await apply('rt-late', props(sandbox, [DB, table('late', 'MergeTree', '(kind, id)')], allow('late')), first.state, {
       onEvent: (e) => {
@@ -129,19 +136,32 @@ describe('local tables on two pods', () => {
         // Right after the first pod's table was verified: the row reaches its live table, and
         // whether the swap had happened by then is read back at once.
         if (e.kind === 'rebuild' && e.step === 'verify' && e.pod === pods[0] && landed === null) {
-          const [id, kind, at, v] = lateRow.split('\t');
-          sandbox.query(pods[0], `INSERT INTO rt.late VALUES (${id}, '${kind}', toDateTime(${at}), ${v})`);
+          insert(pods[0], 'late', lateRow);
           landed = sandbox.tablesOn(pods[0], 'rt').includes('late__new') ? 'before the swap' : 'after the swap';
+        }
+        // Right after the second pod's swap: a row dated after the cut-over reaches its old table, as an insert
+        // that began between the view's drop and the RENAME does (the rebuild compares the old
+        // table after the cut-over delay).
+        if (e.kind === 'rebuild' && e.step === 'swap' && e.pod === pods[1] && /: swapped;/.test(e.message) && !strayed) {
+          // Dated after the cut-over (set before the backfill, a few seconds ago at most).
+          strayRow = `888888\tstray\t${Math.floor(Date.now() / 1000) + 600}\t8`;
+          insert(pods[1], 'late__old', strayRow);
+          strayed = true;
         }
       },
     });
-    assert.notEqual(landed, null, 'the row was written during the apply');
+    assert.notEqual(landed, null, 'the late row was written during the apply');
+    assert.ok(strayed, 'the stray row was written during the apply');
     sameRows(rowsOf(sandbox, pods[0], 'rt.late'), [...before[0], lateRow], `the late row once on ${pods[0]} (it landed ${landed})`);
-    sameRows(rowsOf(sandbox, pods[1], 'rt.late'), before[1], `nothing else changed on ${pods[1]}`);
+    sameRows(rowsOf(sandbox, pods[1], 'rt.late'), [...before[1], strayRow], `the stray row once on ${pods[1]}`);
+    for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'rt').filter((t) => t.startsWith('late')), ['late'], `keepOld: false on ${pod}`);
+    const copiedAfter = (pod) =>
+      events.filter((e) => e.kind === 'rebuild' && e.step === 'swap' && e.pod === pod && /copied after the swap/.test(e.message) && e.rows > 0);
     if (landed === 'before the swap') {
-      const caught = events.filter((e) => e.kind === 'rebuild' && e.step === 'swap' && e.pod === pods[0] && /copied after the swap/.test(e.message));
-      assert.equal(caught.length, 1, `the swap reports the row it copied from the old table: ${events.filter((e) => e.step === 'swap').map((e) => e.message).join(' | ')}`);
+      assert.equal(copiedAfter(pods[0]).length, 1, `the swap reports the row it copied from the old table on ${pods[0]}`);
     }
+    assert.equal(copiedAfter(pods[1]).length, 1, `the swap reports the row it copied from the old table on ${pods[1]}`);
+    assert.match(copiedAfter(pods[1])[0].message, /after its view was dropped/);
   });
 });
 

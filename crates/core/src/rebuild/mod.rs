@@ -500,7 +500,7 @@ impl RebuildPlan {
                 } else {
                     String::new()
                 },
-                self.catch_up_script("", NEW_SUFFIX, "", "", &self.from(cutover), copied, true)
+                self.catch_up_script("", NEW_SUFFIX, "", "", &self.from(cutover), copied, true, sync)
             )
         });
         format!(
@@ -723,6 +723,7 @@ impl RebuildPlan {
         range: &str,
         columns: &[(String, Option<String>)],
         only_without_view: bool,
+        sync_into: bool,
     ) -> String {
         let names: Vec<String> = (0..columns.len())
             .map(|i| format!("__clickhouse_schema_c{i}"))
@@ -765,8 +766,15 @@ impl RebuildPlan {
         } else {
             format!("SELECT toString(sum(__clickhouse_schema_n)) FROM ({difference}) FORMAT TSV;\n")
         };
+        // A `Replicated` table written on other replicas too: what they wrote is fetched first, or
+        // the difference would copy their rows again.
+        let sync = if sync_into {
+            format!("SYSTEM SYNC REPLICA {};\n", self.name(into))
+        } else {
+            String::new()
+        };
         format!(
-            "{count}SET insert_deduplicate = 0;\nINSERT INTO {into} ({columns}) SELECT {list} FROM ({difference}) \
+            "{sync}{count}SET insert_deduplicate = 0;\nINSERT INTO {into} ({columns}) SELECT {list} FROM ({difference}) \
              ARRAY JOIN range(toUInt64(__clickhouse_schema_n)) AS __clickhouse_schema_i{guard};\n",
             into = self.name(into),
             columns = columns
@@ -775,6 +783,16 @@ impl RebuildPlan {
                 .collect::<Vec<_>>()
                 .join(", "),
         )
+    }
+
+    /// Whether the rows of the two tables can be copied as their difference (see
+    /// [`Self::catch_up_script`]): only when both engines keep every row as written. A
+    /// `SummingMergeTree`, `ReplacingMergeTree`, `CollapsingMergeTree` or `AggregatingMergeTree`
+    /// folds rows when parts merge (and on insert), so its counts fall, and rows copied as "missing"
+    /// would be folded in twice (sums doubled, a replaced version back).
+    pub fn copies_differences(&self, live_engine: &str) -> bool {
+        let plain = |engine: &str| matches!(engine, "MergeTree" | "ReplicatedMergeTree");
+        plain(&plan_engine_name(&self.engine)) && plain(live_engine)
     }
 
     /// The condition on the cut-over column of the rows before the cut-over.
@@ -858,6 +876,14 @@ impl RebuildPlan {
             literal(cutover),
         )
     }
+}
+
+/// The name of an ENGINE clause's engine (`ReplicatedMergeTree('/p', '{replica}')` ->
+/// `ReplicatedMergeTree`).
+fn plan_engine_name(engine: &str) -> String {
+    definition::engine_parts(engine)
+        .map(|(name, _)| name)
+        .unwrap_or_default()
 }
 
 /// The type of a declared column entry (`at DateTime('UTC') DEFAULT now()` -> `DateTime('UTC')`).

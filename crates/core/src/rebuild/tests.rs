@@ -382,6 +382,33 @@ fn counts_split_at_the_cut_over_with_or_without_checksums_and_wait_for_replicati
 }
 
 #[test]
+fn only_engines_that_keep_every_row_copy_differences() {
+    // The declaration is a ReplicatedMergeTree.
+    let plan = events_plan("at").unwrap();
+    assert!(plan.copies_differences("MergeTree"));
+    assert!(plan.copies_differences("ReplicatedMergeTree"));
+    for folding in [
+        "SummingMergeTree",
+        "ReplacingMergeTree",
+        "CollapsingMergeTree",
+        "ReplicatedAggregatingMergeTree",
+    ] {
+        assert!(!plan.copies_differences(folding), "{folding}");
+    }
+    let summing = RebuildPlan::new(
+        "shop.totals",
+        &table("at"),
+        &statements(&[
+            "CREATE TABLE shop.totals (k UInt64, at DateTime, v UInt64) ENGINE = SummingMergeTree PARTITION BY \
+             toYYYYMM(at) ORDER BY (at, k)",
+        ]),
+        "default",
+    )
+    .unwrap();
+    assert!(!summing.copies_differences("MergeTree"));
+}
+
+#[test]
 fn a_catch_up_copies_the_difference_of_two_tables_as_multisets() {
     let plan = events_plan("at").unwrap();
     let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
@@ -396,6 +423,7 @@ fn a_catch_up_copies_the_difference_of_two_tables_as_multisets() {
         "(toYYYYMM(at), kind)",
         &plan.before(&cutover),
         &columns,
+        false,
         false,
     );
     let lines: Vec<&str> = script.lines().collect();
@@ -421,8 +449,19 @@ fn a_catch_up_copies_the_difference_of_two_tables_as_multisets() {
     );
     assert!(insert.ends_with("AS __clickhouse_schema_i;"));
     // After the swap: from the old table into the live one.
-    let after = plan.catch_up_script(OLD_SUFFIX, "", "", "", &plan.before(&cutover), &columns, false);
+    let after = plan.catch_up_script(
+        OLD_SUFFIX,
+        "",
+        "",
+        "",
+        &plan.before(&cutover),
+        &columns,
+        false,
+        true,
+    );
     assert!(after.contains("INSERT INTO `shop`.`events` (`id`, `code`)"));
+    // Into a Replicated table written on other replicas too: their rows fetched first.
+    assert!(after.starts_with("SYSTEM SYNC REPLICA `shop`.`events`;\n"));
     assert!(after.contains("FROM `shop`.`events__old` WHERE 1 AND"));
 }
 
