@@ -1045,36 +1045,23 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         partition: Some(p),
                         ..At::new(plan, "verify", &source.name)
                     };
-                    let out = self
-                        .rebuild_exec(
+                    let script = plan.catch_up_script(
+                        "",
+                        NEW_SUFFIX,
+                        p,
+                        &live_key,
+                        &plan.before(cutover),
+                        &copied_columns,
+                        false,
+                        false,
+                    );
+                    caught_up += self
+                        .catch_up(
                             &at,
-                            plan.catch_up_script(
-                                "",
-                                NEW_SUFFIX,
-                                p,
-                                &live_key,
-                                &plan.before(cutover),
-                                &copied_columns,
-                                false,
-                                false,
-                            ),
-                            true,
+                            script,
+                            "dated before the cut-over arrived after it was copied; copied now",
                         )
                         .await?;
-                    let rows = out.trim().parse::<u64>().unwrap_or(0);
-                    caught_up += rows;
-                    self.rebuild_event(
-                        plan,
-                        "verify",
-                        Some(&source.name),
-                        Some(p),
-                        Some(rows),
-                        format!(
-                            "{key} on {}: partition {p}: {rows} row(s) dated before the cut-over arrived after it was \
-                             copied; copied now",
-                            source.name
-                        ),
-                    );
                 }
                 continue;
             }
@@ -1172,6 +1159,27 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .unless_cancelled(self.clock.sleep(Duration::from_secs(1)))
                 .await;
         }
+    }
+
+    /// Runs a catch-up script (see [`RebuildPlan::catch_up_script`]) for `at`'s partition and
+    /// reports the rows it copied, `what` saying which; returns them.
+    async fn catch_up(&self, at: &At<'_>, script: String, what: &str) -> Result<u64, ClickHouseSchemaError> {
+        let out = self.rebuild_exec(at, script, true).await?;
+        let rows = out.trim().parse::<u64>().unwrap_or(0);
+        let partition = at.partition.unwrap_or_default();
+        self.rebuild_event(
+            at.plan,
+            at.step,
+            Some(at.pod),
+            at.partition,
+            Some(rows),
+            format!(
+                "{} on {}: partition {partition}: {rows} row(s) {what}",
+                at.plan.key(),
+                at.pod
+            ),
+        );
+        Ok(rows)
     }
 
     /// The error of a verification that found a difference.
@@ -1352,34 +1360,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     partition: Some(p),
                     ..At::new(plan, "swap", &pod.name)
                 };
-                let out = self
-                    .rebuild_exec(
-                        &at,
-                        plan.catch_up_script(
-                            OLD_SUFFIX,
-                            "",
-                            p,
-                            &live_key,
-                            &range,
-                            &copied_columns,
-                            false,
-                            new_replicated,
-                        ),
-                        true,
-                    )
-                    .await?;
-                let rows = out.trim().parse::<u64>().unwrap_or(0);
-                self.rebuild_event(
-                    plan,
-                    "swap",
-                    Some(&pod.name),
-                    Some(p),
-                    Some(rows),
-                    format!(
-                        "{key} on {}: partition {p}: {rows} row(s) {what}; copied after the swap",
-                        pod.name
-                    ),
+                let script = plan.catch_up_script(
+                    OLD_SUFFIX,
+                    "",
+                    p,
+                    &live_key,
+                    &range,
+                    &copied_columns,
+                    false,
+                    new_replicated,
                 );
+                self.catch_up(&at, script, &format!("{what}; copied after the swap"))
+                    .await?;
             }
         }
         let drop = plan.drop_old_script();
