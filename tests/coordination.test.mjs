@@ -502,6 +502,12 @@ test1816(
       let settled = false;
       const events = [];
       const deploying = apply(id, slow, undefined, { onEvent: (e) => events.push(e) }).finally(() => (settled = true));
+      // The fault cuts the first exec that reaches the pod: the test's own looks at the pod wait
+      // until the statement's exec has arrived (the exec log records a request as it arrives), or
+      // on a loaded machine a look could be that first exec and be cut instead.
+      while (!settled && !(await execLog()).some((e) => e.pod === first)) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
       let most = 0;
       while (!settled) {
         most = Math.max(most, await running());
