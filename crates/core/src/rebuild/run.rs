@@ -622,24 +622,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         due: &[&PodInfo],
         receipts: &[rebuild::Receipt],
     ) -> Result<Cutover, ClickHouseSchemaError> {
-        // A time: the first pod's clock. A number: the largest over every pod.
-        let pods: &[&PodInfo] = match kind {
-            CutoverKind::Time => &due[..1],
-            CutoverKind::Number => due,
-        };
-        let mut best: Option<i128> = None;
-        for pod in pods {
-            let at = At::new(plan, "dualWrite", &pod.name);
-            let out = self.rebuild_exec(&at, plan.cutover_query(kind), true).await?;
-            let value: i128 = out.trim().parse().map_err(|_| {
-                self.rebuild_error(
-                    ErrorKind::RebuildFailed,
-                    &at,
-                    &format!("the cut-over query printed {:?}, not a number", out.trim()),
-                )
-            })?;
-            best = Some(best.map_or(value, |b| b.max(value)));
-        }
+        let mut best = self
+            .largest(
+                plan,
+                "dualWrite",
+                kind,
+                due,
+                plan.cutover_query(kind),
+                "the cut-over query",
+            )
+            .await?;
         if kind == CutoverKind::Number {
             // Past the values used, not above all of them (see `unused_from`): a finished attempt far
             // above the live rows (ids that restarted, a table made again) would put the cut-over
@@ -655,6 +647,37 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             kind,
             value: best.unwrap_or(0).to_string(),
         })
+    }
+
+    /// The number `query` prints: for a time the first pod's clock, for an integer the largest
+    /// over `pods`. An answer that is no number is an error naming `what`.
+    async fn largest(
+        &self,
+        plan: &RebuildPlan,
+        step: &'static str,
+        kind: CutoverKind,
+        pods: &[&PodInfo],
+        query: String,
+        what: &str,
+    ) -> Result<Option<i128>, ClickHouseSchemaError> {
+        let pods = match kind {
+            CutoverKind::Time => &pods[..pods.len().min(1)],
+            CutoverKind::Number => pods,
+        };
+        let mut best: Option<i128> = None;
+        for pod in pods {
+            let at = At::new(plan, step, &pod.name);
+            let out = self.rebuild_exec(&at, query.clone(), true).await?;
+            let value: i128 = out.trim().parse().map_err(|_| {
+                self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &at,
+                    &format!("{what} printed {:?}, not a number", out.trim()),
+                )
+            })?;
+            best = Some(best.map_or(value, |b| b.max(value)));
+        }
+        Ok(best)
     }
 
     async fn wait_for_cutover(
@@ -1205,24 +1228,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         cutover: &Cutover,
         sources: &BTreeMap<String, &PodInfo>,
     ) -> Result<Cutover, ClickHouseSchemaError> {
-        let mut best: Option<i128> = None;
-        for pod in sources.values() {
-            let at = At::new(plan, "verify", &pod.name);
-            let out = self
-                .rebuild_exec(&at, plan.bound_query(cutover.kind), true)
-                .await?;
-            let value: i128 = out.trim().parse().map_err(|_| {
-                self.rebuild_error(
-                    ErrorKind::RebuildFailed,
-                    &at,
-                    &format!("the verification's bound printed {:?}, not a number", out.trim()),
-                )
-            })?;
-            best = Some(best.map_or(value, |b| b.max(value)));
-            if cutover.kind == CutoverKind::Time {
-                break;
-            }
-        }
+        let pods: Vec<&PodInfo> = sources.values().copied().collect();
+        let best = self
+            .largest(
+                plan,
+                "verify",
+                cutover.kind,
+                &pods,
+                plan.bound_query(cutover.kind),
+                "the verification's bound",
+            )
+            .await?;
         Ok(Cutover {
             kind: cutover.kind,
             value: best.unwrap_or(0).to_string(),
