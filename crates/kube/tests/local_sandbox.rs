@@ -428,6 +428,7 @@ async fn faults_are_transient_or_timeouts() {
 
     for after in [DropPoint::AfterStart, DropPoint::AfterStdout] {
         sb.inject(Fault::DropExec {
+            argv_contains: None,
             pod: Some(POD.into()),
             count: 1,
             after,
@@ -460,6 +461,7 @@ async fn faults_are_transient_or_timeouts() {
     assert_eq!(out.stdout, "back\n");
 
     sb.inject(Fault::StallExec {
+        argv_contains: None,
         pod: None,
         count: 1,
         seconds: 60,

@@ -13,8 +13,9 @@
 //! - `POST /sandbox/pods/{name}/server/stop|start`
 //! - `GET|DELETE /sandbox/exec-log`
 //! - `GET|DELETE /sandbox/api-log`: every Kubernetes API request served (`{method, path, query}`)
-//! - `GET|POST|DELETE /sandbox/faults`: `{"kind":"drop_exec","pod":?,"count":1,"after":"after_start|after_stdout","delay_ms":0}`,
-//!   `{"kind":"stall_exec","pod":?,"count":1,"seconds":3600}`,
+//! - `GET|POST|DELETE /sandbox/faults`: `{"kind":"drop_exec","pod":?,"argv_contains":?,"count":1,"after":"after_start|after_stdout","delay_ms":0}`,
+//!   `{"kind":"stall_exec","pod":?,"argv_contains":?,"count":1,"seconds":3600}` (`argv_contains`:
+//!   only execs whose command holds that text),
 //!   `{"kind":"list_error","namespace":?,"count":1,"status":500|429,"retry_after_seconds":?}`,
 //!   `{"kind":"lease_error","namespace":?,"name":?,"verb":?,"count":1,"status":409|500}` (verb:
 //!   `get|list|watch|create|update|patch|delete`; 409 is the stale-resourceVersion Conflict)

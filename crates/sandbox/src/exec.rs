@@ -184,7 +184,7 @@ pub(crate) async fn handle(
         return status::bad_request("connection cannot be upgraded");
     };
 
-    let fault = state.faults().take_exec(&name);
+    let fault = state.faults().take_exec(&name, &q.command);
     let mut env = image_env(&name, state.images.path(container.userland));
     env.extend(container.env.iter().cloned());
     let stderr = q.stderr && !q.tty;

@@ -24,6 +24,11 @@ pub enum Fault {
         /// Only execs into this pod; `None`: any pod.
         #[serde(default)]
         pod: Option<String>,
+        /// Only execs whose command (its arguments joined by spaces) contains this text; `None`:
+        /// any. A test that writes through `kubectl exec` itself while the product runs scopes
+        /// the fault to the product's execs.
+        #[serde(default)]
+        argv_contains: Option<String>,
         /// How many execs it cuts before it is used up.
         #[serde(default = "one")]
         count: u32,
@@ -41,6 +46,9 @@ pub enum Fault {
         /// Only execs into this pod; `None`: any pod.
         #[serde(default)]
         pod: Option<String>,
+        /// As for `DropExec`.
+        #[serde(default)]
+        argv_contains: Option<String>,
         /// How many execs it stalls before it is used up.
         #[serde(default = "one")]
         count: u32,
@@ -134,10 +142,24 @@ impl Faults {
         self.armed.clone()
     }
 
-    pub(crate) fn take_exec(&mut self, pod: &str) -> Option<ExecFault> {
+    pub(crate) fn take_exec(&mut self, pod: &str, argv: &[String]) -> Option<ExecFault> {
+        let command = argv.join(" ");
         let idx = self.armed.iter().position(|f| match f {
-            Fault::DropExec { pod: p, count, .. } | Fault::StallExec { pod: p, count, .. } => {
-                *count > 0 && scoped(p, pod)
+            Fault::DropExec {
+                pod: p,
+                count,
+                argv_contains,
+                ..
+            }
+            | Fault::StallExec {
+                pod: p,
+                count,
+                argv_contains,
+                ..
+            } => {
+                *count > 0
+                    && scoped(p, pod)
+                    && argv_contains.as_deref().is_none_or(|text| command.contains(text))
             }
             Fault::ListError { .. } | Fault::LeaseError { .. } => false,
         })?;
@@ -219,6 +241,7 @@ mod tests {
         let mut f = Faults::default();
         f.arm(Fault::DropExec {
             pod: Some("a".into()),
+            argv_contains: None,
             count: 2,
             after: DropPoint::AfterStart,
             delay_ms: 0,
@@ -229,13 +252,39 @@ mod tests {
             status: 429,
             retry_after_seconds: Some(1),
         });
-        assert_eq!(f.take_exec("b"), None);
-        assert_eq!(f.take_exec("a"), Some(ExecFault::Drop(DropPoint::AfterStart, 0)));
-        assert_eq!(f.take_exec("a"), Some(ExecFault::Drop(DropPoint::AfterStart, 0)));
-        assert_eq!(f.take_exec("a"), None);
+        assert_eq!(f.take_exec("b", &[]), None);
+        assert_eq!(
+            f.take_exec("a", &[]),
+            Some(ExecFault::Drop(DropPoint::AfterStart, 0))
+        );
+        assert_eq!(
+            f.take_exec("a", &[]),
+            Some(ExecFault::Drop(DropPoint::AfterStart, 0))
+        );
+        assert_eq!(f.take_exec("a", &[]), None);
         assert_eq!(f.take_list("x").map(|l| l.status), Some(429));
         assert_eq!(f.take_list("x"), None);
         assert!(f.armed().is_empty());
+    }
+
+    #[test]
+    fn an_exec_fault_scoped_to_a_command_spares_the_others() {
+        let mut f = Faults::default();
+        f.arm(Fault::StallExec {
+            pod: None,
+            argv_contains: Some("--multiquery".into()),
+            count: 1,
+            seconds: 5,
+        });
+        let writer = ["sh".to_owned(), "-c".to_owned(), "clickhouse-client".to_owned()];
+        let product = [
+            "sh".to_owned(),
+            "-c".to_owned(),
+            "clickhouse-client --multiquery".to_owned(),
+        ];
+        assert_eq!(f.take_exec("a", &writer), None);
+        assert_eq!(f.take_exec("a", &product), Some(ExecFault::Stall(5)));
+        assert_eq!(f.take_exec("a", &product), None);
     }
 
     #[test]

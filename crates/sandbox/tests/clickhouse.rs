@@ -200,6 +200,7 @@ async fn clickhouse_pods_via_kubectl_and_kube_rs() {
 
     // A dropped connection in the middle of a statement is an error for kube-rs, not a success.
     sb.inject(Fault::DropExec {
+        argv_contains: None,
         pod: Some("chi-sandbox-sandbox-0-2-0".into()),
         count: 1,
         after: DropPoint::AfterStart,

@@ -452,6 +452,7 @@ async fn injected_faults_reach_the_client() {
     let c = client(&sb, "sandbox-minimal").await;
 
     sb.inject(Fault::DropExec {
+        argv_contains: None,
         pod: Some("chi-sandbox-sandbox-0-1-0".into()),
         count: 1,
         after: DropPoint::AfterStdout,
@@ -497,6 +498,7 @@ async fn injected_faults_reach_the_client() {
     assert_eq!(again.stdout, "back\n");
 
     sb.inject(Fault::StallExec {
+        argv_contains: None,
         pod: None,
         count: 1,
         seconds: 30,
