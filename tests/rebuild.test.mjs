@@ -230,6 +230,104 @@ describe('one shard of two replicas', () => {
     assert.match(events.find((e) => e.kind === 'rebuild' && e.step === 'verify').message, /checksums included/);
   });
 
+  test("someone's own table named <table>__new (a migration by hand) is refused and left as it is; renamed, the rebuild runs beside it", { timeout }, async () => {
+    const first = await apply('rb-manual', props(sandbox, [DB, table('manual', 'MergeTree', 'id')]));
+    for (const pod of pods) {
+      sandbox.query(pod, sixDays('manual', 0, 10));
+      sandbox.query(pod, table('manual__new', 'MergeTree', 'kind'));
+      sandbox.query(pod, sixDays('manual__new', 70_000, 2));
+    }
+    const v2 = [DB, table('manual', 'MergeTree', '(kind, id)')];
+    const allow = { rebuild: { 'rb.manual': { cutoverColumn: 'at', cutoverDelaySeconds: 1 } } };
+    const err = await rejection(apply('rb-manual', props(sandbox, v2, allow), first.state));
+    assert.equal(err.code, 'E_REBUILD_REFUSED', err.message);
+    assert.equal(err.pod, pods[0]);
+    assert.match(err.message, /rb\.manual__new exist\(s\) on the pod, and this tool did not make it/);
+    assert.match(err.message, /Nothing was changed on the pods/);
+    for (const pod of pods) {
+      assert.equal(sandbox.query(pod, 'SELECT count() FROM rb.manual__new'), '12', `their rows on ${pod} are all there`);
+      assert.equal(sortingKey(sandbox, pod, 'manual__new'), 'kind', `their table on ${pod} is as they made it`);
+      assert.equal(engineOf(sandbox, pod, 'manual__rebuild_view'), '', 'no view writes into their table');
+      assert.equal(sortingKey(sandbox, pod, 'manual'), 'id', 'the live table is untouched');
+    }
+    // They rename theirs: the rebuild runs and leaves it alone.
+    for (const pod of pods) sandbox.query(pod, 'RENAME TABLE rb.manual__new TO rb.manual_migration');
+    await apply('rb-manual', props(sandbox, v2, allow), first.state);
+    for (const pod of pods) {
+      assert.equal(sortingKey(sandbox, pod, 'manual'), 'kind, id');
+      assert.equal(sandbox.query(pod, 'SELECT count() FROM rb.manual'), '60');
+      assert.equal(sandbox.query(pod, 'SELECT count() FROM rb.manual_migration'), '12');
+    }
+  });
+
+  test('an unfinished rebuild, then a changed declaration: its new table (the earlier definition) is dropped and the rebuild starts over towards the new one', { timeout }, async () => {
+    const columns = (code) => `(id UInt64, kind String, at DateTime, code ${code})`;
+    const declare = (code, order) =>
+      [DB, `CREATE TABLE IF NOT EXISTS rb.redeclared ${columns(code)} ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`];
+    const first = await apply('rb-redeclared', props(sandbox, declare('String', 'id')));
+    for (const pod of pods) {
+      sandbox.query(
+        pod,
+        "INSERT INTO rb.redeclared SELECT number, concat('k', toString(number % 7)), toDateTime('2026-11-01 00:00:00') + intDiv(number, 50) * 86400 + number, " +
+          "if(number = 170, 'x', toString(number)) FROM system.numbers LIMIT 300",
+      );
+    }
+    const before = perPartition(sandbox, pods[0], 'redeclared');
+    const rebuild = { rebuild: { 'rb.redeclared': { cutoverColumn: 'at', cutoverDelaySeconds: 1, keepOld: false } } };
+    // Towards `code UInt32`: the fourth day's 'x' fails the backfill, the rebuild stays unfinished.
+    const err = await rejection(apply('rb-redeclared', props(sandbox, declare('UInt32', '(kind, at)'), rebuild), first.state));
+    assert.equal(err.code, 'E_REBUILD_FAILED', err.message);
+    assert.equal(sandbox.query(pods[0], "SELECT type FROM system.columns WHERE database = 'rb' AND table = 'redeclared__new' AND name = 'code'"), 'UInt32');
+    // The user keeps `code` a String instead.
+    const events = [];
+    await apply('rb-redeclared', props(sandbox, declare('String', '(kind, at)'), rebuild), first.state, { onEvent: (e) => events.push(e) });
+    const dropped = events.filter((e) => e.kind === 'rebuild' && e.step === 'prepare' && /earlier declaration/.test(e.message));
+    assert.deepEqual(dropped.map((e) => e.pod), pods, 'each pod drops the earlier attempt\'s objects');
+    for (const pod of pods) {
+      assert.equal(sortingKey(sandbox, pod, 'redeclared'), 'kind, at');
+      assert.equal(sandbox.query(pod, "SELECT type FROM system.columns WHERE database = 'rb' AND table = 'redeclared' AND name = 'code'"), 'String');
+      assert.deepEqual(perPartition(sandbox, pod, 'redeclared'), before, `no row lost or doubled on ${pod}`);
+      assert.equal(sandbox.query(pod, "SELECT count() FROM rb.redeclared WHERE code = 'x'"), '1');
+      for (const leftover of ['redeclared__new', 'redeclared__rebuild_view', 'redeclared__rebuild_stage', 'redeclared__old']) {
+        assert.equal(engineOf(sandbox, pod, leftover), '', `${leftover} is gone from ${pod}`);
+      }
+    }
+  });
+
+  test1816('replication between the replicas', 'a replica set swapped on one replica only (the deploy cancelled in between): a deploy again, or towards a changed declaration, is refused, and no row is doubled', { timeout }, async () => {
+    const run = Date.now().toString(36);
+    const engine = (v) => `ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/half_${run}${v}', '{replica}')`;
+    const allow = { rebuild: { 'rb.half': { cutoverColumn: 'at', cutoverDelaySeconds: 1, keepOld: false } } };
+    const first = await apply('rb-half', props(sandbox, [DB, table('half', engine(''), 'id')]));
+    sandbox.query(pods[0], sixDays('half', 0));
+    sandbox.query(pods[1], 'SYSTEM SYNC REPLICA rb.half');
+    const controller = new AbortController();
+    const err = await rejection(
+      apply('rb-half', props(sandbox, [DB, table('half', engine('_v2'), '(kind, id)')], allow), first.state, {
+        signal: controller.signal,
+        onEvent: (e) => {
+          if (e.kind === 'rebuild' && e.step === 'swap' && e.pod === pods[0] && /: swapped;/.test(e.message)) controller.abort();
+        },
+      }),
+    );
+    assert.equal(err.code, 'E_CANCELLED', err.message);
+    assert.equal(sortingKey(sandbox, pods[0], 'half'), 'kind, id', 'the first replica swapped');
+    assert.equal(sortingKey(sandbox, pods[1], 'half'), 'id', 'the second did not');
+    const unique = (pod) => sandbox.query(pod, 'SELECT count() = uniqExact(id) FROM rb.half');
+
+    // The same declaration again, and a changed one (a new path): both refused on the second replica,
+    // whose new table replicates the table the first one serves.
+    for (const version of ['_v2', '_v3']) {
+      const again = await rejection(apply('rb-half', props(sandbox, [DB, table('half', engine(version), '(id, kind)')], allow), first.state));
+      assert.equal(again.code, 'E_REBUILD_REFUSED', `${version}: ${again.message}`);
+      assert.equal(again.pod, pods[1]);
+      assert.match(again.message, /already serves the declared ZooKeeper path/);
+      assert.ok(sandbox.tablesOn(pods[1], 'rb').includes('half__new'), `${version}: the second replica's new table is left as it is`);
+      for (const pod of pods) assert.equal(unique(pod), '1', `${version}: no row doubled on ${pod}`);
+    }
+    assert.equal(sandbox.query(pods[0], 'SELECT count() FROM rb.half'), '300');
+  });
+
   test1816('replication of inserts', 'a plain MergeTree becomes ReplicatedMergeTree: every replica holds every row', { timeout }, async () => {
     const v1 = [DB, table('converted', 'MergeTree', 'id')];
     const first = await apply('rb-converted', props(sandbox, v1));

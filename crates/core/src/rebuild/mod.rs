@@ -79,6 +79,10 @@ pub const OLD_SUFFIX: &str = "__old";
 pub const VIEW_SUFFIX: &str = "__rebuild_view";
 /// Suffix of the staging table each partition is copied into first.
 pub const STAGE_SUFFIX: &str = "__rebuild_stage";
+/// The objects a rebuild makes beside the live table. `__new` is a name people use for their own
+/// migrations, so a rebuild resumes, writes into or drops one of these only when its own `made`
+/// receipt on the pod says it made them (see [`RebuildPlan::prepare_script`]).
+pub const MADE_SUFFIXES: [&str; 3] = [VIEW_SUFFIX, NEW_SUFFIX, STAGE_SUFFIX];
 /// The table, in the rebuilt table's database, that holds a rebuild's receipts.
 pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";
 /// A backfill batch (partitions copied in one exec) closes at this many rows...
@@ -427,7 +431,10 @@ impl RebuildPlan {
              SELECT 'receipt', step, source, partition, rows, checksum, value, cutover FROM {receipts} \
              WHERE table_name = {key} AND target = {target} AND NOT (step IN ('copied', 'attached') AND cutover IN \
              (SELECT value FROM {receipts} WHERE table_name = {key} AND target = {target} AND step = 'abandoned')) \
-             FORMAT TSV;\n{end}",
+             FORMAT TSV;\n\
+             SELECT 'made', '' FORMAT TSV;\n\
+             SELECT DISTINCT 'made', target FROM {receipts} WHERE table_name = {key} AND step = 'made' AND value NOT IN \
+             (SELECT value FROM {receipts} WHERE table_name = {key} AND step = 'released') FORMAT TSV;\n{end}",
             receipts = self.receipts(),
             reads = self.inspect_reads(),
             key = literal(&self.key()),
@@ -448,11 +455,12 @@ impl RebuildPlan {
         let db = literal(&self.database);
         let t = literal(&self.table);
         let new = literal(&format!("{}{NEW_SUFFIX}", self.table));
+        let old = literal(&format!("{}{OLD_SUFFIX}", self.table));
         let ours = self.names_literal();
         format!(
             "SELECT 'table', name, engine, partition_key FROM system.tables WHERE database = {db} AND name IN ({ours}) FORMAT TSV;\n\
-             SELECT 'replica', table, zookeeper_path FROM system.replicas WHERE database = {db} AND table IN ({t}, {new}) FORMAT TSV;\n\
-             SELECT 'column', table, name, type, default_kind FROM system.columns WHERE database = {db} AND table IN ({t}, {new}) FORMAT TSV;\n\
+             SELECT 'replica', table, zookeeper_path FROM system.replicas WHERE database = {db} AND table IN ({t}, {new}, {old}) FORMAT TSV;\n\
+             SELECT 'column', table, name, type, default_kind FROM system.columns WHERE database = {db} AND table IN ({t}, {new}, {old}) FORMAT TSV;\n\
              SELECT 'create', create_table_query FROM system.tables WHERE database = {db} AND name = {t} FORMAT TSV;\n\
              SELECT 'object', database, name, create_table_query FROM system.tables \
              WHERE database != 'system' AND NOT (database = {db} AND name IN ({ours})) \
@@ -462,14 +470,59 @@ impl RebuildPlan {
     }
 
     /// Creates the new table and the staging table on a pod (`IF NOT EXISTS`: a resumed rebuild
-    /// finds them).
-    pub fn prepare_script(&self) -> String {
+    /// finds them). `made` says which `made` receipt it writes first: with [`Made::Fresh`] (none
+    /// of [`MADE_SUFFIXES`] exists on the pod) one with a value of its own, open until the
+    /// swap's finish or an abandon releases it, after releasing the receipts an interrupted run
+    /// left open, so that a table someone makes by those names later is never taken for this
+    /// tool's; with [`Made::Adopt`] (objects an earlier version made, which wrote no such receipt)
+    /// one for them.
+    pub fn prepare_script(&self, made: Made) -> String {
+        let insert = format!(
+            "INSERT INTO {} (table_name, target, step, value) SELECT {}, {}, 'made', toString(rand64());\n",
+            self.receipts(),
+            literal(&self.key()),
+            literal(&self.target),
+        );
+        let made = match made {
+            Made::Recorded => String::new(),
+            Made::Fresh => format!("{}{insert}", self.release_statement()),
+            Made::Adopt => insert,
+        };
         format!(
-            "CREATE TABLE IF NOT EXISTS {} {};\nCREATE TABLE IF NOT EXISTS {} {};\n",
+            "{made}CREATE TABLE IF NOT EXISTS {} {};\nCREATE TABLE IF NOT EXISTS {} {};\n",
             self.name(NEW_SUFFIX),
             self.body,
             self.name(STAGE_SUFFIX),
             self.plain_body,
+        )
+    }
+
+    /// Releases every open `made` receipt of the table on a pod: what it named is gone (swapped
+    /// in, dropped) or about to be.
+    fn release_statement(&self) -> String {
+        let key = literal(&self.key());
+        format!(
+            "INSERT INTO {receipts} (table_name, target, step, value) SELECT table_name, target, 'released', value \
+             FROM {receipts} WHERE table_name = {key} AND step = 'made' AND value NOT IN \
+             (SELECT value FROM {receipts} WHERE table_name = {key} AND step = 'released');\n",
+            receipts = self.receipts(),
+        )
+    }
+
+    /// Drops what this tool made for a rebuild towards another declaration of the table (its
+    /// `made` receipt names another target): the view first, then the new and staging tables,
+    /// and releases the receipt. That attempt's other receipts are keyed by its own target, so
+    /// nothing of it is counted again.
+    pub fn discard_script(&self) -> String {
+        // Released before the drops: a script cut between them leaves objects with no receipt,
+        // which the next apply refuses on, rather than a receipt that would vouch for whatever
+        // someone makes by those names later.
+        format!(
+            "{}DROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\n",
+            self.release_statement(),
+            self.name(VIEW_SUFFIX),
+            self.name(NEW_SUFFIX),
+            self.name(STAGE_SUFFIX),
         )
     }
 
@@ -808,7 +861,8 @@ impl RebuildPlan {
     /// The swap on one pod: the view goes first (after the rename it would write into the
     /// missing `__new`), then one RENAME, then the staging table. The old table stays until the
     /// rows that reached it after their partition was verified are copied (see
-    /// [`Self::catch_up_script`] and [`Self::drop_old_script`]).
+    /// [`Self::catch_up_script`] and [`Self::finish_script`]); the `made` receipt stays open until
+    /// then, so that a later apply finds a swap cut short after its RENAME and finishes it.
     /// The `swapped` receipt names the pod and the cut-over, so a later rebuild of the same
     /// declaration (the table made again by hand since) does not take that finished attempt for
     /// one to resume.
@@ -825,23 +879,76 @@ impl RebuildPlan {
         script
     }
 
-    /// Drops the old table after the swap unless `keepOld`: an empty script then.
-    pub fn drop_old_script(&self) -> String {
-        if self.config.keep_old {
-            String::new()
+    /// Ends the swap on a pod once the old table's late rows are copied: drops the old table
+    /// unless it is kept (`keepOld`, or `keep`: rows nobody can place are left in it), and records
+    /// a `finished` receipt, so that a later apply does not take a kept old table for one whose
+    /// rows still wait (see [`Self::old_table_query`]).
+    pub fn finish_script(&self, cutover: &str, pod: &str, keep: bool) -> String {
+        // The staging table too: a swap cut short after its RENAME may have left it.
+        let drop = if self.config.keep_old || keep {
+            format!("DROP TABLE IF EXISTS {};\n", self.name(STAGE_SUFFIX))
         } else {
-            format!("DROP TABLE IF EXISTS {};\n", self.name(OLD_SUFFIX))
-        }
+            format!(
+                "DROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\n",
+                self.name(STAGE_SUFFIX),
+                self.name(OLD_SUFFIX)
+            )
+        };
+        // The receipts first, for the reason `discard_script` gives.
+        format!(
+            "{}{}{drop}",
+            self.receipt_insert("finished", pod, "", 0, 0, "", cutover),
+            self.release_statement()
+        )
+    }
+
+    /// Whether `<table>__old` exists on a pod, for a pod the rebuild is not due on: a swap cut
+    /// short after its RENAME left the old table, and maybe rows in it, there.
+    pub fn old_table_query(&self) -> String {
+        format!(
+            "SELECT 'old', name FROM system.tables WHERE database = {} AND name = {} FORMAT TSV;\n{}",
+            literal(&self.database),
+            literal(&format!("{}{OLD_SUFFIX}", self.table)),
+            end_statement()
+        )
+    }
+
+    /// The cut-overs of the swaps on `pod` that no `finished` receipt closed (of any declaration:
+    /// the user may have changed it since), one `swap` line each.
+    pub fn open_swaps_query(&self, pod: &str) -> String {
+        format!(
+            "SELECT DISTINCT 'swap', cutover FROM {receipts} WHERE table_name = {key} AND step = 'swapped' AND \
+             source = {pod} AND cutover NOT IN (SELECT cutover FROM {receipts} WHERE table_name = {key} AND \
+             step = 'finished' AND source = {pod}) FORMAT TSV;\n{end}",
+            receipts = self.receipts(),
+            key = literal(&self.key()),
+            pod = literal(pod),
+            end = end_statement(),
+        )
+    }
+
+    /// The partitions of the old table, as the text of its partition key `old_key` (what
+    /// [`Self::catch_up_script`] filters on), one `p` line each; one empty one for an
+    /// unpartitioned table.
+    pub fn old_partitions_query(&self, old_key: &str) -> String {
+        let key = if old_key.trim().is_empty() {
+            "''".to_owned()
+        } else {
+            format!("toString(({old_key}))")
+        };
+        format!(
+            "SELECT DISTINCT 'p', {key} FROM {} FORMAT TSV;\n{}",
+            self.name(OLD_SUFFIX),
+            end_statement()
+        )
     }
 
     /// Drops what a rebuild that must start over left: the view first, then the new and staging
     /// tables; the receipt marks `cutover` as abandoned, so the next apply takes a new one.
     pub fn abandon_script(&self, cutover: &Cutover) -> String {
         format!(
-            "DROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\n{}",
-            self.name(VIEW_SUFFIX),
-            self.name(NEW_SUFFIX),
-            self.name(STAGE_SUFFIX),
+            "{}{}",
+            self.discard_script(),
             self.receipt_insert("abandoned", "", "", 0, 0, &cutover.value, &cutover.value),
         )
     }
@@ -936,6 +1043,36 @@ fn partition_filter(live_key: &str, value: &str) -> String {
     }
 }
 
+/// The `made` receipt a prepare writes (see [`RebuildPlan::prepare_script`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Made {
+    /// The pod has one open for these objects already.
+    Recorded,
+    /// None of the objects exists: a new one, after releasing any left open.
+    Fresh,
+    /// Objects an earlier version made, with no receipt: one for them.
+    Adopt,
+}
+
+/// The second fields of the lines of a script's output that start with `tag` (the cut-overs of
+/// [`RebuildPlan::open_swaps_query`], the partitions of [`RebuildPlan::old_partitions_query`]).
+pub fn parse_tagged(stdout: &str, tag: &str) -> Result<Vec<String>, String> {
+    complete(stdout)?
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let fields: Vec<String> = line.split('\t').map(unescape).collect();
+            match fields.as_slice() {
+                [first, value] if first == tag => Ok(value.clone()),
+                _ => Err(format!(
+                    "an unexpected line: {}",
+                    line.chars().take(80).collect::<String>()
+                )),
+            }
+        })
+        .collect()
+}
+
 /// The cut-over of one rebuild.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cutover {
@@ -1003,12 +1140,15 @@ pub struct Inspection {
     pub dictionaries: Vec<(String, String)>,
     /// This rebuild's receipts on the pod.
     pub receipts: Vec<Receipt>,
+    /// The targets of the table's open `made` receipts on the pod: whose [`MADE_SUFFIXES`] objects
+    /// this tool made. `None` when the inspection did not read the receipts (a plan's).
+    pub made: Option<BTreeSet<String>>,
 }
 
 /// One receipt row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
-    /// `cutover`, `attached`, `copied`, `swapped` or `abandoned`.
+    /// `cutover`, `attached`, `copied`, `swapped`, `finished` or `abandoned`.
     pub step: String,
     /// The source (a replica set's ZooKeeper path, or a pod's name).
     pub source: String,
@@ -1020,6 +1160,19 @@ pub struct Receipt {
     pub value: String,
     /// The cut-over the receipt belongs to (empty for a `swapped` one of an earlier version).
     pub cutover: String,
+}
+
+/// Whether [`RebuildPlan::old_table_query`] found the old table.
+pub fn parse_old_table(stdout: &str) -> Result<bool, String> {
+    let body = complete(stdout)?.trim();
+    match body.split_once('\t') {
+        None if body.is_empty() => Ok(false),
+        Some(("old", _)) => Ok(true),
+        _ => Err(format!(
+            "an unexpected answer: {}",
+            body.chars().take(80).collect::<String>()
+        )),
+    }
 }
 
 /// The receipts of one rebuild run: those of `cutover`, the one it copies up to.
@@ -1048,6 +1201,15 @@ impl Inspection {
                 Some("create") => out.create = Some(f(1)),
                 Some("object") => out.objects.push((format!("{}.{}", f(1), f(2)), f(3))),
                 Some("dictionary") => out.dictionaries.push((f(1), f(2))),
+                // A first line with no target says the receipts were read (a constant `SELECT`
+                // always prints its row, whatever the settings make of an empty aggregation);
+                // then one line per target with an open `made` receipt.
+                Some("made") => {
+                    let made = out.made.get_or_insert_with(BTreeSet::new);
+                    if !f(1).is_empty() {
+                        made.insert(f(1));
+                    }
+                }
                 Some("receipt") => out.receipts.push(Receipt {
                     step: f(1),
                     source: f(2),
@@ -1081,10 +1243,14 @@ impl Inspection {
 /// Columns a row is copied by: those the new table has as plain or DEFAULT columns and the live
 /// table has too, in the new table's order.
 pub fn shared_columns(inspection: &Inspection, table: &str) -> Vec<String> {
-    let new = format!("{table}{NEW_SUFFIX}");
-    let live: BTreeSet<&str> = inspection.columns_of(table).map(|c| c.1.as_str()).collect();
+    shared_between(inspection, table, &format!("{table}{NEW_SUFFIX}"))
+}
+
+/// [`shared_columns`] of a copy from table `from` into table `into`.
+fn shared_between(inspection: &Inspection, from: &str, into: &str) -> Vec<String> {
+    let live: BTreeSet<&str> = inspection.columns_of(from).map(|c| c.1.as_str()).collect();
     inspection
-        .columns_of(&new)
+        .columns_of(into)
         .filter(|c| live.contains(c.1.as_str()))
         .filter(|c| c.3.is_empty() || c.3 == "DEFAULT")
         .map(|c| c.1.clone())
@@ -1095,17 +1261,26 @@ pub fn shared_columns(inspection: &Inspection, table: &str) -> Vec<String> {
 /// the new table's type when the live table's differs (its values are converted as the backfill's
 /// insert converts them, so that both sides of the difference compare alike).
 pub fn copy_columns(inspection: &Inspection, table: &str) -> Vec<(String, Option<String>)> {
-    let new = format!("{table}{NEW_SUFFIX}");
+    copy_columns_between(inspection, table, &format!("{table}{NEW_SUFFIX}"))
+}
+
+/// [`copy_columns`] of a copy from table `from` into table `into` (after the swap: from
+/// `<table>__old` into the table).
+pub fn copy_columns_between(
+    inspection: &Inspection,
+    from: &str,
+    into: &str,
+) -> Vec<(String, Option<String>)> {
     let type_in = |t: &str, name: &str| {
         inspection
             .columns_of(t)
             .find(|c| c.1 == name)
             .map(|c| c.2.clone())
     };
-    shared_columns(inspection, table)
+    shared_between(inspection, from, into)
         .into_iter()
         .map(|name| {
-            let to = type_in(&new, &name).filter(|to| type_in(table, &name).as_ref() != Some(to));
+            let to = type_in(into, &name).filter(|to| type_in(from, &name).as_ref() != Some(to));
             (name, to)
         })
         .collect()

@@ -102,6 +102,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         self.open_ledger_on(&unopened).await?;
         let reopened: Vec<PodRef> = unopened.iter().map(|p| PodRef::of(p)).collect();
         for plan in plans {
+            Box::pin(self.finish_interrupted_swaps(plan, &survey.holders(plan))).await?;
+        }
+        for plan in plans {
             let Some(due) = survey.due.get(&plan.key()) else {
                 continue;
             };
@@ -277,10 +280,56 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .iter()
             .filter_map(|(pod, inspection)| Some((pod.as_str(), inspection.replicas.get(table)?.as_str())))
             .collect();
+        // This tool's objects of a rebuild towards another declaration (the user changed it while
+        // that rebuild was unfinished): the new table has the other definition, so they are dropped
+        // and this rebuild starts from nothing (`refuse` let only this tool's through). Not when
+        // that new table replicates a table another pod serves (its swap went through there): its
+        // rows are that table's, and a rebuild from both would copy them twice.
+        let stale = |pod: &PodInfo| {
+            let inspection = &before[&pod.name];
+            !leftovers(plan, inspection).is_empty()
+                && inspection
+                    .made
+                    .as_ref()
+                    .is_some_and(|made| made.iter().any(|target| *target != plan.target))
+        };
+        for pod in due.iter().filter(|p| stale(p)) {
+            let inspection = &before[&pod.name];
+            self.refuse_joining_a_serving_set(plan, pod, inspection, inspection, &serving)
+                .await?;
+        }
+        // Every pod's before any prepare: a `Replicated` new table of the other declaration on one
+        // pod would otherwise clash with this one's, created on another with the same path.
+        for pod in due.iter().filter(|p| stale(p)) {
+            let at = At::new(plan, "prepare", &pod.name);
+            self.rebuild_exec(&at, plan.discard_script(), true).await?;
+            self.rebuild_event(
+                plan,
+                "prepare",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{key} on {}: dropped {} that an unfinished rebuild towards an earlier declaration of the \
+                     table made; this one starts over",
+                    pod.name,
+                    leftovers(plan, &before[&pod.name]).join(", ")
+                ),
+            );
+        }
         let mut inspected: BTreeMap<String, Inspection> = BTreeMap::new();
         for pod in due {
             let at = At::new(plan, "prepare", &pod.name);
-            self.rebuild_exec(&at, plan.prepare_script(), true).await?;
+            let inspection = &before[&pod.name];
+            let made = if leftovers(plan, inspection).is_empty() || stale(pod) {
+                rebuild::Made::Fresh
+            } else if inspection.made.as_ref().is_some_and(BTreeSet::is_empty) {
+                // `refuse` let them through as an earlier version's unfinished rebuild.
+                rebuild::Made::Adopt
+            } else {
+                rebuild::Made::Recorded
+            };
+            self.rebuild_exec(&at, plan.prepare_script(made), true).await?;
             let inspection = self.inspect(&at).await?;
             self.refuse_joining_a_serving_set(plan, pod, &before[&pod.name], &inspection, &serving)
                 .await?;
@@ -351,6 +400,41 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             sources.entry(source_of(pod)).or_insert(pod);
         }
         let copiers: BTreeSet<&str> = sources.values().map(|p| p.name.as_str()).collect();
+        // Several sources into one new table are local tables becoming one `Replicated` table.
+        // Two replica sets into one are the same rows twice over: a replica set half swapped
+        // (one replica serves the declared path, another the old one) reads as that.
+        let mut per_target: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for pod in due {
+            let into = inspected[&pod.name]
+                .replicas
+                .get(&new_name)
+                .cloned()
+                .unwrap_or_else(|| pod.name.clone());
+            per_target.entry(into).or_default().insert(source_of(pod));
+        }
+        if let Some((into, from)) = per_target.iter().find(|(_, from)| {
+            from.len() > 1
+                && due.iter().any(|p| {
+                    inspected[&p.name]
+                        .replicas
+                        .get(table)
+                        .is_some_and(|path| from.contains(path))
+                })
+        }) {
+            return Err(self.rebuild_error(
+                ErrorKind::RebuildRefused,
+                &At::new(plan, "prepare", &first.name),
+                &format!(
+                    "the new table '{into}' would be filled from {} replica sets ({}): they hold the same rows \
+                     (a replica set whose swap went through on some replicas only), which a rebuild would copy twice. \
+                     Make {}.{table} as declared by hand on the replicas that still serve the old path (drop it and \
+                     run the declared CREATE: it joins the set and fetches its rows), then deploy again",
+                    from.len(),
+                    from.iter().cloned().collect::<Vec<_>>().join(", "),
+                    plan.database,
+                ),
+            ));
+        }
         // The other replicas' views first, then each copier's copy of the rows dated ahead and its
         // view: a row written on another replica before its view is then in the copier's live
         // table (after its replication queue is done) when the copier reads it, and one written
@@ -503,6 +587,25 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let table = plan.table.as_str();
         let at = At::new(plan, "check", pod);
         let refused = |why: String| self.rebuild_error(ErrorKind::RebuildRefused, &at, &why);
+        let found = leftovers(plan, inspection);
+        if !found.is_empty()
+            && inspection.made.as_ref().is_some_and(BTreeSet::is_empty)
+            && !resumable_without_made(inspection, pod)
+        {
+            return Err(refused(format!(
+                "{} exist(s) on the pod, and this tool did not make {} (no open receipt of a rebuild of {} in \
+                 {}.{RECEIPTS_TABLE} there): it may be someone's migration, which the rebuild would write into and \
+                 drop. Rename it, or drop it once its rows are no longer needed, and deploy again",
+                found
+                    .iter()
+                    .map(|name| format!("{}.{name}", plan.database))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if found.len() == 1 { "it" } else { "them" },
+                plan.key(),
+                plan.database,
+            )));
+        }
         if inspection.tables.contains_key(&format!("{table}{OLD_SUFFIX}")) {
             return Err(refused(format!(
                 "{}.{table}{OLD_SUFFIX} exists (an earlier rebuild's old table): the swap would need its name. \
@@ -580,16 +683,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let at = At::new(plan, "prepare", &pod.name);
         let created_now = !before.tables.contains_key(&new_name);
         if created_now {
-            self.rebuild_exec(
-                &at,
-                format!(
-                    "DROP TABLE IF EXISTS {};\nDROP TABLE IF EXISTS {};\n",
-                    plan.name(NEW_SUFFIX),
-                    plan.name(rebuild::STAGE_SUFFIX)
-                ),
-                true,
-            )
-            .await?;
+            self.rebuild_exec(&at, plan.discard_script(), true).await?;
         }
         Err(self.rebuild_error(
             ErrorKind::RebuildRefused,
@@ -1189,18 +1283,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     async fn catch_up(&self, at: &At<'_>, script: String, what: &str) -> Result<u64, ClickHouseSchemaError> {
         let out = self.rebuild_exec(at, script, true).await?;
         let rows = out.trim().parse::<u64>().unwrap_or(0);
-        let partition = at.partition.unwrap_or_default();
+        let partition = at
+            .partition
+            .map(|p| format!("partition {p}: "))
+            .unwrap_or_default();
         self.rebuild_event(
             at.plan,
             at.step,
             Some(at.pod),
             at.partition,
             Some(rows),
-            format!(
-                "{} on {}: partition {partition}: {rows} row(s) {what}",
-                at.plan.key(),
-                at.pod
-            ),
+            format!("{} on {}: {partition}{rows} row(s) {what}", at.plan.key(), at.pod),
         );
         Ok(rows)
     }
@@ -1390,13 +1483,15 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .await?;
             }
         }
-        let drop = plan.drop_old_script();
         for pod in due {
             let kept = plan.config.keep_old || keep.contains(&pod.name);
-            if !kept {
-                let at = At::new(plan, "swap", &pod.name);
-                self.rebuild_exec(&at, drop.clone(), true).await?;
-            }
+            let at = At::new(plan, "swap", &pod.name);
+            self.rebuild_exec(
+                &at,
+                plan.finish_script(&cutover.value, &pod.name, keep.contains(&pod.name)),
+                true,
+            )
+            .await?;
             self.rebuild_event(
                 plan,
                 "swap",
@@ -1407,6 +1502,190 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     "{key} on {}: {}",
                     pod.name,
                     if kept {
+                        format!("the old table is kept as {table}{OLD_SUFFIX}")
+                    } else {
+                        "the old table is dropped".to_owned()
+                    }
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Finishes the swaps an earlier apply cut short after their RENAME (a dropped exec, a cancel,
+    /// a lost lease, a killed process) on the pods that hold the table. Such a pod has
+    /// `<table>__old`, this tool's `made` receipt still open, a `swapped` receipt no `finished` one
+    /// closed, and no `__new`. After the cut-over delay (inserts under way at the RENAME land),
+    /// the rows the old table holds and the table lacks are copied, partition by partition of
+    /// the old table, as the multiset difference of the two; then the swap ends as it would have
+    /// (`finish_script`). Where `after_swap` would not copy (an engine that folds rows, several
+    /// sources into one table) the old table is kept, with an event. A replica whose old replica
+    /// set another pod still serves is left until that pod has swapped: rows it writes reach the
+    /// new set through its view and the old one directly, and a difference taken in between would
+    /// copy them twice. For a `Replicated` table both replication queues are done on the pod
+    /// first, so a replica that finishes after another copies nothing twice.
+    async fn finish_interrupted_swaps(
+        &self,
+        plan: &RebuildPlan,
+        holders: &[&PodInfo],
+    ) -> Result<(), ClickHouseSchemaError> {
+        let table = plan.table.as_str();
+        let old_name = format!("{table}{OLD_SUFFIX}");
+        let mut with_old = Vec::new();
+        for pod in holders {
+            let at = At::new(plan, "swap", &pod.name);
+            let out = self.rebuild_exec(&at, plan.old_table_query(), true).await?;
+            if rebuild::parse_old_table(&out)
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?
+            {
+                with_old.push(*pod);
+            }
+        }
+        if with_old.is_empty() {
+            return Ok(());
+        }
+        let mut inspections: BTreeMap<&str, Inspection> = BTreeMap::new();
+        for pod in holders {
+            let at = At::new(plan, "swap", &pod.name);
+            inspections.insert(pod.name.as_str(), self.inspect(&at).await?);
+        }
+        let mut waited = false;
+        for pod in with_old {
+            let at = At::new(plan, "swap", &pod.name);
+            let inspection = &inspections[pod.name.as_str()];
+            let ours = inspection.made.as_ref().is_some_and(|made| !made.is_empty());
+            if !ours || inspection.tables.contains_key(&format!("{table}{NEW_SUFFIX}")) {
+                // A kept old table of a finished rebuild, or someone's: the check step refuses on
+                // it where a rebuild is due, naming it.
+                continue;
+            }
+            let out = self
+                .rebuild_exec(&at, plan.open_swaps_query(&pod.name), true)
+                .await?;
+            let swaps = rebuild::parse_tagged(&out, "swap")
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            let Some(cutover) = swaps.into_iter().next() else {
+                continue;
+            };
+            if let Some(old_path) = inspection.replicas.get(&old_name)
+                && let Some(other) = holders.iter().find(|other| {
+                    other.name != pod.name
+                        && inspections[other.name.as_str()].replicas.get(table) == Some(old_path)
+                })
+            {
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(&pod.name),
+                    None,
+                    None,
+                    format!(
+                        "{} on {}: the swap an earlier apply cut short is not finished yet: pod {} still serves the old \
+                         table's ZooKeeper path '{old_path}', so {table}{OLD_SUFFIX} stays until it has swapped",
+                        plan.key(),
+                        pod.name,
+                        other.name
+                    ),
+                );
+                continue;
+            }
+            let (old_engine, old_key) = inspection.tables.get(&old_name).cloned().unwrap_or_default();
+            let replicated = |name: &str| inspection.replicas.contains_key(name);
+            // Local old tables into one `Replicated` table: several sources, whose missing rows
+            // cannot be told apart (as after_swap keeps them).
+            let several = !replicated(&old_name) && replicated(table);
+            if several || !plan.copies_differences(&old_engine) {
+                self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, true), true)
+                    .await?;
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(&pod.name),
+                    None,
+                    None,
+                    format!(
+                        "{} on {}: the swap an earlier apply cut short is finished, but {table}{OLD_SUFFIX} is kept: {}, \
+                         so rows that reached it after verification cannot be told apart; compare it with the table \
+                         and copy what is missing by hand, then drop it",
+                        plan.key(),
+                        pod.name,
+                        if several {
+                            "several old tables fed the one new table"
+                        } else {
+                            "its engine folds rows when parts merge"
+                        }
+                    ),
+                );
+                continue;
+            }
+            if !waited {
+                waited = true;
+                if self
+                    .unless_cancelled(
+                        self.clock
+                            .sleep(Duration::from_secs(u64::from(plan.config.cutover_delay_seconds))),
+                    )
+                    .await
+                    .is_none()
+                {
+                    return Err(self
+                        .cancelled(&format!(
+                            "before finishing the swap of {} that an earlier apply cut short",
+                            plan.key()
+                        ))
+                        .with_pod(&pod.name));
+                }
+            }
+            let columns = rebuild::copy_columns_between(inspection, &old_name, table);
+            let sync_old = if replicated(&old_name) {
+                format!("SYSTEM SYNC REPLICA {};\n", plan.name(OLD_SUFFIX))
+            } else {
+                String::new()
+            };
+            let out = self
+                .rebuild_exec(
+                    &at,
+                    format!("{sync_old}{}", plan.old_partitions_query(&old_key)),
+                    true,
+                )
+                .await?;
+            let partitions = rebuild::parse_tagged(&out, "p")
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            for partition in &partitions {
+                let at = At {
+                    partition: Some(partition),
+                    ..At::new(plan, "swap", &pod.name)
+                };
+                let script = plan.catch_up_script(
+                    OLD_SUFFIX,
+                    "",
+                    partition,
+                    &old_key,
+                    "1",
+                    &columns,
+                    false,
+                    replicated(table),
+                );
+                self.catch_up(
+                    &at,
+                    script,
+                    "that reached the old table and not the table were copied, finishing a swap an earlier apply cut short",
+                )
+                .await?;
+            }
+            self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, false), true)
+                .await?;
+            self.rebuild_event(
+                plan,
+                "swap",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{} on {}: the swap an earlier apply cut short is finished; {}",
+                    plan.key(),
+                    pod.name,
+                    if plan.config.keep_old {
                         format!("the old table is kept as {table}{OLD_SUFFIX}")
                     } else {
                         "the old table is dropped".to_owned()
@@ -1547,15 +1826,20 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .map(|p| format!(", partition {p}"))
             .unwrap_or_default();
         let consequence = match kind {
+            // The refusals after the prepare: what it made stays, this tool's, for the next apply.
+            ErrorKind::RebuildRefused if at.step == "prepare" => {
+                "The live tables are untouched and still serve reads and writes.".to_owned()
+            }
             ErrorKind::RebuildRefused => {
                 "Nothing was changed on the pods, and nothing is recorded.".to_owned()
             }
-            // From the swap on the new table may serve already, and no later apply resumes: the
-            // old table, which may hold the last rows written, is left for the user.
+            // From the swap on the new table may serve already; the old table, which may hold the
+            // last rows written, stays until an apply finishes the swap (finish_interrupted_swap).
             _ if at.step == "swap" => format!(
                 "The swap may have gone through on this pod (the new table then serves); rows that reached the old \
-                 table after verification may be only in {}.{}{OLD_SUFFIX}, which is kept: compare it with the table \
-                 and copy what is missing before you drop it",
+                 table after verification may be only in {}.{}{OLD_SUFFIX}, which is kept until the next apply \
+                 finishes the swap: it copies the rows the old table holds and the table lacks, then drops it \
+                 (unless keepOld)",
                 at.plan.database, at.plan.table
             ),
             // A failed verification says itself what the next apply does.
@@ -1688,6 +1972,28 @@ fn judge_view_range(
 }
 
 /// The declared engine's name.
+/// Which of the objects a rebuild makes ([`rebuild::MADE_SUFFIXES`]) exist on a pod, by name.
+fn leftovers(plan: &RebuildPlan, inspection: &Inspection) -> Vec<String> {
+    rebuild::MADE_SUFFIXES
+        .iter()
+        .map(|suffix| format!("{}{suffix}", plan.table))
+        .filter(|name| inspection.tables.contains_key(name))
+        .collect()
+}
+
+/// Whether a rebuild begun by a version that wrote no `made` receipt is unfinished on `pod`: a
+/// cut-over of this declaration recorded there, neither abandoned nor swapped on the pod. Its
+/// objects are this tool's, and the rebuild resumes them.
+fn resumable_without_made(inspection: &Inspection, pod: &str) -> bool {
+    inspection.receipts.iter().any(|cutover| {
+        cutover.step == "cutover"
+            && !inspection.receipts.iter().any(|r| {
+                (r.step == "abandoned" && r.value == cutover.value)
+                    || (r.step == "swapped" && r.cutover == cutover.value && r.source == pod)
+            })
+    })
+}
+
 fn plan_engine(plan: &RebuildPlan) -> String {
     crate::sql::definition::engine_parts(plan.engine_text())
         .map(|(name, _)| name)

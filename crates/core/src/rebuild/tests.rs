@@ -165,8 +165,9 @@ fn the_target_changes_with_the_declaration_only() {
 
 #[test]
 fn the_new_table_is_the_declaration_without_on_cluster_and_the_stage_is_never_replicated() {
-    let script = events_plan("at").unwrap().prepare_script();
+    let script = events_plan("at").unwrap().prepare_script(Made::Recorded);
     let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 2, "{script}");
     assert!(
         lines[0].starts_with("CREATE TABLE IF NOT EXISTS `shop`.`events__new` (id UInt64"),
         "{}",
@@ -315,12 +316,14 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     // The old table is never dropped in the swap itself: rows that reached it after their
     // partition was verified are copied from it first.
     assert!(!script.contains("DROP TABLE IF EXISTS `shop`.`events__old`"));
-    assert_eq!(plan.drop_old_script(), "");
+    assert!(
+        !plan
+            .finish_script("1764000000", "pod-0", false)
+            .contains("events__old")
+    );
     // The receipt names the pod and the cut-over it finished.
     assert!(
-        script
-            .trim_end()
-            .ends_with("'swapped', 'pod-0', '', 0, 0, '', '1764000000');"),
+        lines[3].ends_with("'swapped', 'pod-0', '', 0, 0, '', '1764000000');"),
         "{script}"
     );
     plan.config.keep_old = false;
@@ -329,13 +332,98 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
             .swap_script(&cutover, "pod-0")
             .contains("DROP TABLE IF EXISTS `shop`.`events__old`")
     );
-    assert_eq!(
-        plan.drop_old_script(),
-        "DROP TABLE IF EXISTS `shop`.`events__old`;\n"
+    let finish = plan.finish_script("1764000000", "pod-0", false);
+    assert!(
+        finish.contains("DROP TABLE IF EXISTS `shop`.`events__old`;\n"),
+        "{finish}"
+    );
+    assert!(
+        finish.contains("'finished', 'pod-0', '', 0, 0, '', '1764000000');"),
+        "{finish}"
+    );
+    // Rows nobody can place keep the old table, keepOld or not.
+    assert!(
+        !plan
+            .finish_script("1764000000", "pod-0", true)
+            .contains("events__old")
     );
     let abandon = plan.abandon_script(&Cutover::parse(CutoverKind::Time, "7").unwrap());
     assert!(abandon.find("events__rebuild_view").unwrap() < abandon.find("events__new").unwrap());
     assert!(abandon.contains("'abandoned', '', '', 0, 0, '7'"));
+    // An abandon and the swap's finish release the `made` receipt: the names are free again, and
+    // an object someone makes by them later is not taken for this tool's. The swap itself does
+    // not: a swap cut short after its RENAME is found by that open receipt, and finished.
+    assert!(!plan.swap_script(&cutover, "pod-0").contains("'released'"));
+    for script in [plan.finish_script("1764000000", "pod-0", false), abandon] {
+        let release = script.find("'released'").expect(&script);
+        assert!(release < script.find("DROP TABLE").unwrap(), "{script}");
+    }
+}
+
+#[test]
+fn a_fresh_prepare_records_that_it_makes_the_objects_before_it_creates_them() {
+    let plan = events_plan("at").unwrap();
+    let script = plan.prepare_script(Made::Fresh);
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 4, "{script}");
+    // Objects an earlier version made: a receipt for them, nothing released.
+    let adopt = plan.prepare_script(Made::Adopt);
+    assert!(
+        adopt
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("'made', toString(rand64());"),
+        "{adopt}"
+    );
+    assert!(!adopt.contains("'released'"));
+    // Receipts an interrupted run left open first, then this run's own, then the tables.
+    assert!(
+        lines[0].contains("'released'") && lines[0].contains("step = 'made'"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with(&format!(
+            "SELECT 'shop.events', '{}', 'made', toString(rand64());",
+            plan.target
+        )),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].starts_with("CREATE TABLE IF NOT EXISTS `shop`.`events__new`"));
+    assert!(lines[3].starts_with("CREATE TABLE IF NOT EXISTS `shop`.`events__rebuild_stage`"));
+    // Discarding another declaration's objects drops the view before the table it writes into.
+    // Discarding another declaration's objects drops the view before the table it writes into,
+    // and releases the receipt before any drop: cut in between, the objects are left with no
+    // receipt (refused on), never a receipt with no objects (that would vouch for anyone's).
+    let discard = plan.discard_script();
+    assert!(discard.find("events__rebuild_view").unwrap() < discard.find("events__new").unwrap());
+    assert!(discard.find("'released'").unwrap() < discard.find("DROP TABLE").unwrap());
+}
+
+#[test]
+fn the_inspection_reads_which_declarations_made_the_objects_and_whether_it_read_that_at_all() {
+    let plan = events_plan("at").unwrap();
+    // A constant first line, so that an empty answer still says the receipts were read.
+    assert!(
+        plan.inspect_script()
+            .contains("SELECT 'made', '' FORMAT TSV;\nSELECT DISTINCT 'made', target FROM")
+    );
+    assert!(!plan.plan_inspect_script().contains("'made'"));
+    let end = "__clickhouse_schema_rebuild_end__\n";
+    let none = Inspection::parse(&format!("made\t\n{end}")).unwrap();
+    assert_eq!(none.made, Some(BTreeSet::new()));
+    let two = Inspection::parse(&format!("made\t\nmade\tab12\nmade\tcd34\n{end}")).unwrap();
+    assert_eq!(
+        two.made,
+        Some(["ab12".to_owned(), "cd34".to_owned()].into_iter().collect())
+    );
+    assert_eq!(
+        Inspection::parse(end).unwrap().made,
+        None,
+        "a plan's inspection reads no receipts"
+    );
 }
 
 #[test]
@@ -651,4 +739,48 @@ fn an_integer_cut_over_is_new_but_not_above_every_used_one() {
     // so the view carries every row written from now on.
     assert_eq!(unused_from(400, &used), 400);
     assert_eq!(unused_from(1_000_000_001, &used), 1_000_000_002);
+}
+
+#[test]
+fn the_old_table_query_is_read_only_when_complete() {
+    let plan = events_plan("at").unwrap();
+    assert!(
+        plan.old_table_query()
+            .contains("database = 'shop' AND name = 'events__old'")
+    );
+    let end = "__clickhouse_schema_rebuild_end__\n";
+    assert_eq!(parse_old_table(&format!("old\tevents__old\n{end}")), Ok(true));
+    assert_eq!(parse_old_table(end), Ok(false));
+    assert!(
+        parse_old_table("old\tevents__old\n").is_err(),
+        "no end marker: cut short"
+    );
+    assert!(parse_old_table(&format!("Code: 60\n{end}")).is_err());
+}
+
+#[test]
+fn open_swaps_and_old_partitions_are_read_whole_or_not_at_all() {
+    let plan = events_plan("at").unwrap();
+    let swaps = plan.open_swaps_query("pod-0");
+    assert!(swaps.contains("step = 'swapped' AND source = 'pod-0'"), "{swaps}");
+    assert!(
+        swaps.contains("step = 'finished' AND source = 'pod-0'"),
+        "{swaps}"
+    );
+    assert!(
+        plan.old_partitions_query("toYYYYMMDD(at)")
+            .starts_with("SELECT DISTINCT 'p', toString((toYYYYMMDD(at))) FROM `shop`.`events__old`")
+    );
+    assert!(
+        plan.old_partitions_query("")
+            .starts_with("SELECT DISTINCT 'p', '' FROM")
+    );
+    let end = "__clickhouse_schema_rebuild_end__\n";
+    assert_eq!(
+        parse_tagged(&format!("p\t20261101\np\t20261102\n{end}"), "p"),
+        Ok(vec!["20261101".to_owned(), "20261102".to_owned()])
+    );
+    assert_eq!(parse_tagged(end, "swap"), Ok(vec![]));
+    assert!(parse_tagged("p\t20261101\n", "p").is_err(), "cut short");
+    assert!(parse_tagged(&format!("swap\t1\n{end}"), "p").is_err());
 }
