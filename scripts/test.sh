@@ -159,7 +159,7 @@ node_tests() {
 # engine pass proves the product against a modern server's behaviour; the two
 # are independent, and a third full pass would not fit the 2-core budget.
 engine_tests() {
-  ls tests/{live-schema,rebuild,rebuild-traffic,converge,coordination,alchemy,fanout,sandbox,images}.test.mjs
+  ls tests/{live-schema,rebuild,rebuild-traffic,rebuild-faults,converge,coordination,alchemy,fanout,sandbox,images}.test.mjs
 }
 # Usage: node_pass <name> <files-function> [env...]: those test files, two at a
 # time (node --test runs one at a time on 2 cores), sandboxes under its own root.

@@ -13,7 +13,7 @@ import { assertsTheAddonBuild } from './binding.mjs';
 import { sandboxProps as props } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 import { sandboxDir } from './lib/sandbox-dir.mjs';
-import { withWriter, rowsOf, DAY } from './lib/writer.mjs';
+import { withWriter, rowsOf, sameRows, noInsertFailed, DAY } from './lib/writer.mjs';
 
 const dir = sandboxDir('rebuild-traffic');
 const timeout = 240_000;
@@ -40,31 +40,6 @@ const history = (sandbox, pod, name, from) =>
 
 const sortingKey = (sandbox, pod, name) =>
   sandbox.query(pod, `SELECT sorting_key FROM system.tables WHERE database = 'rt' AND name = '${name}'`);
-
-/** Asserts that `rows` (sorted TSV lines) are exactly `expected`, naming what is missing or extra. */
-function sameRows(found, expected, what) {
-  const count = (list) => list.reduce((m, r) => m.set(r, (m.get(r) ?? 0) + 1), new Map());
-  const f = count(found);
-  const e = count(expected);
-  const missing = [...e].filter(([r, n]) => (f.get(r) ?? 0) < n).map(([r, n]) => `${r} (${n - (f.get(r) ?? 0)}x)`);
-  const extra = [...f].filter(([r, n]) => (e.get(r) ?? 0) < n).map(([r, n]) => `${r} (${n - (e.get(r) ?? 0)}x)`);
-  assert.deepEqual(
-    { missing: missing.slice(0, 10), extra: extra.slice(0, 10), counts: [found.length, expected.length] },
-    { missing: [], extra: [], counts: [expected.length, expected.length] },
-    what,
-  );
-}
-
-/**
- * Asserts that no insert failed, but for one race of 18.16: an insert that starts in the instant the
- * rebuild drops its view (at the swap) fails with code 60 naming that view before it writes
- * anything (the rows check then proves none of its rows landed), and the application retries it.
- */
-function noInsertFailed(failed) {
-  const other = failed.filter((f) => !/Code: 60\. .*Table rt\.\w+__rebuild_view doesn't exist/.test(f));
-  assert.deepEqual(other, [], 'no insert failed during the rebuild');
-  assert.ok(failed.length <= 2, `at most an insert or two met the view's drop: ${failed.join('; ')}`);
-}
 
 describe('local tables on two pods', () => {
   let sandbox;

@@ -1,0 +1,270 @@
+// Rebuilds under traffic with a fault injected at a seeded random point. Each seed picks a
+// fault and where it strikes: an exec of the rebuild cut (the connection dropped after the
+// process started or after its first output, the process killed or left running as a kubelet
+// leaves it), an exec stalled until the client gives up, or the deploy cancelled with its
+// AbortSignal, at the n-th event of a rebuild step (check, prepare, dualWrite, backfill, verify,
+// swap) on one pod. A writer inserts into the live table on every pod throughout. The apply with
+// the fault either finishes or fails; then the deploy is run again with no fault, as a user
+// would, and must finish. What is asserted is what a user checks afterwards: the table is rebuilt
+// on every pod, it holds exactly the rows it held before plus every row the writer had
+// acknowledged there, each as often as it was written, and no rebuild object is left behind.
+//
+// Every failure names its seed; `REBUILD_FAULT_SEEDS=17,18 node --test tests/rebuild-faults.test.mjs`
+// replays those seeds (a range `1-40` runs more, as scripts/bench-rebuild-faults.sh does).
+import { after, describe, modern, test } from './lib/engine.mjs';
+import assert from 'node:assert/strict';
+
+import { addonTarget, apply } from '../dist/index.js';
+import { assertsTheAddonBuild } from './binding.mjs';
+import { sandboxProps } from './lib/sandbox-props.mjs';
+import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
+import { sandboxDir } from './lib/sandbox-dir.mjs';
+import { withWriter, rowsOf, sameRows, noInsertFailed, seeded } from './lib/writer.mjs';
+
+const dir = sandboxDir('rebuild-faults');
+const timeout = 300_000;
+
+after(() => stopSandbox(dir));
+
+assertsTheAddonBuild(addonTarget);
+
+/** The seeds to run: `REBUILD_FAULT_SEEDS` (`3,7` or `1-40`), else `fallback`. */
+function seedsFrom(fallback) {
+  const spec = process.env.REBUILD_FAULT_SEEDS;
+  if (!spec) return fallback;
+  return spec.split(',').flatMap((part) => {
+    const [a, b] = part.split('-').map(Number);
+    return b === undefined ? [a] : Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  });
+}
+
+// Ten seeds in the 18.16 pass of the test command, six others in the modern engine's (slower), four
+// in the WebAssembly pass: twenty in all.
+const SEEDS = seedsFrom(addonTarget !== 'native' ? [1, 2, 3, 4] : modern ? [11, 12, 13, 14, 15, 16] : [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+
+const DB = 'CREATE DATABASE IF NOT EXISTS rf';
+const COLUMNS = '(id UInt64, kind String, at DateTime, v Int64)';
+const table = (name, order) =>
+  `CREATE TABLE IF NOT EXISTS rf.${name} ${COLUMNS} ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`;
+
+// Short statement bounds, so that a stalled exec is given up within seconds; two attempts, as
+// the defaults' retries would make after a dropped exec.
+const props = (sandbox, statements, extra = {}) =>
+  sandboxProps(sandbox, statements, { statementTimeoutMs: 15_000, retry: { maxAttempts: 2, backoffMs: 100 }, ...extra });
+const allow = (name) => ({
+  rebuild: { [`rf.${name}`]: { cutoverColumn: 'at', cutoverDelaySeconds: 2, keepOld: false } },
+});
+
+// Days of rows before now: fewer on the modern engine, whose every exec starts an engine.
+const DAYS = modern ? 3 : 7;
+
+/** `DAYS` of rows up to now, about thirty a day, and a few dated days ahead, on `pod`. */
+const history = (sandbox, pod, name, from) => {
+  sandbox.query(
+    pod,
+    `INSERT INTO rf.${name} SELECT ${from} + number, 'old', toDateTime(toUnixTimestamp(now()) - ${DAYS} * 86400 + number * 2903), number ` +
+      `FROM system.numbers LIMIT ${Math.floor((DAYS * 86400) / 2903)}`,
+  );
+  sandbox.query(
+    pod,
+    `INSERT INTO rf.${name} SELECT ${from} + 90000 + number, 'scheduled', toDateTime(toUnixTimestamp(now()) + (2 + number % 3) * 86400 + number), number ` +
+      'FROM system.numbers LIMIT 6',
+  );
+};
+
+// Steps, and how many of a step's events may pass before the fault strikes.
+const STEPS = [
+  ['check', 1],
+  ['prepare', 1],
+  ['dualWrite', 1],
+  ['backfill', 2 * DAYS + 2],
+  ['verify', 4],
+  ['swap', 3],
+];
+
+/** The fault a seed injects: what, where, and after which event. */
+function faultOf(seed, pods) {
+  const random = seeded(seed * 7919);
+  const pick = (list) => list[Math.floor(random() * list.length)];
+  const [step, most] = pick(STEPS);
+  const at = 1 + Math.floor(random() * most);
+  const pod = pick(pods);
+  const kind = pick(['drop', 'drop', 'stall', 'abort']);
+  const fault = { seed, kind, step, at, pod };
+  if (kind === 'drop') {
+    fault.after = pick(['after_start', 'after_stdout']);
+    fault.delayMs = Math.floor(random() * 400);
+    fault.keepRunning = random() < 0.5;
+  }
+  return fault;
+}
+
+const describeFault = (f) =>
+  `seed ${f.seed}: ${f.kind}${f.kind === 'drop' ? ` (${f.after} + ${f.delayMs} ms, process ${f.keepRunning ? 'left running' : 'killed'})` : ''} ` +
+  `at the ${f.at}. ${f.step} event${f.kind === 'abort' ? '' : `, then on the next exec into ${f.pod}`}`;
+
+describe('seeded faults during a rebuild under traffic, local tables on two pods', () => {
+  let sandbox;
+  let pods;
+  test('starts', () => {
+    sandbox = startSandbox(dir, 2);
+    pods = sandbox.info.pods;
+  });
+
+  for (const seed of SEEDS) {
+    test(`seed ${seed}: every acknowledged row is in the rebuilt table exactly once after the fault and a deploy again`, { timeout }, async (t) => {
+      const fault = faultOf(seed, pods);
+      const what = describeFault(fault);
+      const name = `f${seed}_${Date.now().toString(36)}`;
+      const first = await apply(`rf-${name}`, props(sandbox, [DB, table(name, 'id')]));
+      for (const [i, pod] of pods.entries()) history(sandbox, pod, name, i * 1_000_000);
+      const before = pods.map((pod) => rowsOf(sandbox, pod, `rf.${name}`));
+      const v2 = props(sandbox, [DB, table(name, '(kind, id)')], allow(name));
+      await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: Boolean(fault.keepRunning) });
+
+      let seen = 0;
+      let struck = false;
+      let outcome;
+      const controller = new AbortController();
+      const { written, failed } = await withWriter(sandbox, pods, `rf.${name}`, { seed }, async (writer) => {
+        await writer.until((w) => w.acknowledged() >= 6);
+        const arm = async () => {
+          struck = true;
+          if (fault.kind === 'abort') return controller.abort();
+          const body =
+            fault.kind === 'drop'
+              ? { kind: 'drop_exec', pod: fault.pod, after: fault.after, delay_ms: fault.delayMs }
+              : { kind: 'stall_exec', pod: fault.pod, seconds: 120 };
+          // Only the rebuild's own execs: the writer's inserts go through kubectl exec too.
+          await sandbox.control('POST', '/sandbox/faults', { ...body, count: 1, argv_contains: '/dev/fd/4' });
+        };
+        try {
+          await apply(`rf-${name}`, v2, first.state, {
+            signal: controller.signal,
+            onEvent: (e) => {
+              if (e.kind === 'rebuild' && e.step === fault.step && ++seen === fault.at && !struck) arm();
+            },
+          });
+          outcome = 'finished';
+        } catch (err) {
+          outcome = `failed: ${err.code} ${err.message}`;
+        }
+        await sandbox.control('DELETE', '/sandbox/faults');
+        await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: false });
+        // Deploy again, as the user does after a failed (or cancelled) deploy.
+        if (outcome !== 'finished') {
+          try {
+            await apply(`rf-${name}`, v2, first.state);
+          } catch (err) {
+            assert.fail(`${what}; the first apply ${outcome.slice(0, 600)}; the deploy again failed: ${err.code} ${err.message}`);
+          }
+        }
+        const done = writer.acknowledged();
+        await writer.until((w) => w.acknowledged() >= done + 4);
+      });
+      const context = `${what}; the first apply ${outcome.slice(0, 400)}`;
+      t.diagnostic(struck ? context : `${what}: the apply finished before that event`);
+      noInsertFailed(failed);
+      for (const [i, pod] of pods.entries()) {
+        assert.equal(
+          sandbox.query(pod, `SELECT sorting_key FROM system.tables WHERE database = 'rf' AND name = '${name}'`),
+          'kind, id',
+          `rebuilt on ${pod} (${context})`,
+        );
+        sameRows(rowsOf(sandbox, pod, `rf.${name}`), [...before[i], ...written.get(pod)], `every row once on ${pod} (${context})`);
+        assert.deepEqual(
+          sandbox.tablesOn(pod, 'rf').filter((t) => t.startsWith(`${name}_`)),
+          [],
+          `no rebuild object left on ${pod} (${context})`,
+        );
+      }
+    });
+  }
+
+  test('a swap cut short after its RENAME (the comparison of the old table fails): the next apply copies the row that reached only the old table, and drops it', { timeout }, async () => {
+    const name = `cut_${Date.now().toString(36)}`;
+    const first = await apply(`rf-${name}`, props(sandbox, [DB, table(name, 'id')]));
+    for (const [i, pod] of pods.entries()) history(sandbox, pod, name, i * 1_000_000);
+    const before = pods.map((pod) => rowsOf(sandbox, pod, `rf.${name}`));
+    const v2 = props(sandbox, [DB, table(name, '(kind, id)')], allow(name));
+    const stray = `4242\tstray\t${Math.floor(Date.now() / 1000) - 86_400}\t42`;
+    let armed = false;
+    const err = await apply(`rf-${name}`, v2, first.state, {
+      onEvent: (e) => {
+        if (armed || !(e.kind === 'rebuild' && e.step === 'swap' && e.pod === pods[1] && /: swapped;/.test(e.message))) return;
+        armed = true;
+        // After the last RENAME: a late row reaches the second pod's old table, and every exec of
+        // the comparison that follows is cut, retries included.
+        const [id, kind, at, v] = stray.split('\t');
+        sandbox.query(pods[1], `INSERT INTO rf.${name}__old VALUES (${id}, '${kind}', toDateTime(${at}), ${v})`);
+        sandbox.control('POST', '/sandbox/faults', { kind: 'drop_exec', count: 10, argv_contains: '/dev/fd/4' });
+      },
+    }).then(
+      () => assert.fail('the apply finished although its comparison of the old table was cut'),
+      (e) => e,
+    );
+    await sandbox.control('DELETE', '/sandbox/faults');
+    assert.ok(armed, 'the second pod swapped');
+    assert.equal(err.code, 'E_REBUILD_FAILED', err.message);
+    assert.match(err.message, /step swap/);
+    assert.match(err.message, /which is kept until the next apply finishes the swap/);
+    for (const pod of pods) assert.ok(sandbox.tablesOn(pod, 'rf').includes(`${name}__old`), `the old table is still on ${pod}`);
+
+    // Nothing is due any more (both pods serve the declared table): the deploy again finishes the swap.
+    const events = [];
+    await apply(`rf-${name}`, v2, first.state, { onEvent: (e) => events.push(e) });
+    const finished = events.filter((e) => e.kind === 'rebuild' && e.step === 'swap' && /cut short is finished/.test(e.message));
+    assert.deepEqual(finished.map((e) => e.pod).sort(), [...pods].sort());
+    // Partition by partition of the old table: the one late row on the second pod, none on the first.
+    const copied = (pod) =>
+      events
+        .filter((e) => e.kind === 'rebuild' && e.step === 'swap' && e.pod === pod && /finishing a swap/.test(e.message))
+        .reduce((n, e) => n + e.rows, 0);
+    assert.deepEqual(pods.map(copied), [0, 1]);
+    sameRows(rowsOf(sandbox, pods[0], `rf.${name}`), before[0], `every row once on ${pods[0]}`);
+    sameRows(rowsOf(sandbox, pods[1], `rf.${name}`), [...before[1], stray], `the late row once on ${pods[1]}`);
+    for (const pod of pods) {
+      assert.deepEqual(sandbox.tablesOn(pod, 'rf').filter((t) => t.startsWith(`${name}_`)), [], `nothing left on ${pod}`);
+    }
+    // A third deploy finds nothing to finish.
+    const third = [];
+    await apply(`rf-${name}`, v2, first.state, { onEvent: (e) => third.push(e) });
+    assert.deepEqual(third.filter((e) => e.kind === 'rebuild' && e.step === 'swap'), []);
+  });
+
+  test('a swap cut short on a SummingMergeTree table: the deploy again finishes it but keeps the old table, since copying differences would fold rows twice', { timeout }, async () => {
+    const name = `sum_${Date.now().toString(36)}`;
+    const summing = (order) =>
+      `CREATE TABLE IF NOT EXISTS rf.${name} ${COLUMNS} ENGINE = SummingMergeTree PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`;
+    const first = await apply(`rf-${name}`, props(sandbox, [DB, summing('id')]));
+    for (const [i, pod] of pods.entries()) history(sandbox, pod, name, i * 1_000_000);
+    const total = (pod, t) => sandbox.query(pod, `SELECT count(), sum(v) FROM rf.${t}`);
+    const before = pods.map((pod) => total(pod, name));
+    const v2 = props(sandbox, [DB, summing('(kind, id)')], allow(name));
+    let armed = false;
+    const err = await apply(`rf-${name}`, v2, first.state, {
+      onEvent: (e) => {
+        if (armed || !(e.kind === 'rebuild' && e.step === 'swap' && e.pod === pods[1] && /: swapped;/.test(e.message))) return;
+        armed = true;
+        sandbox.control('POST', '/sandbox/faults', { kind: 'drop_exec', count: 10, argv_contains: '/dev/fd/4' });
+      },
+    }).then(
+      () => assert.fail('the apply finished although its comparison of the old table was cut'),
+      (e) => e,
+    );
+    await sandbox.control('DELETE', '/sandbox/faults');
+    assert.equal(err.code, 'E_REBUILD_FAILED', err.message);
+    const events = [];
+    await apply(`rf-${name}`, v2, first.state, { onEvent: (e) => events.push(e) });
+    const kept = events.filter((e) => e.kind === 'rebuild' && e.step === 'swap' && /is kept: its engine folds rows/.test(e.message));
+    assert.deepEqual(kept.map((e) => e.pod).sort(), [...pods].sort());
+    for (const [i, pod] of pods.entries()) {
+      assert.equal(total(pod, name), before[i], `no row folded in twice on ${pod}`);
+      assert.equal(total(pod, `${name}__old`), before[i], `the old table is kept on ${pod}, whole`);
+    }
+    // Finished: the next deploy leaves the kept table alone.
+    const third = [];
+    await apply(`rf-${name}`, v2, first.state, { onEvent: (e) => third.push(e) });
+    assert.deepEqual(third.filter((e) => e.kind === 'rebuild'), []);
+  });
+});
