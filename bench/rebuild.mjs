@@ -1,13 +1,16 @@
 // What a rebuild costs, against the sandbox (one pod, a real ClickHouse 18.16):
 //   1. the backfill's throughput in rows/s (from the event that starts it to the last partition's),
 //      next to one `INSERT INTO ... SELECT` of the same rows into a table of the new definition;
-//   2. what the verification adds: 'count' and 'checksum', from the last partition to the verdict.
+//   2. what the verification adds: 'count' and 'checksum', from the last partition to the verdict;
+//   3. a rebuild of a table receiving about 100 rows/s (tests/lib/writer.mjs, batches of 20): the
+//      whole apply, and how long the dual write lasts (its view created to the last swap).
 // Run: node bench/rebuild.mjs   (after `npm run build` and `cargo build -p clickhouse-schema-sandbox`)
 // BENCH_ROWS (default 2,000,000) rows in BENCH_PARTITIONS (default 10) partitions; BENCH_RUNS (default 3).
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { apply } from '../dist/index.js';
+import { startWriter } from '../tests/lib/writer.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 const dir = join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-bench');
@@ -78,3 +81,34 @@ console.log(`one INSERT INTO ... SELECT of the same rows:     ${single.toFixed(0
 console.log(`ratio (backfill throughput / single INSERT):     ${(single / backfill).toFixed(2)}x`);
 console.log(`verification, count:    +${median(results.count.map((r) => r.verify)).toFixed(0)} ms`);
 console.log(`verification, checksum: +${median(results.checksum.map((r) => r.verify)).toFixed(0)} ms`);
+
+// 3. Under writes: the same table, a writer adding batches of 20 rows as fast as one insert exec
+// allows (reported: its rows/s), for the whole apply.
+const traffic = { apply: [], dualWrite: [], rate: [] };
+for (let run = 0; run < RUNS; run++) {
+  const name = `t_traffic_${run}`;
+  const first = await apply('bench-rebuild', props(name, 'id', 'count'));
+  sandbox.query(pod, fill(name));
+  // The writer's four columns; `note` takes its default.
+  const writer = startWriter(sandbox, [pod], `bench_rb.${name} (id, kind, at, v)`, { seed: run + 1, pauseMs: 0, batch: 20 });
+  await writer.until((w) => w.acknowledged() >= 3);
+  const marks = {};
+  const t0 = performance.now();
+  const rows0 = writer.acknowledged();
+  await apply('bench-rebuild', props(name, '(kind, id)', 'count'), first.state, {
+    onEvent: (e) => {
+      if (e.kind !== 'rebuild') return;
+      if (e.step === 'dualWrite' && marks.dualWrite === undefined) marks.dualWrite = performance.now();
+      if (e.step === 'swap' && /: swapped;/.test(e.message)) marks.swapped = performance.now();
+    },
+  });
+  const elapsed = performance.now() - t0;
+  const { failed } = await writer.stop();
+  traffic.apply.push(elapsed);
+  traffic.dualWrite.push(marks.swapped - marks.dualWrite);
+  traffic.rate.push(((writer.acknowledged() - rows0) * 20) / (elapsed / 1000));
+  if (failed.length > 0) console.log(`run ${run}: ${failed.length} insert(s) failed: ${failed[0]}`);
+  sandbox.query(pod, `DROP TABLE bench_rb.${name}`);
+}
+console.log(`under writes (${median(traffic.rate).toFixed(0)} rows/s acknowledged during the apply):`);
+console.log(`  the whole apply: ${median(traffic.apply).toFixed(0)} ms; the dual write (view created to last swap): ${median(traffic.dualWrite).toFixed(0)} ms`);

@@ -315,14 +315,26 @@ describe('one shard of two replicas', () => {
     assert.equal(sortingKey(sandbox, pods[1], 'half'), 'id', 'the second did not');
     const unique = (pod) => sandbox.query(pod, 'SELECT count() = uniqExact(id) FROM rb.half');
 
-    // The same declaration again, and a changed one (a new path): both refused on the second replica,
-    // whose new table replicates the table the first one serves.
-    for (const version of ['_v2', '_v3']) {
-      const again = await rejection(apply('rb-half', props(sandbox, [DB, table('half', engine(version), '(id, kind)')], allow), first.state));
+    // The same declaration again: refused on the second replica, whose new table replicates the
+    // table the first one serves. A changed one (a new path): refused too (the first replica's old
+    // table waits for the second's swap), and the second replica's new table is not dropped for it.
+    for (const [version, order, on, why] of [
+      ['_v2', '(kind, id)', pods[1], /already serves the declared ZooKeeper path/],
+      ['_v3', '(id, kind)', pods[0], /half__old exists/],
+    ]) {
+      const events = [];
+      const again = await rejection(
+        apply('rb-half', props(sandbox, [DB, table('half', engine(version), order)], allow), first.state, { onEvent: (e) => events.push(e) }),
+      );
       assert.equal(again.code, 'E_REBUILD_REFUSED', `${version}: ${again.message}`);
-      assert.equal(again.pod, pods[1]);
-      assert.match(again.message, /already serves the declared ZooKeeper path/);
+      assert.equal(again.pod, on, `${version}: ${again.message}`);
+      assert.match(again.message, why);
+      assert.ok(
+        events.some((e) => e.kind === 'rebuild' && e.pod === pods[0] && /still serves the old table's ZooKeeper path/.test(e.message)),
+        `${version}: the first replica's swap is not finished while the second serves the old path`,
+      );
       assert.ok(sandbox.tablesOn(pods[1], 'rb').includes('half__new'), `${version}: the second replica's new table is left as it is`);
+      assert.ok(sandbox.tablesOn(pods[0], 'rb').includes('half__old'), `${version}: the first replica's old table is left as it is`);
       for (const pod of pods) assert.equal(unique(pod), '1', `${version}: no row doubled on ${pod}`);
     }
     assert.equal(sandbox.query(pods[0], 'SELECT count() FROM rb.half'), '300');

@@ -48,12 +48,12 @@ export async function withWriter(sandbox, pods, table, options, body) {
 }
 
 /**
- * Starts inserting into `table` on every pod of `pods`, a batch of three rows at a time, until
+ * Starts inserting into `table` on every pod of `pods`, a batch of `batch` rows (three) at a time, until
  * `stop()`. `until(predicate)` waits for a condition on the writer (never a fixed delay);
  * `stop()` waits for the inserts under way and returns `{ written: Map(pod -> TSV lines),
  * failed: [messages] }`.
  */
-export function startWriter(sandbox, pods, table, { seed, pauseMs = 40, maxMs = 300_000 }) {
+export function startWriter(sandbox, pods, table, { seed, pauseMs = 40, maxMs = 300_000, batch = 3 }) {
   const random = seeded(seed);
   const written = new Map(pods.map((p) => [p, []]));
   const failed = [];
@@ -72,7 +72,7 @@ export function startWriter(sandbox, pods, table, { seed, pauseMs = 40, maxMs = 
     while (!stopping && Date.now() < deadline) {
       const now = Math.floor(Date.now() / 1000);
       const rows = [];
-      for (let i = 0; i < 3; i++) {
+      for (let i = 0; i < batch; i++) {
         // The first row of a batch is always dated now, so that no two batches' rows of one
         // partition are alike: a Replicated table drops an insert whose block equals an earlier
         // one (its deduplication), which is ClickHouse's doing, not the rebuild's.
