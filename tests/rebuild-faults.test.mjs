@@ -58,13 +58,14 @@ const allow = (name) => ({
 // Days of rows before now: fewer on the modern engine, whose every exec starts an engine.
 const DAYS = modern ? 3 : 7;
 
-/** `DAYS` of rows up to now, about thirty a day, and a few dated days ahead, on `pod`. */
-const history = (sandbox, pod, name, from) => {
+/** `DAYS` of rows up to now, about thirty a day, and (unless `ahead` is false) a few dated days ahead, on `pod`. */
+const history = (sandbox, pod, name, from, ahead = true) => {
   sandbox.query(
     pod,
     `INSERT INTO rf.${name} SELECT ${from} + number, 'old', toDateTime(toUnixTimestamp(now()) - ${DAYS} * 86400 + number * 2903), number ` +
       `FROM system.numbers LIMIT ${Math.floor((DAYS * 86400) / 2903)}`,
   );
+  if (!ahead) return;
   sandbox.query(
     pod,
     `INSERT INTO rf.${name} SELECT ${from} + 90000 + number, 'scheduled', toDateTime(toUnixTimestamp(now()) + (2 + number % 3) * 86400 + number), number ` +
@@ -237,7 +238,9 @@ describe('seeded faults during a rebuild under traffic, local tables on two pods
     const summing = (order) =>
       `CREATE TABLE IF NOT EXISTS rf.${name} ${COLUMNS} ENGINE = SummingMergeTree PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`;
     const first = await apply(`rf-${name}`, props(sandbox, [DB, summing('id')]));
-    for (const [i, pod] of pods.entries()) history(sandbox, pod, name, i * 1_000_000);
+    // No rows dated ahead: a table that folds rows copies no differences, so those would fail
+    // verification (README), which is not what this test is about.
+    for (const [i, pod] of pods.entries()) history(sandbox, pod, name, i * 1_000_000, false);
     const total = (pod, t) => sandbox.query(pod, `SELECT count(), sum(v) FROM rf.${t}`);
     const before = pods.map((pod) => total(pod, name));
     const v2 = props(sandbox, [DB, summing('(kind, id)')], allow(name));
