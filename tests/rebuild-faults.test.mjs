@@ -1,9 +1,9 @@
 // Rebuilds under traffic with a fault injected at a seeded random point. Each seed picks a
 // fault and where it strikes: an exec of the rebuild cut (the connection dropped after the
 // process started or after its first output, the process killed or left running as a kubelet
-// leaves it), an exec stalled until the client gives up, or the deploy cancelled with its
-// AbortSignal, at the n-th event of a rebuild step (check, prepare, dualWrite, backfill, verify,
-// swap) on one pod. A writer inserts into the live table on every pod throughout. The apply with
+// leaves it), an exec stalled until the client gives up, the deploy cancelled with its
+// AbortSignal, or the deploying process killed (SIGKILL; it deploys in a child process), at the
+// n-th event of a rebuild step (check, prepare, dualWrite, backfill, verify, swap) on one pod. A writer inserts into the live table on every pod throughout. The apply with
 // the fault either finishes or fails; then the deploy is run again with no fault, as a user
 // would, and must finish. What is asserted is what a user checks afterwards: the table is rebuilt
 // on every pod, it holds exactly the rows it held before plus every row the writer had
@@ -13,6 +13,8 @@
 // replays those seeds (a range `1-40` runs more, as scripts/bench-rebuild-faults.sh does).
 import { after, describe, modern, test } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 
 import { addonTarget, apply } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
@@ -48,9 +50,54 @@ const table = (name, order) =>
   `CREATE TABLE IF NOT EXISTS rf.${name} ${COLUMNS} ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`;
 
 // Short statement bounds, so that a stalled exec is given up within seconds; two attempts, as
-// the defaults' retries would make after a dropped exec.
+// the defaults' retries would make after a dropped exec; a lease, as a team that deploys from
+// more than one place has, with a short TTL so that a killed deploy's is taken over soon.
 const props = (sandbox, statements, extra = {}) =>
-  sandboxProps(sandbox, statements, { statementTimeoutMs: 15_000, retry: { maxAttempts: 2, backoffMs: 100 }, ...extra });
+  sandboxProps(sandbox, statements, {
+    statementTimeoutMs: 15_000,
+    retry: { maxAttempts: 2, backoffMs: 100 },
+    lease: { ttlSeconds: 6 },
+    ...extra,
+  });
+
+const dist = fileURLToPath(new URL('../dist/index.js', import.meta.url));
+
+/**
+ * Deploys in another process, as a CI job does, and kills it (SIGKILL) at the `fault.at`-th
+ * rebuild event of `fault.step`: what it leaves is what a killed deploy leaves. Resolves to the
+ * outcome.
+ */
+function deployKilled(id, props, state, fault) {
+  const code = `import { apply } from ${JSON.stringify(dist)};
+    const [id, props, state] = JSON.parse(process.argv[1]);
+    await apply(id, props, state, { onEvent: (e) => process.stdout.write(JSON.stringify({ kind: e.kind, step: e.step }) + '\\n') });`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code, JSON.stringify([id, props, state])], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: process.env,
+  });
+  let seen = 0;
+  let killed = false;
+  let buffered = '';
+  let stderr = '';
+  child.stderr.on('data', (c) => (stderr += c));
+  child.stdout.on('data', (chunk) => {
+    buffered += chunk;
+    const lines = buffered.split('\n');
+    buffered = lines.pop();
+    for (const line of lines) {
+      const e = JSON.parse(line);
+      if (!killed && e.kind === 'rebuild' && e.step === fault.step && ++seen === fault.at) {
+        killed = true;
+        child.kill('SIGKILL');
+      }
+    }
+  });
+  return new Promise((resolve) =>
+    child.once('exit', (status) =>
+      resolve(killed ? 'was killed' : status === 0 ? 'finished' : `failed: ${stderr.slice(-600)}`),
+    ),
+  );
+}
 const allow = (name) => ({
   rebuild: { [`rf.${name}`]: { cutoverColumn: 'at', cutoverDelaySeconds: 2, keepOld: false } },
 });
@@ -90,19 +137,21 @@ function faultOf(seed, pods) {
   const [step, most] = pick(STEPS);
   const at = 1 + Math.floor(random() * most);
   const pod = pick(pods);
-  const kind = pick(['drop', 'drop', 'stall', 'abort']);
+  const kind = pick(['drop', 'drop', 'stall', 'abort', 'kill']);
   const fault = { seed, kind, step, at, pod };
   if (kind === 'drop') {
     fault.after = pick(['after_start', 'after_stdout']);
     fault.delayMs = Math.floor(random() * 400);
-    fault.keepRunning = random() < 0.5;
   }
+  if (kind === 'drop' || kind === 'kill') fault.keepRunning = random() < 0.5;
   return fault;
 }
 
 const describeFault = (f) =>
-  `seed ${f.seed}: ${f.kind}${f.kind === 'drop' ? ` (${f.after} + ${f.delayMs} ms, process ${f.keepRunning ? 'left running' : 'killed'})` : ''} ` +
-  `at the ${f.at}. ${f.step} event${f.kind === 'abort' ? '' : `, then on the next exec into ${f.pod}`}`;
+  `seed ${f.seed}: ${f.kind === 'kill' ? 'the deploying process killed' : f.kind}` +
+  `${f.kind === 'drop' ? ` (${f.after} + ${f.delayMs} ms` : ''}` +
+  `${f.keepRunning === undefined ? '' : `${f.kind === 'drop' ? ', ' : ' ('}its execs' processes ${f.keepRunning ? 'left running' : 'killed'})`} ` +
+  `at the ${f.at}. ${f.step} event${['abort', 'kill'].includes(f.kind) ? '' : `, then on the next exec into ${f.pod}`}`;
 
 describe('seeded faults during a rebuild under traffic, local tables on two pods', () => {
   let sandbox;
@@ -139,16 +188,21 @@ describe('seeded faults during a rebuild under traffic, local tables on two pods
           // Only the rebuild's own execs: the writer's inserts go through kubectl exec too.
           await sandbox.control('POST', '/sandbox/faults', { ...body, count: 1, argv_contains: '/dev/fd/4' });
         };
-        try {
-          await apply(`rf-${name}`, v2, first.state, {
-            signal: controller.signal,
-            onEvent: (e) => {
-              if (e.kind === 'rebuild' && e.step === fault.step && ++seen === fault.at && !struck) arm();
-            },
-          });
-          outcome = 'finished';
-        } catch (err) {
-          outcome = `failed: ${err.code} ${err.message}`;
+        if (fault.kind === 'kill') {
+          outcome = await deployKilled(`rf-${name}`, v2, first.state, fault);
+          struck = outcome === 'was killed';
+        } else {
+          try {
+            await apply(`rf-${name}`, v2, first.state, {
+              signal: controller.signal,
+              onEvent: (e) => {
+                if (e.kind === 'rebuild' && e.step === fault.step && ++seen === fault.at && !struck) arm();
+              },
+            });
+            outcome = 'finished';
+          } catch (err) {
+            outcome = `failed: ${err.code} ${err.message}`;
+          }
         }
         await sandbox.control('DELETE', '/sandbox/faults');
         await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: false });
