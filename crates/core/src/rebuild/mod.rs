@@ -584,6 +584,18 @@ impl RebuildPlan {
         }
     }
 
+    /// [`Self::partitions_query`] for the backfill of one source: for a `Replicated` live table
+    /// (`sync`) the pod's replication queue is done first, so that parts another replica wrote
+    /// and this one has not fetched yet are listed and copied, not left to verification.
+    pub fn backfill_partitions_script(&self, sync: bool) -> String {
+        let sync = if sync {
+            format!("SYSTEM SYNC REPLICA {};\n", self.name(""))
+        } else {
+            String::new()
+        };
+        format!("{sync}{}", self.partitions_query())
+    }
+
     /// The live partitions on a source pod, with their rows.
     pub fn partitions_query(&self) -> String {
         format!(

@@ -850,7 +850,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .get(&format!("{table}{NEW_SUFFIX}"))
             .is_some_and(|(_, new_key)| *new_key == live_key);
         let at = At::new(plan, "backfill", &pod.name);
-        let out = self.rebuild_exec(&at, plan.partitions_query(), true).await?;
+        let out = self
+            .rebuild_exec(
+                &at,
+                plan.backfill_partitions_script(inspection.replicas.contains_key(table)),
+                true,
+            )
+            .await?;
         let partitions = rebuild::parse_partitions(&out)
             .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
         let total = partitions.len();

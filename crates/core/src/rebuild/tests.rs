@@ -784,3 +784,14 @@ fn open_swaps_and_old_partitions_are_read_whole_or_not_at_all() {
     assert!(parse_tagged("p\t20261101\n", "p").is_err(), "cut short");
     assert!(parse_tagged(&format!("swap\t1\n{end}"), "p").is_err());
 }
+
+#[test]
+fn the_backfill_of_a_replicated_source_lists_its_partitions_after_its_replication_queue() {
+    let plan = events_plan("at").unwrap();
+    let synced = plan.backfill_partitions_script(true);
+    assert!(
+        synced.starts_with("SYSTEM SYNC REPLICA `shop`.`events`;\nSELECT partition_id"),
+        "{synced}"
+    );
+    assert_eq!(plan.backfill_partitions_script(false), plan.partitions_query());
+}
