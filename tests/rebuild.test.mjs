@@ -294,50 +294,78 @@ describe('one shard of two replicas', () => {
     }
   });
 
-  test1816('replication between the replicas', 'a replica set swapped on one replica only (the deploy cancelled in between): a deploy again, or towards a changed declaration, is refused, and no row is doubled', { timeout }, async () => {
+  test1816('replication between the replicas', 'a replica set swapped on one replica only (the deploy cancelled in between): the deploy again swaps the other replica and finishes; towards a changed declaration it is refused; no row is doubled or lost', { timeout }, async () => {
     const run = Date.now().toString(36);
-    const engine = (v) => `ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/half_${run}${v}', '{replica}')`;
-    const allow = { rebuild: { 'rb.half': { cutoverColumn: 'at', cutoverDelaySeconds: 1, keepOld: false } } };
-    const first = await apply('rb-half', props(sandbox, [DB, table('half', engine(''), 'id')]));
-    sandbox.query(pods[0], sixDays('half', 0));
-    sandbox.query(pods[1], 'SYSTEM SYNC REPLICA rb.half');
-    const controller = new AbortController();
-    const err = await rejection(
-      apply('rb-half', props(sandbox, [DB, table('half', engine('_v2'), '(kind, id)')], allow), first.state, {
-        signal: controller.signal,
-        onEvent: (e) => {
-          if (e.kind === 'rebuild' && e.step === 'swap' && e.pod === pods[0] && /: swapped;/.test(e.message)) controller.abort();
-        },
-      }),
-    );
-    assert.equal(err.code, 'E_CANCELLED', err.message);
-    assert.equal(sortingKey(sandbox, pods[0], 'half'), 'kind, id', 'the first replica swapped');
-    assert.equal(sortingKey(sandbox, pods[1], 'half'), 'id', 'the second did not');
-    const unique = (pod) => sandbox.query(pod, 'SELECT count() = uniqExact(id) FROM rb.half');
-
-    // The same declaration again: refused on the second replica, whose new table replicates the
-    // table the first one serves. A changed one (a new path): refused too (the first replica's old
-    // table waits for the second's swap), and the second replica's new table is not dropped for it.
-    for (const [version, order, on, why] of [
-      ['_v2', '(kind, id)', pods[1], /already serves the declared ZooKeeper path/],
-      ['_v3', '(id, kind)', pods[0], /half__old exists/],
-    ]) {
-      const events = [];
-      const again = await rejection(
-        apply('rb-half', props(sandbox, [DB, table('half', engine(version), order)], allow), first.state, { onEvent: (e) => events.push(e) }),
+    const allow = (name) => ({ rebuild: { [`rb.${name}`]: { cutoverColumn: 'at', cutoverDelaySeconds: 1, keepOld: false } } });
+    /** A table on both replicas swapped on the first one only; returns its first state. */
+    const halfSwapped = async (name) => {
+      const engine = (v) => `ReplicatedMergeTree('/clickhouse/tables/{shard}/rb/${name}_${run}${v}', '{replica}')`;
+      const first = await apply(`rb-${name}`, props(sandbox, [DB, table(name, engine(''), 'id')]));
+      sandbox.query(pods[0], sixDays(name, 0));
+      sandbox.query(pods[1], `SYSTEM SYNC REPLICA rb.${name}`);
+      const controller = new AbortController();
+      const err = await rejection(
+        apply(`rb-${name}`, props(sandbox, [DB, table(name, engine('_v2'), '(kind, id)')], allow(name)), first.state, {
+          signal: controller.signal,
+          onEvent: (e) => {
+            if (e.kind === 'rebuild' && e.step === 'swap' && e.pod === pods[0] && /: swapped;/.test(e.message)) controller.abort();
+          },
+        }),
       );
-      assert.equal(again.code, 'E_REBUILD_REFUSED', `${version}: ${again.message}`);
-      assert.equal(again.pod, on, `${version}: ${again.message}`);
-      assert.match(again.message, why);
+      assert.equal(err.code, 'E_CANCELLED', err.message);
+      assert.equal(sortingKey(sandbox, pods[0], name), 'kind, id', 'the first replica swapped');
+      assert.equal(sortingKey(sandbox, pods[1], name), 'id', 'the second did not');
+      return { first, engine };
+    };
+    const whole = (pod, name) => sandbox.query(pod, `SELECT count(), uniqExact(id) FROM rb.${name}`).split('\t');
+
+    // The same declaration again: the second replica is swapped, a late row that reached only the
+    // old replica set is copied, and both old tables are dropped.
+    {
+      const { first, engine } = await halfSwapped('half');
+      sandbox.query(pods[1], "INSERT INTO rb.half VALUES (9999, 'late', toDateTime('2026-11-02 12:00:00'), 1)");
+      const events = [];
+      await apply('rb-half', props(sandbox, [DB, table('half', engine('_v2'), '(kind, id)')], allow('half')), first.state, {
+        onEvent: (e) => events.push(e),
+      });
+      assert.ok(events.some((e) => e.kind === 'rebuild' && e.pod === pods[1] && /resuming a swap an earlier apply cut short/.test(e.message)));
+      for (const pod of pods) {
+        sandbox.query(pod, 'SYSTEM SYNC REPLICA rb.half');
+        assert.equal(sortingKey(sandbox, pod, 'half'), 'kind, id', `swapped on ${pod}`);
+        assert.deepEqual(whole(pod, 'half'), ['301', '301'], `every row once on ${pod}, the late one included`);
+        assert.deepEqual(sandbox.tablesOn(pod, 'rb').filter((t) => t.startsWith('half_')), [], `nothing left on ${pod}`);
+      }
+    }
+
+    // A changed declaration (a new path): refused (the first replica's old table waits for the
+    // second's swap, which only the earlier declaration's deploy resumes), nothing dropped or doubled.
+    {
+      const { first, engine } = await halfSwapped('halfx');
+      const events = [];
+      const err = await rejection(
+        apply('rb-halfx', props(sandbox, [DB, table('halfx', engine('_v3'), '(id, kind)')], allow('halfx')), first.state, {
+          onEvent: (e) => events.push(e),
+        }),
+      );
+      assert.equal(err.code, 'E_REBUILD_REFUSED', err.message);
+      assert.equal(err.pod, pods[0], err.message);
+      assert.match(err.message, /halfx__old exists/);
       assert.ok(
         events.some((e) => e.kind === 'rebuild' && e.pod === pods[0] && /still serves the old table's ZooKeeper path/.test(e.message)),
-        `${version}: the first replica's swap is not finished while the second serves the old path`,
+        "the first replica's swap is not finished while the second serves the old path",
       );
-      assert.ok(sandbox.tablesOn(pods[1], 'rb').includes('half__new'), `${version}: the second replica's new table is left as it is`);
-      assert.ok(sandbox.tablesOn(pods[0], 'rb').includes('half__old'), `${version}: the first replica's old table is left as it is`);
-      for (const pod of pods) assert.equal(unique(pod), '1', `${version}: no row doubled on ${pod}`);
+      assert.ok(sandbox.tablesOn(pods[1], 'rb').includes('halfx__new'), "the second replica's new table is left as it is");
+      assert.ok(sandbox.tablesOn(pods[0], 'rb').includes('halfx__old'), "the first replica's old table is left as it is");
+      for (const pod of pods) assert.deepEqual(whole(pod, 'halfx'), ['300', '300'], `no row doubled on ${pod}`);
+      // The earlier declaration's deploy finishes the swap; then the changed one rebuilds.
+      await apply('rb-halfx', props(sandbox, [DB, table('halfx', engine('_v2'), '(kind, id)')], allow('halfx')), first.state);
+      await apply('rb-halfx', props(sandbox, [DB, table('halfx', engine('_v3'), '(id, kind)')], allow('halfx')), first.state);
+      for (const pod of pods) {
+        sandbox.query(pod, 'SYSTEM SYNC REPLICA rb.halfx');
+        assert.equal(sortingKey(sandbox, pod, 'halfx'), 'id, kind');
+        assert.deepEqual(whole(pod, 'halfx'), ['300', '300'], `every row once on ${pod}`);
+      }
     }
-    assert.equal(sandbox.query(pods[0], 'SELECT count() FROM rb.half'), '300');
   });
 
   test1816('replication of inserts', 'a plain MergeTree becomes ReplicatedMergeTree: every replica holds every row', { timeout }, async () => {

@@ -878,7 +878,7 @@ impl RebuildPlan {
     /// The `swapped` receipt names the pod and the cut-over, so a later rebuild of the same
     /// declaration (the table made again by hand since) does not take that finished attempt for
     /// one to resume.
-    pub fn swap_script(&self, cutover: &Cutover, pod: &str) -> String {
+    pub fn swap_script(&self, cutover: &str, pod: &str) -> String {
         let mut script = format!(
             "DROP TABLE IF EXISTS {view};\nRENAME TABLE {live} TO {old}, {new} TO {live};\nDROP TABLE IF EXISTS {stage};\n",
             view = self.name(VIEW_SUFFIX),
@@ -887,14 +887,14 @@ impl RebuildPlan {
             new = self.name(NEW_SUFFIX),
             stage = self.name(STAGE_SUFFIX),
         );
-        script.push_str(&self.receipt_insert("swapped", pod, "", 0, 0, "", &cutover.value));
+        script.push_str(&self.receipt_insert("swapped", pod, "", 0, 0, "", cutover));
         script
     }
 
     /// Ends the swap on a pod once the old table's late rows are copied: drops the old table
     /// unless it is kept (`keepOld`, or `keep`: rows nobody can place are left in it), and records
     /// a `finished` receipt, so that a later apply does not take a kept old table for one whose
-    /// rows still wait (see [`Self::old_table_query`]).
+    /// rows still wait (see [`Self::leftovers_query`]).
     pub fn finish_script(&self, cutover: &str, pod: &str, keep: bool) -> String {
         // The staging table too: a swap cut short after its RENAME may have left it.
         let drop = if self.config.keep_old || keep {
@@ -914,13 +914,14 @@ impl RebuildPlan {
         )
     }
 
-    /// Whether `<table>__old` exists on a pod, for a pod the rebuild is not due on: a swap cut
-    /// short after its RENAME left the old table, and maybe rows in it, there.
-    pub fn old_table_query(&self) -> String {
+    /// Which of `<table>__old` and `<table>__new` exist on a pod, one `left` line each: a swap
+    /// cut short left one of them there (see `finish_interrupted_swaps` in the driver).
+    pub fn leftovers_query(&self) -> String {
         format!(
-            "SELECT 'old', name FROM system.tables WHERE database = {} AND name = {} FORMAT TSV;\n{}",
+            "SELECT 'left', name FROM system.tables WHERE database = {} AND name IN ({}, {}) FORMAT TSV;\n{}",
             literal(&self.database),
             literal(&format!("{}{OLD_SUFFIX}", self.table)),
+            literal(&format!("{}{NEW_SUFFIX}", self.table)),
             end_statement()
         )
     }
@@ -1174,17 +1175,9 @@ pub struct Receipt {
     pub cutover: String,
 }
 
-/// Whether [`RebuildPlan::old_table_query`] found the old table.
-pub fn parse_old_table(stdout: &str) -> Result<bool, String> {
-    let body = complete(stdout)?.trim();
-    match body.split_once('\t') {
-        None if body.is_empty() => Ok(false),
-        Some(("old", _)) => Ok(true),
-        _ => Err(format!(
-            "an unexpected answer: {}",
-            body.chars().take(80).collect::<String>()
-        )),
-    }
+/// The tables [`RebuildPlan::leftovers_query`] found.
+pub fn parse_leftovers(stdout: &str) -> Result<BTreeSet<String>, String> {
+    parse_tagged(stdout, "left").map(|names| names.into_iter().collect())
 }
 
 /// The receipts of one rebuild run: those of `cutover`, the one it copies up to.

@@ -91,18 +91,19 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if plans.is_empty() {
             return Ok(Vec::new());
         }
-        let survey = self.survey(plans, statements, default_database).await?;
-        let mut unopened: Vec<&PodInfo> = Vec::new();
-        for (pod, _) in survey.due.values().flatten() {
-            let known = opened.contains(&PodRef::of(pod)) || unopened.iter().any(|p| p.name == pod.name);
-            if !known {
-                unopened.push(pod);
-            }
-        }
-        self.open_ledger_on(&unopened).await?;
-        let reopened: Vec<PodRef> = unopened.iter().map(|p| PodRef::of(p)).collect();
+        let mut survey = self.survey(plans, statements, default_database).await?;
+        let mut reopened: Vec<PodRef> = Vec::new();
+        self.open_due(&survey, opened, &mut reopened).await?;
+        // Swaps an earlier apply cut short first: a replica set half swapped is swapped on the
+        // rest, and old tables' late rows are copied. A pod swapped now is as declared, so the
+        // survey is taken again.
+        let mut resumed = false;
         for plan in plans {
-            Box::pin(self.finish_interrupted_swaps(plan, &survey.holders(plan))).await?;
+            resumed |= Box::pin(self.finish_interrupted_swaps(plan, &survey.holders(plan))).await?;
+        }
+        if resumed {
+            survey = self.survey(plans, statements, default_database).await?;
+            self.open_due(&survey, opened, &mut reopened).await?;
         }
         for plan in plans {
             let Some(due) = survey.due.get(&plan.key()) else {
@@ -114,6 +115,28 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             Box::pin(self.rebuild_table(plan, &due, &holders, &survey.declared)).await?;
         }
         Ok(reopened)
+    }
+
+    /// Opens a ledger row on each pod due in `survey` that has none yet (not in `opened`, nor in
+    /// `reopened`, which it extends).
+    async fn open_due(
+        &self,
+        survey: &Survey,
+        opened: &[PodRef],
+        reopened: &mut Vec<PodRef>,
+    ) -> Result<(), ClickHouseSchemaError> {
+        let mut unopened: Vec<&PodInfo> = Vec::new();
+        for (pod, _) in survey.due.values().flatten() {
+            let known = opened.contains(&PodRef::of(pod))
+                || reopened.contains(&PodRef::of(pod))
+                || unopened.iter().any(|p| p.name == pod.name);
+            if !known {
+                unopened.push(pod);
+            }
+        }
+        self.open_ledger_on(&unopened).await?;
+        reopened.extend(unopened.iter().map(|p| PodRef::of(p)));
+        Ok(())
     }
 
     /// What an apply would rebuild: the survey (the live-schema check, with its scratch copy) and
@@ -553,7 +576,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // The swap, pod by pod.
         for pod in due {
             let at = At::new(plan, "swap", &pod.name);
-            self.rebuild_exec(&at, plan.swap_script(&cutover, &pod.name), false)
+            self.rebuild_exec(&at, plan.swap_script(&cutover.value, &pod.name), false)
                 .await?;
             self.rebuild_event(
                 plan,
@@ -1534,27 +1557,94 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         &self,
         plan: &RebuildPlan,
         holders: &[&PodInfo],
-    ) -> Result<(), ClickHouseSchemaError> {
+    ) -> Result<bool, ClickHouseSchemaError> {
         let table = plan.table.as_str();
         let old_name = format!("{table}{OLD_SUFFIX}");
-        let mut with_old = Vec::new();
+        let new_name = format!("{table}{NEW_SUFFIX}");
+        let mut any = false;
         for pod in holders {
             let at = At::new(plan, "swap", &pod.name);
-            let out = self.rebuild_exec(&at, plan.old_table_query(), true).await?;
-            if rebuild::parse_old_table(&out)
+            let out = self.rebuild_exec(&at, plan.leftovers_query(), true).await?;
+            any |= !rebuild::parse_leftovers(&out)
                 .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?
-            {
-                with_old.push(*pod);
-            }
+                .is_empty();
         }
-        if with_old.is_empty() {
-            return Ok(());
+        if !any {
+            return Ok(false);
         }
         let mut inspections: BTreeMap<&str, Inspection> = BTreeMap::new();
         for pod in holders {
             let at = At::new(plan, "swap", &pod.name);
             inspections.insert(pod.name.as_str(), self.inspect(&at).await?);
         }
+        // A replica set half swapped: this pod's new table replicates the table another pod
+        // serves, and both belong to one rebuild (this pod recorded the cut-over the other
+        // swapped at). Its swap is the one missing; its old table's late rows are copied below.
+        let mut resumed = false;
+        for pod in holders {
+            let inspection = &inspections[pod.name.as_str()];
+            let Some(new_path) = inspection.replicas.get(&new_name) else {
+                continue;
+            };
+            if !inspection
+                .made
+                .as_ref()
+                .is_some_and(|made| made.contains(&plan.target))
+            {
+                continue;
+            }
+            let Some(other) = holders.iter().find(|other| {
+                other.name != pod.name
+                    && inspections[other.name.as_str()].replicas.get(table) == Some(new_path)
+            }) else {
+                continue;
+            };
+            let swapped_on = |receipts: &[rebuild::Receipt], value: &str, on: &str| {
+                receipts
+                    .iter()
+                    .any(|r| r.step == "swapped" && r.cutover == value && r.source == on)
+            };
+            let Some(cutover) = inspection
+                .receipts
+                .iter()
+                .filter(|r| r.step == "cutover")
+                .filter(|r| {
+                    !inspection
+                        .receipts
+                        .iter()
+                        .any(|a| a.step == "abandoned" && a.value == r.value)
+                })
+                .filter(|r| !swapped_on(&inspection.receipts, &r.value, &pod.name))
+                .find(|r| swapped_on(&inspections[other.name.as_str()].receipts, &r.value, &other.name))
+                .map(|r| r.value.clone())
+            else {
+                continue;
+            };
+            let at = At::new(plan, "swap", &pod.name);
+            self.rebuild_exec(&at, plan.swap_script(&cutover, &pod.name), false)
+                .await?;
+            self.rebuild_event(
+                plan,
+                "swap",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{} on {}: swapped, resuming a swap an earlier apply cut short after pod {} (both replicas now \
+                     serve '{new_path}')",
+                    plan.key(),
+                    pod.name,
+                    other.name
+                ),
+            );
+            inspections.insert(pod.name.as_str(), self.inspect(&at).await?);
+            resumed = true;
+        }
+        let with_old: Vec<&PodInfo> = holders
+            .iter()
+            .copied()
+            .filter(|pod| inspections[pod.name.as_str()].tables.contains_key(&old_name))
+            .collect();
         let mut waited = false;
         for pod in with_old {
             let at = At::new(plan, "swap", &pod.name);
@@ -1699,7 +1789,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 ),
             );
         }
-        Ok(())
+        Ok(resumed)
     }
 
     async fn inspect(&self, at: &At<'_>) -> Result<Inspection, ClickHouseSchemaError> {

@@ -305,7 +305,7 @@ fn attaching_skips_what_receipts_record_and_writes_a_receipt_after_each_move() {
 fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() {
     let mut plan = events_plan("at").unwrap();
     let cutover = Cutover::parse(CutoverKind::Time, "1764000000").unwrap();
-    let script = plan.swap_script(&cutover, "pod-0");
+    let script = plan.swap_script(&cutover.value, "pod-0");
     let lines: Vec<&str> = script.lines().collect();
     assert_eq!(lines[0], "DROP TABLE IF EXISTS `shop`.`events__rebuild_view`;");
     assert_eq!(lines.len(), 4, "{script}");
@@ -329,7 +329,7 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     plan.config.keep_old = false;
     assert!(
         !plan
-            .swap_script(&cutover, "pod-0")
+            .swap_script(&cutover.value, "pod-0")
             .contains("DROP TABLE IF EXISTS `shop`.`events__old`")
     );
     let finish = plan.finish_script("1764000000", "pod-0", false);
@@ -353,7 +353,7 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     // An abandon and the swap's finish release the `made` receipt: the names are free again, and
     // an object someone makes by them later is not taken for this tool's. The swap itself does
     // not: a swap cut short after its RENAME is found by that open receipt, and finished.
-    assert!(!plan.swap_script(&cutover, "pod-0").contains("'released'"));
+    assert!(!plan.swap_script(&cutover.value, "pod-0").contains("'released'"));
     for script in [plan.finish_script("1764000000", "pod-0", false), abandon] {
         let release = script.find("'released'").expect(&script);
         assert!(release < script.find("DROP TABLE").unwrap(), "{script}");
@@ -742,20 +742,23 @@ fn an_integer_cut_over_is_new_but_not_above_every_used_one() {
 }
 
 #[test]
-fn the_old_table_query_is_read_only_when_complete() {
+fn the_leftovers_query_is_read_only_when_complete() {
     let plan = events_plan("at").unwrap();
     assert!(
-        plan.old_table_query()
-            .contains("database = 'shop' AND name = 'events__old'")
+        plan.leftovers_query()
+            .contains("database = 'shop' AND name IN ('events__old', 'events__new')")
     );
     let end = "__clickhouse_schema_rebuild_end__\n";
-    assert_eq!(parse_old_table(&format!("old\tevents__old\n{end}")), Ok(true));
-    assert_eq!(parse_old_table(end), Ok(false));
+    assert_eq!(
+        parse_leftovers(&format!("left\tevents__old\n{end}")),
+        Ok(["events__old".to_owned()].into_iter().collect())
+    );
+    assert_eq!(parse_leftovers(end), Ok(BTreeSet::new()));
     assert!(
-        parse_old_table("old\tevents__old\n").is_err(),
+        parse_leftovers("left\tevents__old\n").is_err(),
         "no end marker: cut short"
     );
-    assert!(parse_old_table(&format!("Code: 60\n{end}")).is_err());
+    assert!(parse_leftovers(&format!("Code: 60\n{end}")).is_err());
 }
 
 #[test]
