@@ -10,8 +10,9 @@
 // acknowledged there, each as often as it was written, and no rebuild object is left behind.
 //
 // Every failure names its seed; `REBUILD_FAULT_SEEDS=17,18 node --test tests/rebuild-faults.test.mjs`
-// replays those seeds (a range `1-40` runs more, as scripts/bench-rebuild-faults.sh does).
-import { after, describe, modern, test } from './lib/engine.mjs';
+// replays those seeds (a range `1-40` runs more, as bench/rebuild-faults.mjs does), and
+// REBUILD_FAULT_EVENTS=1 prints the deploy again's rebuild events.
+import { after, describe, modern, test, test1816 } from './lib/engine.mjs';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -30,9 +31,9 @@ after(() => stopSandbox(dir));
 
 assertsTheAddonBuild(addonTarget);
 
-/** The seeds to run: `REBUILD_FAULT_SEEDS` (`3,7` or `1-40`), else `fallback`. */
-function seedsFrom(fallback) {
-  const spec = process.env.REBUILD_FAULT_SEEDS;
+/** The seeds to run: those `variable` names (`3,7` or `1-40`), else `fallback`. */
+function seedsFrom(variable, fallback) {
+  const spec = process.env[variable];
   if (!spec) return fallback;
   return spec.split(',').flatMap((part) => {
     const [a, b] = part.split('-').map(Number);
@@ -42,7 +43,14 @@ function seedsFrom(fallback) {
 
 // Ten seeds in the 18.16 pass of the test command, four others in the modern engine's (its execs
 // are slower), six others in the WebAssembly pass: twenty in all.
-const SEEDS = seedsFrom(addonTarget !== 'native' ? [21, 22, 23, 24, 25, 26] : modern ? [11, 12, 13, 14] : [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+const SEEDS = seedsFrom('REBUILD_FAULT_SEEDS', addonTarget !== 'native' ? [21, 22, 23, 24, 25, 26] : modern ? [11, 12, 13, 14] : [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+// Seeds on one replica set (18.16 only: the modern engine has no replication), from
+// REBUILD_FAULT_REPLICATED_SEEDS; none by default in the test command. bench/rebuild-faults.mjs
+// runs them. They are not in the test command because they are not all green: seed 38 (the
+// deploying process killed after the views) lost one row dated now in one of two runs, most
+// likely the verification's weakness under steady writes above its bound (R1 in
+// docs/reviews/rebuild-traffic.md), which is open.
+const REPLICATED_SEEDS = seedsFrom('REBUILD_FAULT_REPLICATED_SEEDS', []);
 
 const DB = 'CREATE DATABASE IF NOT EXISTS rf';
 const COLUMNS = '(id UInt64, kind String, at DateTime, v Int64)';
@@ -153,6 +161,106 @@ const describeFault = (f) =>
   `${f.keepRunning === undefined ? '' : `${f.kind === 'drop' ? ', ' : ' ('}its execs' processes ${f.keepRunning ? 'left running' : 'killed'})`} ` +
   `at the ${f.at}. ${f.step} event${['abort', 'kill'].includes(f.kind) ? '' : `, then on the next exec into ${f.pod}`}`;
 
+/**
+ * One seed: a table with rows on two pods (local tables, or one replica set when `replicated`),
+ * a writer on every pod, the apply with the seed's fault, the deploy again, and the checks.
+ */
+async function runSeed(t, sandbox, pods, seed, replicated) {
+  const fault = faultOf(seed, pods);
+  const what = `${describeFault(fault)}${replicated ? ' (one replica set)' : ''}`;
+  const name = `f${seed}_${Date.now().toString(36)}`;
+  const declare = (version, order) =>
+    replicated
+      ? `CREATE TABLE IF NOT EXISTS rf.${name} ${COLUMNS} ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/rf/${name}${version}', '{replica}') ` +
+        `PARTITION BY toYYYYMMDD(at) ORDER BY ${order}`
+      : table(name, order);
+  const first = await apply(`rf-${name}`, props(sandbox, [DB, declare('', 'id')]));
+  if (replicated) {
+    history(sandbox, pods[0], name, 0);
+    sandbox.query(pods[1], `SYSTEM SYNC REPLICA rf.${name}`);
+  } else {
+    for (const [i, pod] of pods.entries()) history(sandbox, pod, name, i * 1_000_000);
+  }
+  const before = pods.map((pod) => rowsOf(sandbox, pod, `rf.${name}`));
+  const v2 = props(sandbox, [DB, declare('_v2', '(kind, id)')], allow(name));
+  await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: Boolean(fault.keepRunning) });
+
+  let seen = 0;
+  let struck = false;
+  let outcome;
+  // The deploy again's events, printed with REBUILD_FAULT_EVENTS=1 to look into a failing seed.
+  const again = [];
+  const controller = new AbortController();
+  const { written, failed } = await withWriter(sandbox, pods, `rf.${name}`, { seed }, async (writer) => {
+    await writer.until((w) => w.acknowledged() >= 6);
+    const arm = async () => {
+      struck = true;
+      if (fault.kind === 'abort') return controller.abort();
+      const body =
+        fault.kind === 'drop'
+          ? { kind: 'drop_exec', pod: fault.pod, after: fault.after, delay_ms: fault.delayMs }
+          : { kind: 'stall_exec', pod: fault.pod, seconds: 120 };
+      // Only the rebuild's own execs: the writer's inserts go through kubectl exec too.
+      await sandbox.control('POST', '/sandbox/faults', { ...body, count: 1, argv_contains: '/dev/fd/4' });
+    };
+    if (fault.kind === 'kill') {
+      outcome = await deployKilled(`rf-${name}`, v2, first.state, fault);
+      struck = outcome === 'was killed';
+    } else {
+      try {
+        await apply(`rf-${name}`, v2, first.state, {
+          signal: controller.signal,
+          onEvent: (e) => {
+            if (e.kind === 'rebuild' && e.step === fault.step && ++seen === fault.at && !struck) arm();
+          },
+        });
+        outcome = 'finished';
+      } catch (err) {
+        outcome = `failed: ${err.code} ${err.message}`;
+      }
+    }
+    await sandbox.control('DELETE', '/sandbox/faults');
+    await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: false });
+    // Deploy again, as the user does after a failed (or cancelled) deploy. On a replica set a row
+    // dated ahead written in the milliseconds between one replica's copy and another's view is
+    // caught by verification, which starts the rebuild over (README): the deploy is retried.
+    for (let attempt = 1; outcome !== 'finished'; attempt++) {
+      try {
+        await apply(`rf-${name}`, v2, first.state, { onEvent: (e) => again.push(e) });
+        break;
+      } catch (err) {
+        const refused = replicated && attempt < 3 && err.code === 'E_REBUILD_FAILED' && /step verify/.test(err.message);
+        if (!refused) {
+          assert.fail(`${what}; the first apply ${outcome.slice(0, 600)}; the deploy again failed: ${err.code} ${err.message}`);
+        }
+      }
+    }
+    const done = writer.acknowledged();
+    await writer.until((w) => w.acknowledged() >= done + 4);
+  });
+  const context = `${what}; the first apply ${outcome.slice(0, 400)}`;
+  t.diagnostic(struck ? context : `${what}: the apply finished before that event`);
+  if (process.env.REBUILD_FAULT_EVENTS) {
+    for (const e of again.filter((e) => e.kind === 'rebuild')) t.diagnostic(`${e.step} ${e.pod ?? ''}: ${e.message}`);
+  }
+  noInsertFailed(failed);
+  for (const [i, pod] of pods.entries()) {
+    if (replicated) sandbox.query(pod, `SYSTEM SYNC REPLICA rf.${name}`);
+    assert.equal(
+      sandbox.query(pod, `SELECT sorting_key FROM system.tables WHERE database = 'rf' AND name = '${name}'`),
+      'kind, id',
+      `rebuilt on ${pod} (${context})`,
+    );
+    const expected = replicated ? [...before[0], ...pods.flatMap((p) => written.get(p))] : [...before[i], ...written.get(pod)];
+    sameRows(rowsOf(sandbox, pod, `rf.${name}`), expected, `every row once on ${pod} (${context})`);
+    assert.deepEqual(
+      sandbox.tablesOn(pod, 'rf').filter((t) => t.startsWith(`${name}_`)),
+      [],
+      `no rebuild object left on ${pod} (${context})`,
+    );
+  }
+}
+
 describe('seeded faults during a rebuild under traffic, local tables on two pods', () => {
   let sandbox;
   let pods;
@@ -162,78 +270,9 @@ describe('seeded faults during a rebuild under traffic, local tables on two pods
   });
 
   for (const seed of SEEDS) {
-    test(`seed ${seed}: every acknowledged row is in the rebuilt table exactly once after the fault and a deploy again`, { timeout }, async (t) => {
-      const fault = faultOf(seed, pods);
-      const what = describeFault(fault);
-      const name = `f${seed}_${Date.now().toString(36)}`;
-      const first = await apply(`rf-${name}`, props(sandbox, [DB, table(name, 'id')]));
-      for (const [i, pod] of pods.entries()) history(sandbox, pod, name, i * 1_000_000);
-      const before = pods.map((pod) => rowsOf(sandbox, pod, `rf.${name}`));
-      const v2 = props(sandbox, [DB, table(name, '(kind, id)')], allow(name));
-      await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: Boolean(fault.keepRunning) });
-
-      let seen = 0;
-      let struck = false;
-      let outcome;
-      const controller = new AbortController();
-      const { written, failed } = await withWriter(sandbox, pods, `rf.${name}`, { seed }, async (writer) => {
-        await writer.until((w) => w.acknowledged() >= 6);
-        const arm = async () => {
-          struck = true;
-          if (fault.kind === 'abort') return controller.abort();
-          const body =
-            fault.kind === 'drop'
-              ? { kind: 'drop_exec', pod: fault.pod, after: fault.after, delay_ms: fault.delayMs }
-              : { kind: 'stall_exec', pod: fault.pod, seconds: 120 };
-          // Only the rebuild's own execs: the writer's inserts go through kubectl exec too.
-          await sandbox.control('POST', '/sandbox/faults', { ...body, count: 1, argv_contains: '/dev/fd/4' });
-        };
-        if (fault.kind === 'kill') {
-          outcome = await deployKilled(`rf-${name}`, v2, first.state, fault);
-          struck = outcome === 'was killed';
-        } else {
-          try {
-            await apply(`rf-${name}`, v2, first.state, {
-              signal: controller.signal,
-              onEvent: (e) => {
-                if (e.kind === 'rebuild' && e.step === fault.step && ++seen === fault.at && !struck) arm();
-              },
-            });
-            outcome = 'finished';
-          } catch (err) {
-            outcome = `failed: ${err.code} ${err.message}`;
-          }
-        }
-        await sandbox.control('DELETE', '/sandbox/faults');
-        await sandbox.control('PUT', '/sandbox/dropped-execs', { keep_running: false });
-        // Deploy again, as the user does after a failed (or cancelled) deploy.
-        if (outcome !== 'finished') {
-          try {
-            await apply(`rf-${name}`, v2, first.state);
-          } catch (err) {
-            assert.fail(`${what}; the first apply ${outcome.slice(0, 600)}; the deploy again failed: ${err.code} ${err.message}`);
-          }
-        }
-        const done = writer.acknowledged();
-        await writer.until((w) => w.acknowledged() >= done + 4);
-      });
-      const context = `${what}; the first apply ${outcome.slice(0, 400)}`;
-      t.diagnostic(struck ? context : `${what}: the apply finished before that event`);
-      noInsertFailed(failed);
-      for (const [i, pod] of pods.entries()) {
-        assert.equal(
-          sandbox.query(pod, `SELECT sorting_key FROM system.tables WHERE database = 'rf' AND name = '${name}'`),
-          'kind, id',
-          `rebuilt on ${pod} (${context})`,
-        );
-        sameRows(rowsOf(sandbox, pod, `rf.${name}`), [...before[i], ...written.get(pod)], `every row once on ${pod} (${context})`);
-        assert.deepEqual(
-          sandbox.tablesOn(pod, 'rf').filter((t) => t.startsWith(`${name}_`)),
-          [],
-          `no rebuild object left on ${pod} (${context})`,
-        );
-      }
-    });
+    test(`seed ${seed}: every acknowledged row is in the rebuilt table exactly once after the fault and a deploy again`, { timeout }, (t) =>
+      runSeed(t, sandbox, pods, seed, false),
+    );
   }
 
   test('a swap cut short after its RENAME (the comparison of the old table fails): the next apply copies the row that reached only the old table, and drops it', { timeout }, async () => {
@@ -324,4 +363,22 @@ describe('seeded faults during a rebuild under traffic, local tables on two pods
     await apply(`rf-${name}`, v2, first.state, { onEvent: (e) => third.push(e) });
     assert.deepEqual(third.filter((e) => e.kind === 'rebuild'), []);
   });
+});
+
+// Registered only with seeds, so that the test command does not restart the sandbox for none.
+const replicatedSuite = REPLICATED_SEEDS.length > 0 ? describe : () => undefined;
+replicatedSuite('seeded faults during a rebuild under traffic, one replica set of two', () => {
+  let sandbox;
+  let pods;
+  test1816('replication of inserts', 'starts', () => {
+    stopSandbox(dir);
+    sandbox = startSandbox(dir, 2);
+    pods = sandbox.info.pods;
+  });
+
+  for (const seed of REPLICATED_SEEDS) {
+    test1816('replication of inserts', `seed ${seed}: every acknowledged row is on every replica exactly once after the fault and a deploy again`, { timeout }, (t) =>
+      runSeed(t, sandbox, pods, seed, true),
+    );
+  }
 });
