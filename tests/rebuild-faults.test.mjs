@@ -41,9 +41,14 @@ function seedsFrom(variable, fallback) {
   });
 }
 
-// Ten seeds in the 18.16 pass of the test command, four others in the modern engine's (its execs
-// are slower), six others in the WebAssembly pass: twenty in all.
-const SEEDS = seedsFrom('REBUILD_FAULT_SEEDS', addonTarget !== 'native' ? [21, 22, 23, 24, 25, 26] : modern ? [11, 12, 13, 14] : [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+// Fourteen seeds in the 18.16 pass of the test command and six others in the WebAssembly pass:
+// twenty in all. None in the modern engine's pass: there every insert the writer makes starts an
+// engine process, and two writers at once (this file's and rebuild-traffic's, which does run
+// there) starve the two cores until tests time out; the focused tests below run on both engines.
+const SEEDS = seedsFrom(
+  'REBUILD_FAULT_SEEDS',
+  addonTarget !== 'native' ? [21, 22, 23, 24, 25, 26] : modern ? [] : [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+);
 // Seeds on one replica set (18.16 only: the modern engine has no replication), from
 // REBUILD_FAULT_REPLICATED_SEEDS; none by default in the test command. bench/rebuild-faults.mjs
 // runs them. They are not in the test command because they are not all green: seed 38 (the
