@@ -512,9 +512,10 @@ async fn run_decision<T: PodLister + Executor, C: Clock>(
         // that the change started before it does, so a rebuild stopped half
         // way is not taken as covered by a later deploy that lost its state.
         let opened = run.open_ledger_before_rebuild(&covered).await?;
-        let reopened = run
-            .rebuild_tables(&plans, &config.statements, &config.client.database, &opened)
-            .await?;
+        // Boxed: a rebuild's future is large, and a caller may poll it on a small stack.
+        let reopened =
+            Box::pin(run.rebuild_tables(&plans, &config.statements, &config.client.database, &opened))
+                .await?;
         // A covered pod the rebuild touched has its opening row now: it is due, so the list runs
         // there (idempotent) and closes that row, rather than leave it open for good.
         covered.retain(|p| !reopened.contains(p));

@@ -91,7 +91,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if plans.is_empty() {
             return Ok(Vec::new());
         }
-        let mut survey = self.survey(plans, statements, default_database).await?;
+        // Boxed, as the other large steps here: a caller may poll this on a small stack.
+        let mut survey = Box::pin(self.survey(plans, statements, default_database)).await?;
         let mut reopened: Vec<PodRef> = Vec::new();
         self.open_due(&survey, opened, &mut reopened).await?;
         // Swaps an earlier apply cut short first: a replica set half swapped is swapped on the
@@ -102,7 +103,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             resumed |= Box::pin(self.finish_interrupted_swaps(plan, &survey.holders(plan))).await?;
         }
         if resumed {
-            survey = self.survey(plans, statements, default_database).await?;
+            survey = Box::pin(self.survey(plans, statements, default_database)).await?;
             self.open_due(&survey, opened, &mut reopened).await?;
         }
         for plan in plans {
@@ -298,66 +299,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
         // Inspect, refuse what would lose or break something, then prepare.
         let (receipts, before) = self.check(plan, due, holders, declared, Inspect::Apply).await?;
-        // The ZooKeeper path each holder's live table serves (expanded, as the server lists it).
-        let serving: Vec<(&str, &str)> = before
-            .iter()
-            .filter_map(|(pod, inspection)| Some((pod.as_str(), inspection.replicas.get(table)?.as_str())))
-            .collect();
-        // This tool's objects of a rebuild towards another declaration (the user changed it while
-        // that rebuild was unfinished): the new table has the other definition, so they are dropped
-        // and this rebuild starts from nothing (`refuse` let only this tool's through). Not when
-        // that new table replicates a table another pod serves (its swap went through there): its
-        // rows are that table's, and a rebuild from both would copy them twice.
-        let stale = |pod: &PodInfo| {
-            let inspection = &before[&pod.name];
-            !leftovers(plan, inspection).is_empty()
-                && inspection
-                    .made
-                    .as_ref()
-                    .is_some_and(|made| made.iter().any(|target| *target != plan.target))
-        };
-        for pod in due.iter().filter(|p| stale(p)) {
-            let inspection = &before[&pod.name];
-            self.refuse_joining_a_serving_set(plan, pod, inspection, inspection, &serving)
-                .await?;
-        }
-        // Every pod's before any prepare: a `Replicated` new table of the other declaration on one
-        // pod would otherwise clash with this one's, created on another with the same path.
-        for pod in due.iter().filter(|p| stale(p)) {
-            let at = At::new(plan, "prepare", &pod.name);
-            self.rebuild_exec(&at, plan.discard_script(), true).await?;
-            self.rebuild_event(
-                plan,
-                "prepare",
-                Some(&pod.name),
-                None,
-                None,
-                format!(
-                    "{key} on {}: dropped {} that an unfinished rebuild towards an earlier declaration of the \
-                     table made; this one starts over",
-                    pod.name,
-                    leftovers(plan, &before[&pod.name]).join(", ")
-                ),
-            );
-        }
-        let mut inspected: BTreeMap<String, Inspection> = BTreeMap::new();
-        for pod in due {
-            let at = At::new(plan, "prepare", &pod.name);
-            let inspection = &before[&pod.name];
-            let made = if leftovers(plan, inspection).is_empty() || stale(pod) {
-                rebuild::Made::Fresh
-            } else if inspection.made.as_ref().is_some_and(BTreeSet::is_empty) {
-                // `refuse` let them through as an earlier version's unfinished rebuild.
-                rebuild::Made::Adopt
-            } else {
-                rebuild::Made::Recorded
-            };
-            self.rebuild_exec(&at, plan.prepare_script(made), true).await?;
-            let inspection = self.inspect(&at).await?;
-            self.refuse_joining_a_serving_set(plan, pod, &before[&pod.name], &inspection, &serving)
-                .await?;
-            inspected.insert(pod.name.clone(), inspection);
-        }
+        // Boxed: a caller may poll this on a small stack (see `rebuild_exec`).
+        let inspected = Box::pin(self.prepare(plan, due, &before)).await?;
         self.rebuild_event(
             plan,
             "prepare",
@@ -597,6 +540,79 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             &cutover,
         ))
         .await
+    }
+
+    /// The prepare step on the due pods: an earlier declaration's objects dropped (see below),
+    /// then the new and staging tables made; returns each due pod's inspection after it.
+    async fn prepare(
+        &self,
+        plan: &RebuildPlan,
+        due: &[&PodInfo],
+        before: &BTreeMap<String, Inspection>,
+    ) -> Result<BTreeMap<String, Inspection>, ClickHouseSchemaError> {
+        let key = plan.key();
+        let table = plan.table.as_str();
+        // The ZooKeeper path each holder's live table serves (expanded, as the server lists it).
+        let serving: Vec<(&str, &str)> = before
+            .iter()
+            .filter_map(|(pod, inspection)| Some((pod.as_str(), inspection.replicas.get(table)?.as_str())))
+            .collect();
+        // This tool's objects of a rebuild towards another declaration (the user changed it while
+        // that rebuild was unfinished): the new table has the other definition, so they are dropped
+        // and this rebuild starts from nothing (`refuse` let only this tool's through). Not when
+        // that new table replicates a table another pod serves (its swap went through there): its
+        // rows are that table's, and a rebuild from both would copy them twice.
+        let stale = |pod: &PodInfo| {
+            let inspection = &before[&pod.name];
+            !leftovers(plan, inspection).is_empty()
+                && inspection
+                    .made
+                    .as_ref()
+                    .is_some_and(|made| made.iter().any(|target| *target != plan.target))
+        };
+        for pod in due.iter().filter(|p| stale(p)) {
+            let inspection = &before[&pod.name];
+            self.refuse_joining_a_serving_set(plan, pod, inspection, inspection, &serving)
+                .await?;
+        }
+        // Every pod's before any prepare: a `Replicated` new table of the other declaration on one
+        // pod would otherwise clash with this one's, created on another with the same path.
+        for pod in due.iter().filter(|p| stale(p)) {
+            let at = At::new(plan, "prepare", &pod.name);
+            self.rebuild_exec(&at, plan.discard_script(), true).await?;
+            self.rebuild_event(
+                plan,
+                "prepare",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{key} on {}: dropped {} that an unfinished rebuild towards an earlier declaration of the \
+                     table made; this one starts over",
+                    pod.name,
+                    leftovers(plan, &before[&pod.name]).join(", ")
+                ),
+            );
+        }
+        let mut inspected: BTreeMap<String, Inspection> = BTreeMap::new();
+        for pod in due {
+            let at = At::new(plan, "prepare", &pod.name);
+            let inspection = &before[&pod.name];
+            let made = if leftovers(plan, inspection).is_empty() || stale(pod) {
+                rebuild::Made::Fresh
+            } else if inspection.made.as_ref().is_some_and(BTreeSet::is_empty) {
+                // `refuse` let them through as an earlier version's unfinished rebuild.
+                rebuild::Made::Adopt
+            } else {
+                rebuild::Made::Recorded
+            };
+            self.rebuild_exec(&at, plan.prepare_script(made), true).await?;
+            let inspection = self.inspect(&at).await?;
+            self.refuse_joining_a_serving_set(plan, pod, &before[&pod.name], &inspection, &serving)
+                .await?;
+            inspected.insert(pod.name.clone(), inspection);
+        }
+        Ok(inspected)
     }
 
     /// Refuses a rebuild on `pod` that would lose or break something.
@@ -1564,7 +1580,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let mut any = false;
         for pod in holders {
             let at = At::new(plan, "swap", &pod.name);
-            let out = self.rebuild_exec(&at, plan.leftovers_query(), true).await?;
+            let out = Box::pin(self.rebuild_exec(&at, plan.leftovers_query(), true)).await?;
             any |= !rebuild::parse_leftovers(&out)
                 .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?
                 .is_empty();
@@ -1575,7 +1591,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let mut inspections: BTreeMap<&str, Inspection> = BTreeMap::new();
         for pod in holders {
             let at = At::new(plan, "swap", &pod.name);
-            inspections.insert(pod.name.as_str(), self.inspect(&at).await?);
+            inspections.insert(pod.name.as_str(), Box::pin(self.inspect(&at)).await?);
         }
         // A replica set half swapped: this pod's new table replicates the table another pod
         // serves, and both belong to one rebuild (this pod recorded the cut-over the other
@@ -1621,8 +1637,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 continue;
             };
             let at = At::new(plan, "swap", &pod.name);
-            self.rebuild_exec(&at, plan.swap_script(&cutover, &pod.name), false)
-                .await?;
+            Box::pin(self.rebuild_exec(&at, plan.swap_script(&cutover, &pod.name), false)).await?;
             self.rebuild_event(
                 plan,
                 "swap",
@@ -1637,7 +1652,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     other.name
                 ),
             );
-            inspections.insert(pod.name.as_str(), self.inspect(&at).await?);
+            inspections.insert(pod.name.as_str(), Box::pin(self.inspect(&at)).await?);
             resumed = true;
         }
         let with_old: Vec<&PodInfo> = holders
@@ -1691,8 +1706,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // cannot be told apart (as after_swap keeps them).
             let several = !replicated(&old_name) && replicated(table);
             if several || !plan.copies_differences(&old_engine) {
-                self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, true), true)
-                    .await?;
+                Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, true), true)).await?;
                 self.rebuild_event(
                     plan,
                     "swap",
@@ -1762,15 +1776,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     false,
                     replicated(table),
                 );
-                self.catch_up(
+                Box::pin(self.catch_up(
                     &at,
                     script,
                     "that reached the old table and not the table were copied, finishing a swap an earlier apply cut short",
-                )
+                ))
                 .await?;
             }
-            self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, false), true)
-                .await?;
+            Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, false), true)).await?;
             self.rebuild_event(
                 plan,
                 "swap",
@@ -1810,7 +1823,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         script: String,
         retry: bool,
     ) -> Result<String, ClickHouseSchemaError> {
-        let (output, script) = self.rebuild_run(at, script, retry).await?;
+        // Boxed: every step awaits this, and the exec's future inline in each of them would make
+        // the rebuild's futures too large for a small stack (a debug build's test thread).
+        let (output, script) = Box::pin(self.rebuild_run(at, script, retry)).await?;
         self.exit_checked(at, output, &script)
     }
 
