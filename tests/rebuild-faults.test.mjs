@@ -43,11 +43,11 @@ function seedsFrom(variable, fallback) {
 
 // The seeds run only when asked for (REBUILD_FAULT_SEEDS and REBUILD_FAULT_REPLICATED_SEEDS, or
 // bench/rebuild-faults.mjs), not in the test command: under its load they find data-loss paths
-// that are open (local seed 2 lost one row dated now after a cancel before the swap's
-// comparison; replicated seed 38 one after the deploy was killed right after the views; the
-// verification's judgement of rows past its bound by counts, R1 in
-// docs/reviews/rebuild-traffic.md, is the first suspect), and a test command that fails on a
-// known open defect cannot land the fixes it checks. The focused tests below run in every pass.
+// that are open (local seed 2 lost one row dated now after a cancel just after the swaps;
+// replicated seed 38 one after the deploy was killed right after the views; suspects: a repeated
+// row whose copy in the new table hides its original in the old one, and R1 in
+// docs/reviews/rebuild-traffic.md; see README), and a test command that fails on a known open
+// defect cannot land the fixes it checks. The focused tests below run in every pass.
 const SEEDS = seedsFrom('REBUILD_FAULT_SEEDS', []);
 // Seeds on one replica set (18.16 only: the modern engine has no replication).
 const REPLICATED_SEEDS = seedsFrom('REBUILD_FAULT_REPLICATED_SEEDS', []);

@@ -124,7 +124,7 @@ export function sameRows(found, expected, what) {
   const count = (list) => list.reduce((m, r) => m.set(r, (m.get(r) ?? 0) + 1), new Map());
   const f = count(found);
   const e = count(expected);
-  const missing = [...e].filter(([r, n]) => (f.get(r) ?? 0) < n).map(([r, n]) => `${r} (${n - (f.get(r) ?? 0)}x)`);
+  const missing = [...e].filter(([r, n]) => (f.get(r) ?? 0) < n).map(([r, n]) => `${r} (${n - (f.get(r) ?? 0)}x of ${n})`);
   const extra = [...f].filter(([r, n]) => (e.get(r) ?? 0) < n).map(([r, n]) => `${r} (${n - (e.get(r) ?? 0)}x)`);
   assert.deepEqual(
     { missing: missing.slice(0, 10), extra: extra.slice(0, 10), counts: [found.length, expected.length] },
