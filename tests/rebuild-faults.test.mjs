@@ -25,7 +25,7 @@ import { sandboxDir } from './lib/sandbox-dir.mjs';
 import { withWriter, rowsOf, sameRows, noInsertFailed, seeded } from './lib/writer.mjs';
 
 const dir = sandboxDir('rebuild-faults');
-const timeout = 300_000;
+const timeout = modern ? 600_000 : 300_000;
 
 after(() => stopSandbox(dir));
 
