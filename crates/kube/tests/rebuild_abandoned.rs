@@ -11,8 +11,14 @@
 //! And a table a `Merge` table reads by pattern: after the swap the pattern would match the old
 //! table too and read every row twice, so the rebuild refuses, naming it, before it changes anything.
 //!
+//! And a swap whose script stopped right after its RENAME (a cancel's `KILL QUERY` or a killed
+//! process lands between two statements): the old table may hold rows nothing else has, and no
+//! `swapped` receipt says the swap happened. The next apply must still find it, copy those rows
+//! and drop the old table; before, it left `t__old` there with the rows, for good.
+//!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
-//! just before the first verification reads it. One sandbox for the binary.
+//! just before the first verification reads it, and to stop the swap's script after its RENAME.
+//! One sandbox for the binary.
 
 mod common;
 
@@ -27,7 +33,7 @@ use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::{
     Cluster, ExecOutput, ExecRequest, Executor, LeaseApi, NeverCancelled, NoEvents, PodInfo, PodLister,
-    TransportError,
+    TransportError, TransportErrorKind,
 };
 use clickhouse_schema_kube::KubeTransport;
 use clickhouse_schema_sandbox::{Layout, Sandbox, SandboxOptions};
@@ -109,6 +115,9 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     }
     if let Err(e) = Box::pin(a_merge_table_over_it_is_refused(&sb)).await {
         failures.push(format!("a Merge table over the table: {e}"));
+    }
+    if let Err(e) = Box::pin(a_swap_stopped_after_its_rename(&sb)).await {
+        failures.push(format!("a swap stopped after its RENAME: {e}"));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -410,4 +419,160 @@ async fn a_merge_table_over_it_is_refused(sb: &Sandbox) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     check(out.stdout == "30\t0\n", format!("untouched: {out:?}"))
+}
+
+/// The product's transport, but the swap's script runs only up to its RENAME, statement by
+/// statement as the client would, and then a row reaches the old table (an insert that was under
+/// way at the RENAME); the exec then fails as one whose process was killed does.
+struct CutAfterRename<'a> {
+    inner: &'a KubeTransport,
+    late_row: &'static str,
+    cut: AtomicBool,
+}
+
+impl PodLister for CutAfterRename<'_> {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
+        self.inner.list_pods(namespace, selector)
+    }
+}
+
+impl Executor for CutAfterRename<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let swap = request.stdin.contains("RENAME TABLE") && !self.cut.swap(true, Ordering::SeqCst);
+        let (inner, late_row) = (self.inner, self.late_row);
+        async move {
+            if !swap {
+                return inner.exec(request).await;
+            }
+            let through_rename = request
+                .stdin
+                .lines()
+                .scan(false, |past, line| {
+                    let this = (!*past).then_some(line);
+                    *past |= line.starts_with("RENAME TABLE");
+                    this
+                })
+                .chain([late_row])
+                .map(|line| line.trim_end_matches(';').to_owned())
+                .collect::<Vec<_>>();
+            for sql in &through_rename {
+                let out = inner
+                    .exec(statement_exec(&request.pod, sql, Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(out.exit_code, 0, "{sql}: {out:?}");
+            }
+            Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "the exec's connection closed before its exit status (its process was killed)",
+            ))
+        }
+    }
+}
+
+impl LeaseApi for CutAfterRename<'_> {}
+
+async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
+    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = KubeTransport::from(&conn);
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    fn cluster<'c, T>(transport: &'c T, clock: &'c RealClock) -> Cluster<'c, T, RealClock> {
+        Cluster {
+            transport,
+            clock,
+            cluster_id: Some("sandbox".to_owned()),
+            cancel: &NeverCancelled,
+            events: &NoEvents,
+        }
+    }
+    let props = |order: &str| {
+        json!({
+            "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
+            "statements": [
+                "CREATE DATABASE IF NOT EXISTS rb_cut",
+                format!(
+                    "CREATE TABLE IF NOT EXISTS rb_cut.t (id UInt64, kind String) ENGINE = MergeTree \
+                     PARTITION BY id % 3 ORDER BY {order}"
+                ),
+            ],
+            "retry": { "maxAttempts": 3, "backoffMs": 100 },
+            "waitForPod": { "timeoutMs": 30_000 },
+            "rebuild": { "rb_cut.t": { "cutoverColumn": "id", "cutoverDelaySeconds": 1, "keepOld": false } },
+        })
+    };
+    let query = |sql: String| {
+        let t = &t;
+        let pod = &pod;
+        async move {
+            let out = t
+                .exec(statement_exec(pod, &sql, Duration::from_secs(30)))
+                .await
+                .map_err(|e| e.to_string())?;
+            check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
+            Ok::<String, String>(out.stdout)
+        }
+    };
+    let id = "rb-cut";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query("INSERT INTO rb_cut.t SELECT number + 1, 'k' FROM system.numbers LIMIT 300".to_owned()).await?;
+
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let cutting = CutAfterRename {
+        inner: &t,
+        late_row: "INSERT INTO rb_cut.t__old VALUES (5000, 'late')",
+        cut: AtomicBool::new(false),
+    };
+    let err = match apply(id, &v2, Some(&state), &cluster(&cutting, &clock)).await {
+        Ok(outcome) => return Err(format!("the cut swap went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        cutting.cut.load(Ordering::SeqCst)
+            && err.kind == ErrorKind::RebuildFailed
+            && err.message.contains("step swap")
+            && err.message.contains("rb_cut.t__old"),
+        format!("the swap's failure names the step and the old table: {err:?}"),
+    )?;
+    // The new table serves, and the late row is only in the old one.
+    let sorting = "SELECT sorting_key FROM system.tables WHERE database = 'rb_cut' AND name = 't'";
+    check(
+        query(sorting.to_owned()).await? == "kind, id\n",
+        "the RENAME went through".to_owned(),
+    )?;
+
+    let (state, _) = apply(id, &v2, Some(&state), &cluster(&t, &clock))
+        .await
+        .map_err(|e| format!("the apply after the cut swap: {e}"))?;
+    let counted =
+        query("SELECT count(), uniqExact(id), countIf(kind = 'late') FROM rb_cut.t".to_owned()).await?;
+    check(
+        counted == "301\t301\t1\n",
+        format!("every row once, the late one included: {counted:?}"),
+    )?;
+    let left = query(
+        "SELECT name FROM system.tables WHERE database = 'rb_cut' AND name LIKE 't\\_\\_%' ORDER BY name"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        left.is_empty(),
+        format!("nothing of the rebuild is left: {left:?}"),
+    )?;
+    // A third apply has nothing to do.
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&t, &clock))
+        .await
+        .map_err(|e| format!("the third apply: {e}"))?;
+    check(
+        query("SELECT count() FROM rb_cut.t".to_owned()).await? == "301\n",
+        format!("the third apply copied nothing: {outcome:?}"),
+    )
 }

@@ -878,15 +878,23 @@ impl RebuildPlan {
     /// The `swapped` receipt names the pod and the cut-over, so a later rebuild of the same
     /// declaration (the table made again by hand since) does not take that finished attempt for
     /// one to resume.
+    ///
+    /// A `swapping` receipt goes first: a script stopped between its RENAME and its last
+    /// statement (a cancel's `KILL QUERY`, a killed process) leaves `t__old` with rows only it
+    /// holds and no `swapped` receipt, and the next apply must still know it for a swap of this
+    /// pod to finish (see [`Self::open_swaps_query`]). The `swapped` receipt stays the one that
+    /// says the RENAME happened: a script stopped before it leaves the pod due, and the rebuild
+    /// resumes there.
     pub fn swap_script(&self, cutover: &str, pod: &str) -> String {
-        let mut script = format!(
+        let mut script = self.receipt_insert("swapping", pod, "", 0, 0, "", cutover);
+        script.push_str(&format!(
             "DROP TABLE IF EXISTS {view};\nRENAME TABLE {live} TO {old}, {new} TO {live};\nDROP TABLE IF EXISTS {stage};\n",
             view = self.name(VIEW_SUFFIX),
             live = self.name(""),
             old = self.name(OLD_SUFFIX),
             new = self.name(NEW_SUFFIX),
             stage = self.name(STAGE_SUFFIX),
-        );
+        ));
         script.push_str(&self.receipt_insert("swapped", pod, "", 0, 0, "", cutover));
         script
     }
@@ -927,10 +935,11 @@ impl RebuildPlan {
     }
 
     /// The cut-overs of the swaps on `pod` that no `finished` receipt closed (of any declaration:
-    /// the user may have changed it since), one `swap` line each.
+    /// the user may have changed it since), one `swap` line each. A `swapping` receipt counts: on a
+    /// pod that holds `t__old`, its RENAME happened even when the script stopped before `swapped`.
     pub fn open_swaps_query(&self, pod: &str) -> String {
         format!(
-            "SELECT DISTINCT 'swap', cutover FROM {receipts} WHERE table_name = {key} AND step = 'swapped' AND \
+            "SELECT DISTINCT 'swap', cutover FROM {receipts} WHERE table_name = {key} AND step IN ('swapping', 'swapped') AND \
              source = {pod} AND cutover NOT IN (SELECT cutover FROM {receipts} WHERE table_name = {key} AND \
              step = 'finished' AND source = {pod}) FORMAT TSV;\n{end}",
             receipts = self.receipts(),

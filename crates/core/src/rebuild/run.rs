@@ -1615,10 +1615,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }) else {
                 continue;
             };
-            let swapped_on = |receipts: &[rebuild::Receipt], value: &str, on: &str| {
-                receipts
-                    .iter()
-                    .any(|r| r.step == "swapped" && r.cutover == value && r.source == on)
+            // `swapping` is enough on the pod that serves the new path (its RENAME happened, the
+            // script may have stopped before `swapped`); on this pod, `swapped` says it did.
+            let swapped_on = |receipts: &[rebuild::Receipt], value: &str, on: &str, begun: bool| {
+                receipts.iter().any(|r| {
+                    (r.step == "swapped" || (begun && r.step == "swapping"))
+                        && r.cutover == value
+                        && r.source == on
+                })
             };
             let Some(cutover) = inspection
                 .receipts
@@ -1630,8 +1634,15 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         .iter()
                         .any(|a| a.step == "abandoned" && a.value == r.value)
                 })
-                .filter(|r| !swapped_on(&inspection.receipts, &r.value, &pod.name))
-                .find(|r| swapped_on(&inspections[other.name.as_str()].receipts, &r.value, &other.name))
+                .filter(|r| !swapped_on(&inspection.receipts, &r.value, &pod.name, false))
+                .find(|r| {
+                    swapped_on(
+                        &inspections[other.name.as_str()].receipts,
+                        &r.value,
+                        &other.name,
+                        true,
+                    )
+                })
                 .map(|r| r.value.clone())
             else {
                 continue;

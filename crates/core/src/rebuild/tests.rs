@@ -307,6 +307,13 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     let cutover = Cutover::parse(CutoverKind::Time, "1764000000").unwrap();
     let script = plan.swap_script(&cutover.value, "pod-0");
     let lines: Vec<&str> = script.lines().collect();
+    // The swap's intent is recorded before anything changes: a script stopped after its RENAME
+    // is then still found and finished by the next apply.
+    assert!(
+        lines[0].ends_with("'swapping', 'pod-0', '', 0, 0, '', '1764000000');"),
+        "{script}"
+    );
+    let lines = &lines[1..];
     assert_eq!(lines[0], "DROP TABLE IF EXISTS `shop`.`events__rebuild_view`;");
     assert_eq!(lines.len(), 4, "{script}");
     assert_eq!(
@@ -765,7 +772,10 @@ fn the_leftovers_query_is_read_only_when_complete() {
 fn open_swaps_and_old_partitions_are_read_whole_or_not_at_all() {
     let plan = events_plan("at").unwrap();
     let swaps = plan.open_swaps_query("pod-0");
-    assert!(swaps.contains("step = 'swapped' AND source = 'pod-0'"), "{swaps}");
+    assert!(
+        swaps.contains("step IN ('swapping', 'swapped') AND source = 'pod-0'"),
+        "{swaps}"
+    );
     assert!(
         swaps.contains("step = 'finished' AND source = 'pod-0'"),
         "{swaps}"
