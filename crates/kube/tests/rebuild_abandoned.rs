@@ -16,8 +16,14 @@
 //! `swapped` receipt says the swap happened. The next apply must still find it, copy those rows
 //! and drop the old table; before, it left `t__old` there with the rows, for good.
 //!
+//! And a row dated ahead copied into the new table a second time while writers keep adding rows
+//! to its partition: verification compared counts that never stood still, took the extra row for
+//! one written between its reads, and the rebuilt table held it twice. It now compares the rows
+//! themselves, fails, and the next apply starts over and finishes with every row once.
+//!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
-//! just before the first verification reads it, and to stop the swap's script after its RENAME.
+//! just before the first verification reads it, to stop the swap's script after its RENAME, and to
+//! copy a row dated ahead twice.
 //! One sandbox for the binary.
 
 mod common;
@@ -118,6 +124,9 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     }
     if let Err(e) = Box::pin(a_swap_stopped_after_its_rename(&sb)).await {
         failures.push(format!("a swap stopped after its RENAME: {e}"));
+    }
+    if let Err(e) = Box::pin(a_row_copied_twice_under_writes(&sb)).await {
+        failures.push(format!("a row copied twice while writers write: {e}"));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -574,5 +583,199 @@ async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
     check(
         query("SELECT count() FROM rb_cut.t".to_owned()).await? == "301\n",
         format!("the third apply copied nothing: {outcome:?}"),
+    )
+}
+
+/// The product's transport, but right after the first dual-write script (its view exists) one row
+/// dated ahead that the script copied is copied into the new table once more, as a copy that ran
+/// twice would.
+struct CopiedTwice<'a> {
+    inner: &'a KubeTransport,
+    again: &'static str,
+    done: AtomicBool,
+}
+
+impl PodLister for CopiedTwice<'_> {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
+        self.inner.list_pods(namespace, selector)
+    }
+}
+
+impl Executor for CopiedTwice<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let dual_write =
+            request.stdin.contains("CREATE MATERIALIZED VIEW") && !self.done.swap(true, Ordering::SeqCst);
+        let (inner, again, pod) = (self.inner, self.again, request.pod.clone());
+        async move {
+            let out = inner.exec(request).await?;
+            if dual_write {
+                let copied = inner
+                    .exec(statement_exec(&pod, again, Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(copied.exit_code, 0, "{again}: {copied:?}");
+            }
+            Ok(out)
+        }
+    }
+}
+
+impl LeaseApi for CopiedTwice<'_> {}
+
+async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
+    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let t = KubeTransport::from(&conn);
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        json!({
+            "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
+            "statements": [
+                "CREATE DATABASE IF NOT EXISTS rb_twice",
+                format!(
+                    "CREATE TABLE IF NOT EXISTS rb_twice.t (id UInt64, kind String, at DateTime) ENGINE = MergeTree \
+                     PARTITION BY toYYYYMMDD(at) ORDER BY {order}"
+                ),
+            ],
+            "retry": { "maxAttempts": 3, "backoffMs": 100 },
+            "waitForPod": { "timeoutMs": 30_000 },
+            "rebuild": { "rb_twice.t": { "cutoverColumn": "at", "cutoverDelaySeconds": 2, "keepOld": false } },
+        })
+    };
+    let query = |sql: String| {
+        let t = &t;
+        let pod = &pod;
+        async move {
+            let out = t
+                .exec(statement_exec(pod, &sql, Duration::from_secs(30)))
+                .await
+                .map_err(|e| e.to_string())?;
+            check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
+            Ok::<String, String>(out.stdout)
+        }
+    };
+    let plain = Cluster {
+        transport: &t,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    let id = "rb-twice";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &plain)
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    // A week of rows, and 20 scheduled three days ahead (noon, so one partition whatever the hour).
+    query(
+        "INSERT INTO rb_twice.t SELECT number + 1, 'old', toDateTime(toUnixTimestamp(now()) - 7 * 86400 + number * 600) \
+         FROM system.numbers LIMIT 1000"
+            .to_owned(),
+    )
+    .await?;
+    const AHEAD: &str = "toDateTime(toDate(now()) + 3) + 43200";
+    query(format!(
+        "INSERT INTO rb_twice.t SELECT 100000 + number, 'ahead', {AHEAD} FROM system.numbers LIMIT 20"
+    ))
+    .await?;
+
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let twice = CopiedTwice {
+        inner: &t,
+        again: "INSERT INTO rb_twice.t__new SELECT * FROM rb_twice.t WHERE kind = 'ahead' LIMIT 1",
+        done: AtomicBool::new(false),
+    };
+    let doubled = Cluster {
+        transport: &twice,
+        clock: &clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events: &NoEvents,
+    };
+    // Four writers adding rows to the partition dated ahead for the whole apply, so that its
+    // counts never stand still.
+    let stop = AtomicBool::new(false);
+    let written = std::sync::atomic::AtomicU64::new(0);
+    let writer = |k: u64| {
+        let (stop, written, query) = (&stop, &written, &query);
+        async move {
+            let mut next = 200_000 + k * 100_000;
+            while !stop.load(Ordering::SeqCst) {
+                next += 1;
+                if query(format!(
+                    "INSERT INTO rb_twice.t VALUES ({next}, 'writer', {AHEAD})"
+                ))
+                .await
+                .is_ok()
+                {
+                    written.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    };
+    let deploy = async {
+        let result = apply(id, &v2, Some(&state), &doubled).await;
+        stop.store(true, Ordering::SeqCst);
+        result
+    };
+    let (_, _, _, _, result) = tokio::join!(writer(0), writer(1), writer(2), writer(3), deploy);
+    let written = written.load(Ordering::SeqCst);
+    let err = match result {
+        Ok(outcome) => {
+            let counted = query("SELECT count(), uniqExact(id) FROM rb_twice.t".to_owned()).await?;
+            return Err(format!(
+                "the rebuild went through with {counted:?} (rows, ids) where {} rows were written: {outcome:?}",
+                1020 + written
+            ));
+        }
+        Err(err) => err,
+    };
+    check(
+        twice.done.load(Ordering::SeqCst)
+            && err.kind == ErrorKind::RebuildFailed
+            && err.message.contains("step verify")
+            && err.message.contains("starts the rebuild over"),
+        format!("the apply fails on the row copied twice, and says what comes next: {err}"),
+    )?;
+    check(
+        written >= 3,
+        format!("the writer wrote during the apply: {written}"),
+    )?;
+    // The live table serves, and nothing of the rebuild is left.
+    check(
+        query("SELECT sorting_key FROM system.tables WHERE database = 'rb_twice' AND name = 't'".to_owned())
+            .await?
+            == "id\n",
+        "the live table was not swapped".to_owned(),
+    )?;
+    let left = query(
+        "SELECT name FROM system.tables WHERE database = 'rb_twice' AND name LIKE 't\\_\\_%'".to_owned(),
+    )
+    .await?;
+    check(
+        left.is_empty(),
+        format!("the rebuild's tables are dropped: {left:?}"),
+    )?;
+
+    // The next apply starts over, and every row written is in the rebuilt table once.
+    apply(id, &v2, Some(&state), &plain)
+        .await
+        .map_err(|e| format!("the apply after the abandon: {e}"))?;
+    let counted = query("SELECT count(), uniqExact(id) FROM rb_twice.t".to_owned()).await?;
+    let expected = 1020 + written;
+    check(
+        counted == format!("{expected}\t{expected}\n"),
+        format!("every row once ({expected} written): {counted:?}"),
+    )?;
+    check(
+        query("SELECT sorting_key FROM system.tables WHERE database = 'rb_twice' AND name = 't'".to_owned())
+            .await?
+            == "kind, id\n",
+        "rebuilt".to_owned(),
     )
 }

@@ -90,6 +90,8 @@ pub const BATCH_ROWS: u64 = 1_000_000;
 /// ...or this many partitions: an exec's start costs about as much as copying 100,000 rows, and a
 /// batch that fails is named by its partition, so batches stay small.
 pub const BATCH_PARTITIONS: usize = 8;
+/// At most this many differing rows are listed by [`RebuildPlan::row_differences_script`].
+pub const ROW_DIFFERENCES_SHOWN: usize = 10_000;
 /// How many times verification reads both tables before it calls a difference one: an insert
 /// writes the live table before its view writes the new one.
 pub const VERIFY_READS: u32 = 3;
@@ -790,20 +792,6 @@ impl RebuildPlan {
         only_without_view: bool,
         sync_into: bool,
     ) -> String {
-        let names: Vec<String> = (0..columns.len())
-            .map(|i| format!("__clickhouse_schema_c{i}"))
-            .collect();
-        let aliased = |cast: bool| {
-            columns
-                .iter()
-                .zip(&names)
-                .map(|((name, to), alias)| match to {
-                    Some(to) if cast => format!("CAST({} AS {to}) AS {alias}", ident(name)),
-                    _ => format!("{} AS {alias}", ident(name)),
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let filter = key_filter(live_key, partition);
         let guard = if only_without_view {
             format!(
@@ -814,17 +802,9 @@ impl RebuildPlan {
         } else {
             String::new()
         };
+        let (grouped, names) = self.difference(from, into, &filter, range, columns);
         let list = names.join(", ");
-        let difference = format!(
-            "SELECT {list}, sum(__clickhouse_schema_side) AS __clickhouse_schema_n FROM (SELECT {from_cols}, \
-             toInt64(1) AS __clickhouse_schema_side FROM {from} WHERE {filter} AND {range} UNION ALL SELECT \
-             {into_cols}, toInt64(-1) AS __clickhouse_schema_side FROM {into} WHERE {filter} AND {range}) GROUP BY \
-             {list} HAVING __clickhouse_schema_n > 0",
-            into = self.name(into),
-            from = self.name(from),
-            from_cols = aliased(true),
-            into_cols = aliased(false),
-        );
+        let difference = format!("{grouped} HAVING __clickhouse_schema_n > 0");
         // How many rows it copies, first (a catch-up reports them; the rows dated ahead do not).
         let count = if only_without_view {
             String::new()
@@ -847,6 +827,81 @@ impl RebuildPlan {
                 .map(|(n, _)| ident(n))
                 .collect::<Vec<_>>()
                 .join(", "),
+        )
+    }
+
+    /// The rows of `from` and `into` (table suffixes) matching `filter` and `range`, grouped by
+    /// every copied column with how many more times `from` holds each (`__clickhouse_schema_n`,
+    /// negative where `into` holds it more often); and the aliases of the columns. `columns` as
+    /// [`Self::catch_up_script`] takes them.
+    fn difference(
+        &self,
+        from: &str,
+        into: &str,
+        filter: &str,
+        range: &str,
+        columns: &[(String, Option<String>)],
+    ) -> (String, Vec<String>) {
+        let names: Vec<String> = (0..columns.len())
+            .map(|i| format!("__clickhouse_schema_c{i}"))
+            .collect();
+        let aliased = |cast: bool| {
+            columns
+                .iter()
+                .zip(&names)
+                .map(|((name, to), alias)| match to {
+                    Some(to) if cast => format!("CAST({} AS {to}) AS {alias}", ident(name)),
+                    _ => format!("{} AS {alias}", ident(name)),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let list = names.join(", ");
+        let grouped = format!(
+            "SELECT {list}, sum(__clickhouse_schema_side) AS __clickhouse_schema_n FROM (SELECT {from_cols}, \
+             toInt64(1) AS __clickhouse_schema_side FROM {from} WHERE {filter} AND {range} UNION ALL SELECT \
+             {into_cols}, toInt64(-1) AS __clickhouse_schema_side FROM {into} WHERE {filter} AND {range}) GROUP BY \
+             {list}",
+            into = self.name(into),
+            from = self.name(from),
+            from_cols = aliased(true),
+            into_cols = aliased(false),
+        );
+        (grouped, names)
+    }
+
+    /// The rows from the cut-over up to `bound` (every row from it on when `None`) that the live
+    /// table and the new one do not hold equally often, on a pod that holds both (the one
+    /// source of a target): one `d` line each, `<hash of the row>:<live less new>`, at most
+    /// [`ROW_DIFFERENCES_SHOWN`]. Verification reads it twice a moment apart when writes never
+    /// paused: the view writes a row within the insert that writes the live table, so a row
+    /// that differs in both reads is one the view missed or wrote twice, where counts read
+    /// while rows keep coming could not tell (a missing row hidden by one more written
+    /// between the reads). The queue of each `Replicated` one (`sync_live`, `sync_new`) is done
+    /// first.
+    pub fn row_differences_script(
+        &self,
+        columns: &[(String, Option<String>)],
+        cutover: &Cutover,
+        bound: Option<&Cutover>,
+        sync_live: bool,
+        sync_new: bool,
+    ) -> String {
+        let range = match bound {
+            Some(bound) => format!("{} AND {}", self.from(cutover), self.before(bound)),
+            None => self.from(cutover),
+        };
+        let (grouped, names) = self.difference("", NEW_SUFFIX, "1", &range, columns);
+        let sync = [(sync_live, ""), (sync_new, NEW_SUFFIX)]
+            .into_iter()
+            .filter(|(sync, _)| *sync)
+            .map(|(_, suffix)| format!("SYSTEM SYNC REPLICA {};\n", self.name(suffix)))
+            .collect::<String>();
+        format!(
+            "{sync}SELECT 'd', concat(toString(cityHash64({list})), ':', toString(__clickhouse_schema_n)) FROM \
+             ({grouped}) WHERE __clickhouse_schema_n != 0 LIMIT {ROW_DIFFERENCES_SHOWN} FORMAT TSV;\n{end}",
+            list = names.join(", "),
+            end = end_statement(),
         )
     }
 
@@ -1091,6 +1146,33 @@ pub fn parse_tagged(stdout: &str, tag: &str) -> Result<Vec<String>, String> {
                     line.chars().take(80).collect::<String>()
                 )),
             }
+        })
+        .collect()
+}
+
+/// The output of [`RebuildPlan::row_differences_script`]: each differing row's hash, with how
+/// many more times the live table holds it (negative: the new table holds it more often).
+pub fn parse_row_differences(stdout: &str) -> Result<BTreeMap<u64, i64>, String> {
+    parse_tagged(stdout, "d")?
+        .into_iter()
+        .map(|value| {
+            value
+                .split_once(':')
+                .and_then(|(hash, n)| Some((hash.parse::<u64>().ok()?, n.parse::<i64>().ok()?)))
+                .ok_or_else(|| format!("an unexpected row difference: {value}"))
+        })
+        .collect()
+}
+
+/// The differences two reads of [`RebuildPlan::row_differences_script`] agree on: a row
+/// missing (or extra) in both, as often as in the read where it is less so. A row of an insert
+/// under way during one read differs in that read only.
+pub fn lasting_differences(first: &BTreeMap<u64, i64>, second: &BTreeMap<u64, i64>) -> BTreeMap<u64, i64> {
+    first
+        .iter()
+        .filter_map(|(hash, &a)| {
+            let b = *second.get(hash)?;
+            (a.signum() == b.signum()).then(|| (*hash, a.signum() * a.abs().min(b.abs())))
         })
         .collect()
 }

@@ -1238,6 +1238,53 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // From the cut-over up to the bound: the sources' rows between the two reads of the
             // new table, and equal to them when those two agree.
             let judged = judge_view_range(&early.after, &expected.after, &late.after);
+            // Counts that never stood still only bracket the rows: a row copied twice hides behind
+            // one more written between the reads. With one source of plain rows, the rows
+            // themselves are compared instead, twice a moment apart. A row the view missed (an
+            // insert in the instant between the copy of the rows dated ahead and the view's
+            // creation) is no reason to start over: it is in the old table, and the swap copies
+            // the rows from the cut-over on that only the old table holds (`after_swap`).
+            let mut rows_compared = None;
+            if judged == (ViewRange::Matches { quiet: false })
+                && attempt >= VERIFY_READS
+                && sources.len() == 1
+                && plan.copies_differences(&live_engine)
+            {
+                let (_, source) = sources.iter().next().expect("one source");
+                let at = At::new(plan, "verify", &source.name);
+                let script = plan.row_differences_script(
+                    &copied_columns,
+                    cutover,
+                    bound.as_ref(),
+                    inspected[&source.name].replicas.contains_key(table),
+                    replicated,
+                );
+                let first = self.row_differences(&at, script.clone()).await?;
+                let lasting = if first.is_empty() {
+                    first
+                } else {
+                    let _ = self
+                        .unless_cancelled(self.clock.sleep(Duration::from_secs(1)))
+                        .await;
+                    rebuild::lasting_differences(&first, &self.row_differences(&at, script).await?)
+                };
+                let missed: i64 = lasting.values().filter(|n| **n > 0).sum();
+                let extra: i64 = -lasting.values().filter(|n| **n < 0).sum::<i64>();
+                if extra > 0 {
+                    return Ok(Verified::Differs(self.mismatch(
+                        plan,
+                        &at,
+                        "",
+                        &format!(
+                            "comparing the rows from the cut-over on one by one (their counts never stood still), \
+                             {extra} row(s) are in {table}{NEW_SUFFIX} more often than in the live table, in two \
+                             reads a second apart: rows were copied twice, or another client wrote into \
+                             {table}{NEW_SUFFIX}"
+                        ),
+                    )));
+                }
+                rows_compared = Some(missed);
+            }
             match judged {
                 ViewRange::Matches { quiet } if quiet || attempt >= VERIFY_READS => {
                     let rows: u64 = match phase {
@@ -1266,12 +1313,23 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                                 Phase::Final => "",
                             },
                             rows,
-                            match plan.config.verify {
-                                crate::config::RebuildVerify::Checksum if quiet => ", checksums included",
-                                crate::config::RebuildVerify::Checksum => {
-                                    " (checksums of the rows the view carries were not compared: writes never paused)"
+                            match (plan.config.verify, rows_compared) {
+                                (_, Some(0)) => {
+                                    " (the rows the view carries compared one by one: writes never paused)".to_owned()
                                 }
-                                crate::config::RebuildVerify::Count => "",
+                                (_, Some(missed)) => format!(
+                                    " (the rows the view carries compared one by one: writes never paused; {missed} \
+                                     row(s) written while the view was being created are only in the live table, and \
+                                     are copied from it after the swap)"
+                                ),
+                                (crate::config::RebuildVerify::Checksum, None) if quiet => {
+                                    ", checksums included".to_owned()
+                                }
+                                (crate::config::RebuildVerify::Checksum, None) => {
+                                    " (checksums of the rows the view carries were not compared: writes never paused)"
+                                        .to_owned()
+                                }
+                                (crate::config::RebuildVerify::Count, None) => String::new(),
                             },
                             if caught_up > 0 {
                                 format!(", {caught_up} of them copied late")
@@ -1344,11 +1402,23 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     /// The error of a verification that found a difference.
+    /// Runs a [`RebuildPlan::row_differences_script`] and reads its rows.
+    async fn row_differences(
+        &self,
+        at: &At<'_>,
+        script: String,
+    ) -> Result<BTreeMap<u64, i64>, ClickHouseSchemaError> {
+        let out = self.rebuild_exec(at, script, true).await?;
+        rebuild::parse_row_differences(&out)
+            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))
+    }
+
     fn mismatch(&self, plan: &RebuildPlan, at: &At<'_>, partition: &str, why: &str) -> ClickHouseSchemaError {
         self.rebuild_error(
             ErrorKind::RebuildFailed,
             &At {
-                partition: Some(partition),
+                // Empty when the difference is not one partition's.
+                partition: (!partition.is_empty()).then_some(partition),
                 ..At::new(plan, at.step, at.pod)
             },
             &format!(

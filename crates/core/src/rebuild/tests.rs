@@ -808,3 +808,67 @@ fn the_backfill_of_a_replicated_source_lists_its_partitions_after_its_replicatio
     );
     assert_eq!(plan.backfill_partitions_script(false), plan.partitions_query());
 }
+
+#[test]
+fn row_differences_are_listed_whole_and_only_those_both_reads_share_count() {
+    let plan = events_plan("at").unwrap();
+    let cutover = Cutover::parse(CutoverKind::Time, "1764000000").unwrap();
+    let bound = Cutover::parse(CutoverKind::Time, "1764000600").unwrap();
+    let columns = vec![
+        ("id".to_owned(), None),
+        ("at".to_owned(), Some("DateTime".to_owned())),
+    ];
+    let script = plan.row_differences_script(&columns, &cutover, Some(&bound), true, false);
+    // The live table's queue only (the new one is not Replicated here), then the rows that differ
+    // in the view's range, each hashed over the copied columns, live values converted.
+    assert!(
+        script.starts_with("SYSTEM SYNC REPLICA `shop`.`events`;\nSELECT 'd', "),
+        "{script}"
+    );
+    assert!(
+        !script.contains("SYSTEM SYNC REPLICA `shop`.`events__new`"),
+        "{script}"
+    );
+    assert!(
+        script.contains("cityHash64(__clickhouse_schema_c0, __clickhouse_schema_c1)"),
+        "{script}"
+    );
+    assert!(
+        script.contains("CAST(`at` AS DateTime) AS __clickhouse_schema_c1"),
+        "{script}"
+    );
+    assert!(
+        script.contains("`at` >= toDateTime(1764000000) AND `at` < toDateTime(1764000600)"),
+        "{script}"
+    );
+    assert!(
+        script.contains("WHERE __clickhouse_schema_n != 0 LIMIT 10000"),
+        "{script}"
+    );
+    let end = "__clickhouse_schema_rebuild_end__\n";
+    assert!(script.ends_with(&format!("SELECT '{}' FORMAT TSV;\n", end.trim_end())));
+    // No bound: every row from the cut-over on.
+    let open = plan.row_differences_script(&columns, &cutover, None, false, true);
+    assert!(
+        open.starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\n"),
+        "{open}"
+    );
+    assert!(!open.contains("`at` < "), "{open}");
+
+    let first = parse_row_differences(&format!("d\t11:1\nd\t12:-2\nd\t13:1\nd\t14:2\n{end}")).unwrap();
+    assert_eq!(first, BTreeMap::from([(11, 1), (12, -2), (13, 1), (14, 2)]));
+    let second = parse_row_differences(&format!("d\t12:-1\nd\t13:-1\nd\t14:3\nd\t15:1\n{end}")).unwrap();
+    // 11 and 15 differ in one read only (an insert under way), 13 changed sides; 12 and 14 last,
+    // as often as in the read where they differ less.
+    assert_eq!(
+        lasting_differences(&first, &second),
+        BTreeMap::from([(12, -1), (14, 2)])
+    );
+    assert_eq!(parse_row_differences(end), Ok(BTreeMap::new()));
+    assert!(
+        parse_row_differences("d\t11:1\n").is_err(),
+        "no end marker: cut short"
+    );
+    assert!(parse_row_differences(&format!("d\t11\n{end}")).is_err());
+    assert!(parse_row_differences(&format!("d\tx:1\n{end}")).is_err());
+}
