@@ -42,7 +42,7 @@ use clickhouse_schema_core::transport::{
     TransportError, TransportErrorKind,
 };
 use clickhouse_schema_kube::KubeTransport;
-use clickhouse_schema_sandbox::{Layout, Sandbox, SandboxOptions};
+use clickhouse_schema_sandbox::{Engine, Layout, Sandbox, SandboxOptions};
 use common::*;
 use serde_json::json;
 
@@ -130,6 +130,21 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The row comparison reads what the server prints, so it runs on the 26.9 engine too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
+    let sb = Sandbox::start(SandboxOptions {
+        layout: Layout::replicas(1),
+        engine: Engine::Modern,
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox with the 26.9 engine starts");
+    let result = Box::pin(a_row_copied_twice_under_writes(&sb)).await;
+    sb.shutdown().await.expect("shutdown");
+    result.unwrap_or_else(|e| panic!("a row copied twice while writers write [26.9]: {e}"));
 }
 
 fn props(order: &str, rebuild: bool) -> serde_json::Value {
