@@ -653,7 +653,8 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
             "statements": [
                 "CREATE DATABASE IF NOT EXISTS rb_twice",
                 format!(
-                    "CREATE TABLE IF NOT EXISTS rb_twice.t (id UInt64, kind String, at DateTime) ENGINE = MergeTree \
+                    "CREATE TABLE IF NOT EXISTS rb_twice.t (id UInt64, kind String, at DateTime, note Nullable(String)) \
+                     ENGINE = MergeTree \
                      PARTITION BY toYYYYMMDD(at) ORDER BY {order}"
                 ),
             ],
@@ -686,16 +687,19 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
     let (state, _) = apply(id, &v1, None, &plain)
         .await
         .map_err(|e| format!("first apply: {e}"))?;
-    // A week of rows, and 20 scheduled three days ahead (noon, so one partition whatever the hour).
+    // A week of rows, and 20 scheduled three days ahead (noon, so one partition whatever the hour);
+    // notes NULL or not, as the row comparison must hash a row with a NULL too.
     query(
-        "INSERT INTO rb_twice.t SELECT number + 1, 'old', toDateTime(toUnixTimestamp(now()) - 7 * 86400 + number * 600) \
+        "INSERT INTO rb_twice.t SELECT number + 1, 'old', toDateTime(toUnixTimestamp(now()) - 7 * 86400 + number * 600), \
+         NULL \
          FROM system.numbers LIMIT 1000"
             .to_owned(),
     )
     .await?;
     const AHEAD: &str = "toDateTime(toDate(now()) + 3) + 43200";
     query(format!(
-        "INSERT INTO rb_twice.t SELECT 100000 + number, 'ahead', {AHEAD} FROM system.numbers LIMIT 20"
+        "INSERT INTO rb_twice.t SELECT 100000 + number, 'ahead', {AHEAD}, if(number % 2 = 0, NULL, 'n') FROM \
+         system.numbers LIMIT 20"
     ))
     .await?;
 
@@ -723,7 +727,7 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
             while !stop.load(Ordering::SeqCst) {
                 next += 1;
                 if query(format!(
-                    "INSERT INTO rb_twice.t VALUES ({next}, 'writer', {AHEAD})"
+                    "INSERT INTO rb_twice.t VALUES ({next}, 'writer', {AHEAD}, NULL)"
                 ))
                 .await
                 .is_ok()

@@ -897,10 +897,23 @@ impl RebuildPlan {
             .filter(|(sync, _)| *sync)
             .map(|(_, suffix)| format!("SYSTEM SYNC REPLICA {};\n", self.name(suffix)))
             .collect::<String>();
+        // Each column hashed by itself first: a NULL anywhere would make the row's hash NULL.
+        let hash = format!(
+            "cityHash64({})",
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| format!("ifNull(cityHash64({name}), {i})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        // The rows the new table holds more often first (they fail verification), one more than
+        // are shown, so that a list cut short says so.
         format!(
-            "{sync}SELECT 'd', concat(toString(cityHash64({list})), ':', toString(__clickhouse_schema_n)) FROM \
-             ({grouped}) WHERE __clickhouse_schema_n != 0 LIMIT {ROW_DIFFERENCES_SHOWN} FORMAT TSV;\n{end}",
-            list = names.join(", "),
+            "{sync}SELECT 'd', concat(toString({hash} AS __clickhouse_schema_h), ':', toString(__clickhouse_schema_n)) \
+             FROM ({grouped}) WHERE __clickhouse_schema_n != 0 ORDER BY __clickhouse_schema_n, __clickhouse_schema_h \
+             LIMIT {} FORMAT TSV;\n{end}",
+            ROW_DIFFERENCES_SHOWN + 1,
             end = end_statement(),
         )
     }
@@ -969,9 +982,12 @@ impl RebuildPlan {
                 self.name(OLD_SUFFIX)
             )
         };
-        // The receipts first, for the reason `discard_script` gives.
+        // The receipts first, for the reason `discard_script` gives. `swapped` too: a swap whose
+        // script stopped after its RENAME wrote only `swapping`, and what reads whether an attempt
+        // swapped on a pod reads `swapped`.
         format!(
-            "{}{}{drop}",
+            "{}{}{}{drop}",
+            self.receipt_insert("swapped", pod, "", 0, 0, "", cutover),
             self.receipt_insert("finished", pod, "", 0, 0, "", cutover),
             self.release_statement()
         )
@@ -992,11 +1008,14 @@ impl RebuildPlan {
     /// The cut-overs of the swaps on `pod` that no `finished` receipt closed (of any declaration:
     /// the user may have changed it since), one `swap` line each. A `swapping` receipt counts: on a
     /// pod that holds `t__old`, its RENAME happened even when the script stopped before `swapped`.
+    /// An abandoned attempt's does not: its script stopped before the RENAME, and the attempt was
+    /// dropped.
     pub fn open_swaps_query(&self, pod: &str) -> String {
         format!(
             "SELECT DISTINCT 'swap', cutover FROM {receipts} WHERE table_name = {key} AND step IN ('swapping', 'swapped') AND \
              source = {pod} AND cutover NOT IN (SELECT cutover FROM {receipts} WHERE table_name = {key} AND \
-             step = 'finished' AND source = {pod}) FORMAT TSV;\n{end}",
+             step = 'finished' AND source = {pod}) AND cutover NOT IN (SELECT value FROM {receipts} WHERE \
+             table_name = {key} AND step = 'abandoned') FORMAT TSV;\n{end}",
             receipts = self.receipts(),
             key = literal(&self.key()),
             pod = literal(pod),
@@ -1150,10 +1169,20 @@ pub fn parse_tagged(stdout: &str, tag: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// The output of [`RebuildPlan::row_differences_script`]: each differing row's hash, with how
-/// many more times the live table holds it (negative: the new table holds it more often).
-pub fn parse_row_differences(stdout: &str) -> Result<BTreeMap<u64, i64>, String> {
-    parse_tagged(stdout, "d")?
+/// What [`RebuildPlan::row_differences_script`] printed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RowDifferences {
+    /// Each differing row's hash, with how many more times the live table holds it (negative:
+    /// the new table holds it more often).
+    pub rows: BTreeMap<u64, i64>,
+    /// More rows differ than are listed: the list holds the first [`ROW_DIFFERENCES_SHOWN`]
+    /// (those the new table holds more often first), and says nothing of the others.
+    pub cut: bool,
+}
+
+/// Reads the output of [`RebuildPlan::row_differences_script`].
+pub fn parse_row_differences(stdout: &str) -> Result<RowDifferences, String> {
+    let mut rows: Vec<(u64, i64)> = parse_tagged(stdout, "d")?
         .into_iter()
         .map(|value| {
             value
@@ -1161,7 +1190,13 @@ pub fn parse_row_differences(stdout: &str) -> Result<BTreeMap<u64, i64>, String>
                 .and_then(|(hash, n)| Some((hash.parse::<u64>().ok()?, n.parse::<i64>().ok()?)))
                 .ok_or_else(|| format!("an unexpected row difference: {value}"))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    let cut = rows.len() > ROW_DIFFERENCES_SHOWN;
+    rows.truncate(ROW_DIFFERENCES_SHOWN);
+    Ok(RowDifferences {
+        rows: rows.into_iter().collect(),
+        cut,
+    })
 }
 
 /// The differences two reads of [`RebuildPlan::row_differences_script`] agree on: a row

@@ -820,7 +820,7 @@ fn row_differences_are_listed_whole_and_only_those_both_reads_share_count() {
     ];
     let script = plan.row_differences_script(&columns, &cutover, Some(&bound), true, false);
     // The live table's queue only (the new one is not Replicated here), then the rows that differ
-    // in the view's range, each hashed over the copied columns, live values converted.
+    // in the view's range, live values converted.
     assert!(
         script.starts_with("SYSTEM SYNC REPLICA `shop`.`events`;\nSELECT 'd', "),
         "{script}"
@@ -829,8 +829,11 @@ fn row_differences_are_listed_whole_and_only_those_both_reads_share_count() {
         !script.contains("SYSTEM SYNC REPLICA `shop`.`events__new`"),
         "{script}"
     );
+    // Each column hashed by itself, so that a NULL does not make the row's hash NULL.
     assert!(
-        script.contains("cityHash64(__clickhouse_schema_c0, __clickhouse_schema_c1)"),
+        script.contains(
+            "cityHash64(ifNull(cityHash64(__clickhouse_schema_c0), 0), ifNull(cityHash64(__clickhouse_schema_c1), 1))"
+        ),
         "{script}"
     );
     assert!(
@@ -841,8 +844,11 @@ fn row_differences_are_listed_whole_and_only_those_both_reads_share_count() {
         script.contains("`at` >= toDateTime(1764000000) AND `at` < toDateTime(1764000600)"),
         "{script}"
     );
+    // The rows held too often first, and one more than are shown.
     assert!(
-        script.contains("WHERE __clickhouse_schema_n != 0 LIMIT 10000"),
+        script.contains(
+            "WHERE __clickhouse_schema_n != 0 ORDER BY __clickhouse_schema_n, __clickhouse_schema_h LIMIT 10001"
+        ),
         "{script}"
     );
     let end = "__clickhouse_schema_rebuild_end__\n";
@@ -855,20 +861,50 @@ fn row_differences_are_listed_whole_and_only_those_both_reads_share_count() {
     );
     assert!(!open.contains("`at` < "), "{open}");
 
-    let first = parse_row_differences(&format!("d\t11:1\nd\t12:-2\nd\t13:1\nd\t14:2\n{end}")).unwrap();
-    assert_eq!(first, BTreeMap::from([(11, 1), (12, -2), (13, 1), (14, 2)]));
+    let first = parse_row_differences(&format!("d\t12:-2\nd\t11:1\nd\t13:1\nd\t14:2\n{end}")).unwrap();
+    assert_eq!(first.rows, BTreeMap::from([(11, 1), (12, -2), (13, 1), (14, 2)]));
+    assert!(!first.cut);
     let second = parse_row_differences(&format!("d\t12:-1\nd\t13:-1\nd\t14:3\nd\t15:1\n{end}")).unwrap();
     // 11 and 15 differ in one read only (an insert under way), 13 changed sides; 12 and 14 last,
     // as often as in the read where they differ less.
     assert_eq!(
-        lasting_differences(&first, &second),
+        lasting_differences(&first.rows, &second.rows),
         BTreeMap::from([(12, -1), (14, 2)])
     );
-    assert_eq!(parse_row_differences(end), Ok(BTreeMap::new()));
+    assert_eq!(parse_row_differences(end), Ok(RowDifferences::default()));
+    // One line more than are shown: the list is cut, and that line is not taken.
+    let many: String = (0..=ROW_DIFFERENCES_SHOWN)
+        .map(|i| format!("d\t{i}:1\n"))
+        .collect();
+    let cut = parse_row_differences(&format!("{many}{end}")).unwrap();
+    assert!(cut.cut);
+    assert_eq!(cut.rows.len(), ROW_DIFFERENCES_SHOWN);
+    assert!(!cut.rows.contains_key(&(ROW_DIFFERENCES_SHOWN as u64)));
     assert!(
         parse_row_differences("d\t11:1\n").is_err(),
         "no end marker: cut short"
     );
     assert!(parse_row_differences(&format!("d\t11\n{end}")).is_err());
     assert!(parse_row_differences(&format!("d\tx:1\n{end}")).is_err());
+}
+
+#[test]
+fn a_finish_records_the_swap_and_an_abandoned_attempt_has_no_open_swap() {
+    let plan = events_plan("at").unwrap();
+    // A finish says the RENAME happened (`swapped`) as well as that the swap ended: a script
+    // stopped after its RENAME wrote only `swapping`.
+    let finish = plan.finish_script("1764000000", "pod-0", false);
+    let swapped = finish
+        .find("'swapped', 'pod-0', '', 0, 0, '', '1764000000');")
+        .expect(&finish);
+    let finished = finish
+        .find("'finished', 'pod-0', '', 0, 0, '', '1764000000');")
+        .expect(&finish);
+    assert!(swapped < finished, "{finish}");
+    // A swap begun by an attempt later abandoned stopped before its RENAME: not open.
+    let swaps = plan.open_swaps_query("pod-0");
+    assert!(
+        swaps.contains("AND cutover NOT IN (SELECT value FROM `shop`.`clickhouse_schema_rebuild_receipts` WHERE table_name = 'shop.events' AND step = 'abandoned')"),
+        "{swaps}"
+    );
 }
