@@ -42,12 +42,14 @@ function seedsFrom(variable, fallback) {
 }
 
 // The seeds run only when asked for (REBUILD_FAULT_SEEDS and REBUILD_FAULT_REPLICATED_SEEDS, or
-// bench/rebuild-faults.mjs), not in the test command: under its load they find data-loss paths
-// that are open (local seed 2 lost one row dated now after a cancel just after the swaps;
-// replicated seed 38 one after the deploy was killed right after the views; suspects: a repeated
-// row whose copy in the new table hides its original in the old one, and R1 in
-// docs/reviews/rebuild-traffic.md; see README), and a test command that fails on a known open
-// defect cannot land the fixes it checks. The focused tests below run in every pass.
+// bench/rebuild-faults.mjs), not in the test command, while they find a data-loss path that is
+// open: replicated seed 33 kept 2 of 3 copies of a row the writer repeated (the identical-row
+// limit: a copy written straight into the new table after the RENAME hides the one only the old
+// table holds; see README). A test command that fails on a known open defect cannot land the
+// fixes it checks. Local seed 2 found a loss since fixed, with a focused test in
+// crates/kube/tests/rebuild_abandoned.rs: a swap script stopped right after its RENAME (a
+// cancel's KILL QUERY) left the old table, with a row only it held, and no receipt saying a swap
+// had begun. The focused tests below run in every pass.
 const SEEDS = seedsFrom('REBUILD_FAULT_SEEDS', []);
 // Seeds on one replica set (18.16 only: the modern engine has no replication).
 const REPLICATED_SEEDS = seedsFrom('REBUILD_FAULT_REPLICATED_SEEDS', []);
