@@ -1257,6 +1257,14 @@ pub struct RowDifferences {
     pub cut: bool,
 }
 
+impl RowDifferences {
+    /// Whether every row the new table holds more often is listed: the list is whole, or shows a
+    /// row held too rarely, which it lists after all of those.
+    pub fn lists_every_extra(&self) -> bool {
+        !self.cut || self.rows.values().any(|n| *n > 0)
+    }
+}
+
 /// Reads the output of [`RebuildPlan::row_differences_script`].
 pub fn parse_row_differences(stdout: &str) -> Result<RowDifferences, String> {
     let mut rows: Vec<(u64, i64)> = parse_tagged(stdout, "d")?

@@ -1260,8 +1260,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     replicated,
                 );
                 let first = self.row_differences(&at, script.clone()).await?;
-                let (lasting, cut) = if first.rows.is_empty() && !first.cut {
-                    (BTreeMap::new(), false)
+                let (lasting, every_extra_listed) = if first.rows.is_empty() && !first.cut {
+                    (BTreeMap::new(), true)
                 } else {
                     let _ = self
                         .unless_cancelled(self.clock.sleep(Duration::from_secs(1)))
@@ -1269,44 +1269,40 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     let second = self.row_differences(&at, script).await?;
                     (
                         rebuild::lasting_differences(&first.rows, &second.rows),
-                        first.cut || second.cut,
+                        first.lists_every_extra() && second.lists_every_extra(),
                     )
                 };
                 let missed: i64 = lasting.values().filter(|n| **n > 0).sum();
                 let extra: i64 = -lasting.values().filter(|n| **n < 0).sum::<i64>();
-                // A list cut short shows every row held too often only when it shows a row held
-                // too rarely: say nothing then, read again, and after a few more reads fail.
-                let cut_short = cut && !lasting.values().any(|n| *n < 0);
-                if cut_short && attempt < VERIFY_READS + 3 {
+                // A list cut short before the rows held too rarely may leave out rows held too
+                // often: read again, and after a few more reads give up.
+                if extra == 0 && !every_extra_listed && attempt < VERIFY_READS + 3 {
                     let _ = self
                         .unless_cancelled(self.clock.sleep(Duration::from_secs(1)))
                         .await;
                     continue;
                 }
-                if cut_short {
+                let compared =
+                    "comparing the rows from the cut-over on one by one (their counts never stood still)";
+                if extra > 0 || !every_extra_listed {
                     return Ok(Verified::Differs(self.mismatch(
                         plan,
                         &at,
                         "",
-                        &format!(
-                            "comparing the rows from the cut-over on one by one (their counts never stood still), \
-                             more than {} row(s) differed between the live table and {table}{NEW_SUFFIX} in every \
-                             read, too many to tell the rows still on their way from rows copied twice",
-                            rebuild::ROW_DIFFERENCES_SHOWN
-                        ),
-                    )));
-                }
-                if extra > 0 {
-                    return Ok(Verified::Differs(self.mismatch(
-                        plan,
-                        &at,
-                        "",
-                        &format!(
-                            "comparing the rows from the cut-over on one by one (their counts never stood still), \
-                             {extra} row(s) are in {table}{NEW_SUFFIX} more often than in the live table, in two \
-                             reads a second apart: rows were copied twice, or another client wrote into \
-                             {table}{NEW_SUFFIX}"
-                        ),
+                        &if extra > 0 {
+                            format!(
+                                "{compared}, {extra} row(s) are in {table}{NEW_SUFFIX} more often than in the live \
+                                 table, in two reads a second apart: rows were copied twice, or another client wrote \
+                                 into {table}{NEW_SUFFIX}"
+                            )
+                        } else {
+                            format!(
+                                "{compared}, more than {} row(s) differed between the live table and \
+                                 {table}{NEW_SUFFIX} in every read, too many to tell the rows still on their way from \
+                                 rows copied twice",
+                                rebuild::ROW_DIFFERENCES_SHOWN
+                            )
+                        },
                     )));
                 }
                 rows_compared = Some(missed);

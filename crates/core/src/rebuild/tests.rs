@@ -889,6 +889,17 @@ fn row_differences_are_listed_whole_and_only_those_both_reads_share_count() {
     assert!(cut.cut);
     assert_eq!(cut.rows.len(), ROW_DIFFERENCES_SHOWN);
     assert!(!cut.rows.contains_key(&(ROW_DIFFERENCES_SHOWN as u64)));
+    // Rows held too rarely only (listed after those held too often): every extra was listed.
+    assert!(cut.lists_every_extra());
+    let extras: String = (0..=ROW_DIFFERENCES_SHOWN)
+        .map(|i| format!("d\t{i}:-1\n"))
+        .collect();
+    assert!(
+        !parse_row_differences(&format!("{extras}{end}"))
+            .unwrap()
+            .lists_every_extra()
+    );
+    assert!(first.lists_every_extra());
     assert!(
         parse_row_differences("d\t11:1\n").is_err(),
         "no end marker: cut short"
