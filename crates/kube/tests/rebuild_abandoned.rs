@@ -43,8 +43,8 @@ use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::{
-    Cluster, ExecOutput, ExecRequest, Executor, LeaseApi, NeverCancelled, NoEvents, PodInfo, PodLister,
-    TransportError, TransportErrorKind,
+    Cluster, Events, ExecOutput, ExecRequest, Executor, LeaseApi, NeverCancelled, NoEvents, PodInfo,
+    PodLister, TransportError, TransportErrorKind,
 };
 use clickhouse_schema_kube::KubeTransport;
 use clickhouse_schema_sandbox::{Engine, Layout, Sandbox, SandboxOptions};
@@ -69,16 +69,6 @@ impl<'a> Meddling<'a> {
             done: AtomicBool::new(false),
             stdins: Mutex::new(Vec::new()),
         }
-    }
-}
-
-impl PodLister for Meddling<'_> {
-    fn list_pods(
-        &self,
-        namespace: &str,
-        selector: &BTreeMap<String, String>,
-    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
-        self.inner.list_pods(namespace, selector)
     }
 }
 
@@ -107,7 +97,58 @@ impl Executor for Meddling<'_> {
     }
 }
 
-impl LeaseApi for Meddling<'_> {}
+// The transports of these tests wrap the product's: pods are listed, and leases taken, through
+// the wrapped one.
+macro_rules! through_inner {
+    ($($wrapper:ident),*) => {$(
+        impl PodLister for $wrapper<'_> {
+            fn list_pods(
+                &self,
+                namespace: &str,
+                selector: &BTreeMap<String, String>,
+            ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
+                self.inner.list_pods(namespace, selector)
+            }
+        }
+
+        impl LeaseApi for $wrapper<'_> {}
+    )*};
+}
+
+through_inner!(Meddling, CutAfterRename, CopiedTwice, EqualAfterSwap);
+
+/// The product's transport on `sb`, with the sandbox's admin identity.
+async fn transport_of(sb: &Sandbox) -> Result<KubeTransport, String> {
+    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(KubeTransport::from(&conn))
+}
+
+/// A deploy's view of the sandbox through `transport`, never cancelled.
+fn cluster<'c, T>(
+    transport: &'c T,
+    clock: &'c RealClock,
+    events: &'c dyn Events,
+) -> Cluster<'c, T, RealClock> {
+    Cluster {
+        transport,
+        clock,
+        cluster_id: Some("sandbox".to_owned()),
+        cancel: &NeverCancelled,
+        events,
+    }
+}
+
+/// `sql` on `pod`, by hand; its output, or what went wrong.
+async fn sql_on(t: &KubeTransport, pod: &str, sql: String) -> Result<String, String> {
+    let out = t
+        .exec(statement_exec(pod, &sql, Duration::from_secs(30)))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
+    Ok(out.stdout)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
@@ -464,16 +505,6 @@ struct CutAfterRename<'a> {
     cut: AtomicBool,
 }
 
-impl PodLister for CutAfterRename<'_> {
-    fn list_pods(
-        &self,
-        namespace: &str,
-        selector: &BTreeMap<String, String>,
-    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
-        self.inner.list_pods(namespace, selector)
-    }
-}
-
 impl Executor for CutAfterRename<'_> {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
         let swap = request.stdin.contains("RENAME TABLE") && !self.cut.swap(true, Ordering::SeqCst);
@@ -507,24 +538,10 @@ impl Executor for CutAfterRename<'_> {
     }
 }
 
-impl LeaseApi for CutAfterRename<'_> {}
-
 async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
-    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = KubeTransport::from(&conn);
+    let t = transport_of(sb).await?;
     let pod = sb.pod_names()[0].clone();
     let clock = RealClock(Instant::now());
-    fn cluster<'c, T>(transport: &'c T, clock: &'c RealClock) -> Cluster<'c, T, RealClock> {
-        Cluster {
-            transport,
-            clock,
-            cluster_id: Some("sandbox".to_owned()),
-            cancel: &NeverCancelled,
-            events: &NoEvents,
-        }
-    }
     let props = |order: &str| {
         json!({
             "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
@@ -540,21 +557,10 @@ async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
             "rebuild": { "rb_cut.t": { "cutoverColumn": "id", "cutoverDelaySeconds": 1, "keepOld": false } },
         })
     };
-    let query = |sql: String| {
-        let t = &t;
-        let pod = &pod;
-        async move {
-            let out = t
-                .exec(statement_exec(pod, &sql, Duration::from_secs(30)))
-                .await
-                .map_err(|e| e.to_string())?;
-            check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
-            Ok::<String, String>(out.stdout)
-        }
-    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
     let id = "rb-cut";
     let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
-    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock))
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
         .await
         .map_err(|e| format!("first apply: {e}"))?;
     query("INSERT INTO rb_cut.t SELECT number + 1, 'k' FROM system.numbers LIMIT 300".to_owned()).await?;
@@ -565,7 +571,7 @@ async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
         late_row: "INSERT INTO rb_cut.t__old VALUES (5000, 'late')",
         cut: AtomicBool::new(false),
     };
-    let err = match apply(id, &v2, Some(&state), &cluster(&cutting, &clock)).await {
+    let err = match apply(id, &v2, Some(&state), &cluster(&cutting, &clock, &NoEvents)).await {
         Ok(outcome) => return Err(format!("the cut swap went through: {outcome:?}")),
         Err(err) => err,
     };
@@ -583,7 +589,7 @@ async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
         "the RENAME went through".to_owned(),
     )?;
 
-    let (state, _) = apply(id, &v2, Some(&state), &cluster(&t, &clock))
+    let (state, _) = apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
         .await
         .map_err(|e| format!("the apply after the cut swap: {e}"))?;
     let counted =
@@ -602,7 +608,7 @@ async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
         format!("nothing of the rebuild is left: {left:?}"),
     )?;
     // A third apply has nothing to do.
-    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&t, &clock))
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
         .await
         .map_err(|e| format!("the third apply: {e}"))?;
     check(
@@ -618,16 +624,6 @@ struct CopiedTwice<'a> {
     inner: &'a KubeTransport,
     again: &'static str,
     done: AtomicBool,
-}
-
-impl PodLister for CopiedTwice<'_> {
-    fn list_pods(
-        &self,
-        namespace: &str,
-        selector: &BTreeMap<String, String>,
-    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
-        self.inner.list_pods(namespace, selector)
-    }
 }
 
 impl Executor for CopiedTwice<'_> {
@@ -648,13 +644,8 @@ impl Executor for CopiedTwice<'_> {
     }
 }
 
-impl LeaseApi for CopiedTwice<'_> {}
-
 async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
-    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = KubeTransport::from(&conn);
+    let t = transport_of(sb).await?;
     let pod = sb.pod_names()[0].clone();
     let clock = RealClock(Instant::now());
     let props = |order: &str| {
@@ -673,25 +664,8 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
             "rebuild": { "rb_twice.t": { "cutoverColumn": "at", "cutoverDelaySeconds": 2, "keepOld": false } },
         })
     };
-    let query = |sql: String| {
-        let t = &t;
-        let pod = &pod;
-        async move {
-            let out = t
-                .exec(statement_exec(pod, &sql, Duration::from_secs(30)))
-                .await
-                .map_err(|e| e.to_string())?;
-            check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
-            Ok::<String, String>(out.stdout)
-        }
-    };
-    let plain = Cluster {
-        transport: &t,
-        clock: &clock,
-        cluster_id: Some("sandbox".to_owned()),
-        cancel: &NeverCancelled,
-        events: &NoEvents,
-    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let plain = cluster(&t, &clock, &NoEvents);
     let id = "rb-twice";
     let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
     let (state, _) = apply(id, &v1, None, &plain)
@@ -719,13 +693,7 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
         again: "INSERT INTO rb_twice.t__new SELECT * FROM rb_twice.t WHERE kind = 'ahead' LIMIT 1",
         done: AtomicBool::new(false),
     };
-    let doubled = Cluster {
-        transport: &twice,
-        clock: &clock,
-        cluster_id: Some("sandbox".to_owned()),
-        cancel: &NeverCancelled,
-        events: &NoEvents,
-    };
+    let doubled = cluster(&twice, &clock, &NoEvents);
     // Four writers adding rows to the partition dated ahead for the whole apply, so that its
     // counts never stand still.
     let stop = AtomicBool::new(false);
@@ -819,16 +787,6 @@ struct EqualAfterSwap<'a> {
     done: AtomicBool,
 }
 
-impl PodLister for EqualAfterSwap<'_> {
-    fn list_pods(
-        &self,
-        namespace: &str,
-        selector: &BTreeMap<String, String>,
-    ) -> impl Future<Output = Result<Vec<PodInfo>, TransportError>> + Send {
-        self.inner.list_pods(namespace, selector)
-    }
-}
-
 impl Executor for EqualAfterSwap<'_> {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
         let swap = request.stdin.contains("RENAME TABLE") && !self.done.swap(true, Ordering::SeqCst);
@@ -848,23 +806,18 @@ impl Executor for EqualAfterSwap<'_> {
     }
 }
 
-impl LeaseApi for EqualAfterSwap<'_> {}
-
 /// The events of a run, kept.
 #[derive(Default)]
 struct Kept(Mutex<Vec<clickhouse_schema_core::transport::Event>>);
 
-impl clickhouse_schema_core::transport::Events for Kept {
+impl Events for Kept {
     fn emit(&self, event: clickhouse_schema_core::transport::Event) {
         self.0.lock().unwrap().push(event);
     }
 }
 
 async fn a_row_hidden_by_an_equal_one_after_the_swap(sb: &Sandbox) -> Result<(), String> {
-    let conn = clickhouse_schema_kube::connect(Some(&with_path(sb.kubeconfig_path(), None)))
-        .await
-        .map_err(|e| e.to_string())?;
-    let t = KubeTransport::from(&conn);
+    let t = transport_of(sb).await?;
     let pod = sb.pod_names()[0].clone();
     let clock = RealClock(Instant::now());
     let props = |order: &str| {
@@ -882,26 +835,8 @@ async fn a_row_hidden_by_an_equal_one_after_the_swap(sb: &Sandbox) -> Result<(),
             "rebuild": { "rb_equal.t": { "cutoverColumn": "id", "cutoverDelaySeconds": 1, "keepOld": false } },
         })
     };
-    let query = |sql: &str| {
-        let t = &t;
-        let pod = &pod;
-        let sql = sql.to_owned();
-        async move {
-            let out = t
-                .exec(statement_exec(pod, &sql, Duration::from_secs(30)))
-                .await
-                .map_err(|e| e.to_string())?;
-            check(out.exit_code == 0, format!("{sql}: {out:?}"))?;
-            Ok::<String, String>(out.stdout)
-        }
-    };
-    let plain = Cluster {
-        transport: &t,
-        clock: &clock,
-        cluster_id: Some("sandbox".to_owned()),
-        cancel: &NeverCancelled,
-        events: &NoEvents,
-    };
+    let query = |sql: &str| sql_on(&t, &pod, sql.to_owned());
+    let plain = cluster(&t, &clock, &NoEvents);
     let id = "rb-equal";
     let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
     let (state, _) = apply(id, &v1, None, &plain)
@@ -917,14 +852,7 @@ async fn a_row_hidden_by_an_equal_one_after_the_swap(sb: &Sandbox) -> Result<(),
         done: AtomicBool::new(false),
     };
     let events = Kept::default();
-    let cluster = Cluster {
-        transport: &equal,
-        clock: &clock,
-        cluster_id: Some("sandbox".to_owned()),
-        cancel: &NeverCancelled,
-        events: &events,
-    };
-    apply(id, &v2, Some(&state), &cluster)
+    apply(id, &v2, Some(&state), &cluster(&equal, &clock, &events))
         .await
         .map_err(|e| format!("the rebuild: {e}"))?;
     check(equal.done.load(Ordering::SeqCst), "the swap ran".to_owned())?;
