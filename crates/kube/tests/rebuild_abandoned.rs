@@ -140,6 +140,23 @@ fn cluster<'c, T>(
     }
 }
 
+/// The props of a scenario: `db` and its table `t` made by `create` (what follows the name:
+/// columns and engine clauses), which the apply may rebuild with the options `cutover` names
+/// (its `rebuild` entry also says `keepOld: false`).
+fn rebuild_props(db: &str, create: &str, cutover: serde_json::Value) -> serde_json::Value {
+    let mut entry = json!({ "keepOld": false });
+    if let (Some(entry), Some(cutover)) = (entry.as_object_mut(), cutover.as_object()) {
+        entry.extend(cutover.clone());
+    }
+    json!({
+        "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
+        "statements": [format!("CREATE DATABASE IF NOT EXISTS {db}"), format!("CREATE TABLE IF NOT EXISTS {db}.t {create}")],
+        "retry": { "maxAttempts": 3, "backoffMs": 100 },
+        "waitForPod": { "timeoutMs": 30_000 },
+        "rebuild": { format!("{db}.t"): entry },
+    })
+}
+
 /// `sql` on `pod`, by hand; its output, or what went wrong.
 async fn sql_on(t: &KubeTransport, pod: &str, sql: String) -> Result<String, String> {
     let out = t
@@ -543,19 +560,11 @@ async fn a_swap_stopped_after_its_rename(sb: &Sandbox) -> Result<(), String> {
     let pod = sb.pod_names()[0].clone();
     let clock = RealClock(Instant::now());
     let props = |order: &str| {
-        json!({
-            "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
-            "statements": [
-                "CREATE DATABASE IF NOT EXISTS rb_cut",
-                format!(
-                    "CREATE TABLE IF NOT EXISTS rb_cut.t (id UInt64, kind String) ENGINE = MergeTree \
-                     PARTITION BY id % 3 ORDER BY {order}"
-                ),
-            ],
-            "retry": { "maxAttempts": 3, "backoffMs": 100 },
-            "waitForPod": { "timeoutMs": 30_000 },
-            "rebuild": { "rb_cut.t": { "cutoverColumn": "id", "cutoverDelaySeconds": 1, "keepOld": false } },
-        })
+        rebuild_props(
+            "rb_cut",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
     };
     let query = |sql: String| sql_on(&t, &pod, sql);
     let id = "rb-cut";
@@ -649,20 +658,14 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
     let pod = sb.pod_names()[0].clone();
     let clock = RealClock(Instant::now());
     let props = |order: &str| {
-        json!({
-            "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
-            "statements": [
-                "CREATE DATABASE IF NOT EXISTS rb_twice",
-                format!(
-                    "CREATE TABLE IF NOT EXISTS rb_twice.t (id UInt64, kind String, at DateTime, note Nullable(String)) \
-                     ENGINE = MergeTree \
-                     PARTITION BY toYYYYMMDD(at) ORDER BY {order}"
-                ),
-            ],
-            "retry": { "maxAttempts": 3, "backoffMs": 100 },
-            "waitForPod": { "timeoutMs": 30_000 },
-            "rebuild": { "rb_twice.t": { "cutoverColumn": "at", "cutoverDelaySeconds": 2, "keepOld": false } },
-        })
+        rebuild_props(
+            "rb_twice",
+            &format!(
+                "(id UInt64, kind String, at DateTime, note Nullable(String)) ENGINE = MergeTree \
+                 PARTITION BY toYYYYMMDD(at) ORDER BY {order}"
+            ),
+            json!({ "cutoverColumn": "at", "cutoverDelaySeconds": 2 }),
+        )
     };
     let query = |sql: String| sql_on(&t, &pod, sql);
     let plain = cluster(&t, &clock, &NoEvents);
@@ -821,19 +824,11 @@ async fn a_row_hidden_by_an_equal_one_after_the_swap(sb: &Sandbox) -> Result<(),
     let pod = sb.pod_names()[0].clone();
     let clock = RealClock(Instant::now());
     let props = |order: &str| {
-        json!({
-            "target": { "namespace": NAMESPACE, "podSelector": { "clickhouse.altinity.com/chi": "sandbox" } },
-            "statements": [
-                "CREATE DATABASE IF NOT EXISTS rb_equal",
-                format!(
-                    "CREATE TABLE IF NOT EXISTS rb_equal.t (id UInt64, kind String) ENGINE = MergeTree \
-                     PARTITION BY id % 3 ORDER BY {order}"
-                ),
-            ],
-            "retry": { "maxAttempts": 3, "backoffMs": 100 },
-            "waitForPod": { "timeoutMs": 30_000 },
-            "rebuild": { "rb_equal.t": { "cutoverColumn": "id", "cutoverDelaySeconds": 1, "keepOld": false } },
-        })
+        rebuild_props(
+            "rb_equal",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
     };
     let query = |sql: &str| sql_on(&t, &pod, sql.to_owned());
     let plain = cluster(&t, &clock, &NoEvents);
