@@ -20,8 +20,10 @@
 //! 4. verification per live partition: the new table's row count (and, when asked, a checksum of
 //!    every shared column) against the sum of its sources', read again a few times while the dual
 //!    write catches up;
-//! 5. the swap on each pod: the view is dropped, then `RENAME TABLE t TO t__old, t__new TO t`; the
-//!    staging table is dropped, and so is `t__old` unless `keepOld`.
+//! 5. the swap on each pod: a `swapping` receipt, the view dropped, the new table's rows counted
+//!    (see [`FROZEN`]), then `RENAME TABLE t TO t__old, t__new TO t`, the staging table dropped and
+//!    a `swapped` receipt. After the cut-over delay the rows only `t__old` holds are copied into
+//!    `t`, and `t__old` is dropped unless `keepOld` (or the counts say a copy fell short).
 //!
 //! A failure at any step leaves `t` serving reads and writes as before; the next apply continues
 //! from the receipts. This module renders the scripts and reads their output; its driver (`run`)
