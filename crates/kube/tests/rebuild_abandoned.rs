@@ -876,7 +876,7 @@ async fn a_row_hidden_by_an_equal_one_after_the_swap(sb: &Sandbox) -> Result<(),
         .collect();
     check(
         said.iter().any(|m| {
-            m.contains("so 1 row(s) of t__old may be missing from t")
+            m.contains("1 row(s) that reached only t__old were not copied")
                 && m.contains("t__old is kept whatever keepOld says")
         }),
         format!("an event says what was left and why: {said:?}"),

@@ -92,9 +92,7 @@ pub const MADE_SUFFIXES: [&str; 3] = [VIEW_SUFFIX, NEW_SUFFIX, STAGE_SUFFIX];
 /// every column to one of those, hides it from the difference (the identical-row limit). Counts
 /// tell when that happened: every row the new table held at the RENAME came from the old table,
 /// so the old table holds exactly that many rows more than the copies need, and a copy short of
-/// `count(t__old) - frozen` rows may have left some behind. The old table is then kept, with an
-/// event. (Copies an earlier apply made and was cut short before reporting are not counted: they
-/// keep the old table too, on the safe side.)
+/// `count(t__old) - frozen` rows left some behind. The old table is then kept, with an event.
 pub const FROZEN: &str = "frozen";
 /// The table, in the rebuilt table's database, that holds a rebuild's receipts.
 pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";

@@ -1657,10 +1657,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     /// After the rows that reached only the old table on `at`'s pod were copied (`copied` of
-    /// them): whether some may have been left behind, hidden by equal rows written into the table
-    /// since the RENAME (see [`rebuild::FROZEN`]); then the old table must stay, and an event says
-    /// so. The counts cannot tell that case from copies an earlier apply made and never reported
-    /// (cut short after its insert): those keep the old table too, on the safe side.
+    /// them): whether some were left behind, hidden by equal rows written into the table since
+    /// the RENAME (see [`rebuild::FROZEN`]); then the old table must stay, and an event says so.
     async fn left_behind(
         &self,
         plan: &RebuildPlan,
@@ -1688,12 +1686,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             None,
             Some(left),
             format!(
-                "{} on {}: the counts do not add up: {table}{OLD_SUFFIX} holds {old} row(s), the new table held {frozen} \
-                 at the swap and {copied} were copied since, so {left} row(s) of {table}{OLD_SUFFIX} may be missing from \
-                 {table} (a row equal to one written into {table} after the swap is hidden from the comparison, and \
-                 what an earlier apply copied before it was cut short is not counted). {table}{OLD_SUFFIX} is kept \
-                 whatever keepOld says, so that nothing is lost: compare it with {table} and copy what is missing by \
-                 hand, then drop it",
+                "{} on {}: {left} row(s) that reached only {table}{OLD_SUFFIX} were not copied: each equals a row written \
+                 into {table} since the swap, which hides it from the comparison ({old} rows in {table}{OLD_SUFFIX}, \
+                 {frozen} in the new table at the swap, {copied} copied). {table}{OLD_SUFFIX} is kept whatever keepOld \
+                 says, so that nothing is lost: compare it with {table} and copy what is missing by hand, then drop it",
                 plan.key(),
                 at.pod
             ),
