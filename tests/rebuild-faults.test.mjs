@@ -45,8 +45,7 @@ function seedsFrom(variable, fallback) {
 // bench/rebuild-faults.mjs), not in the test command, while they find a data-loss path that is
 // open: replicated seed 33 kept 2 of 3 copies of a row the writer repeated (the identical-row
 // limit: a copy written straight into the new table after the RENAME hides the one only the old
-// table holds; on a pod's own table the old table is now kept then, which this harness's check
-// of no rebuild object left still counts as a failure; see README). A test command that fails on a known open defect cannot land the
+// table holds; see README). A test command that fails on a known open defect cannot land the
 // fixes it checks. Local seed 2 found a loss since fixed, with a focused test in
 // crates/kube/tests/rebuild_abandoned.rs: a swap script stopped right after its RENAME (a
 // cancel's KILL QUERY) left the old table, with a row only it held, and no receipt saying a swap

@@ -21,11 +21,6 @@
 //! one written between its reads, and the rebuilt table held it twice. It now compares the rows
 //! themselves, fails, and the next apply starts over and finishes with every row once.
 //!
-//! And a row that reached only the old table at the swap, equal in every column to one written
-//! into the table right after the RENAME: the copy after the swap compares the two as multisets,
-//! so the equal row hides it, and the old table was dropped with it (keepOld: false). Counts tell
-//! now (the new table's rows at the RENAME are recorded): the old table is kept, with an event.
-//!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
 //! just before the first verification reads it, to stop the swap's script after its RENAME, and to
 //! copy a row dated ahead twice.
@@ -115,7 +110,7 @@ macro_rules! through_inner {
     )*};
 }
 
-through_inner!(Meddling, CutAfterRename, CopiedTwice, EqualAfterSwap);
+through_inner!(Meddling, CutAfterRename, CopiedTwice);
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
 async fn transport_of(sb: &Sandbox) -> Result<KubeTransport, String> {
@@ -190,11 +185,6 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     }
     if let Err(e) = Box::pin(a_row_copied_twice_under_writes(&sb)).await {
         failures.push(format!("a row copied twice while writers write: {e}"));
-    }
-    if let Err(e) = Box::pin(a_row_hidden_by_an_equal_one_after_the_swap(&sb)).await {
-        failures.push(format!(
-            "a row only the old table holds, and an equal one written since: {e}"
-        ));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -777,120 +767,5 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
             .await?
             == "kind, id\n",
         "rebuilt".to_owned(),
-    )
-}
-
-/// The product's transport, but right after the swap's script (before the comparison that waits
-/// the cut-over delay first) `late` reaches the old table (an insert under way at the RENAME)
-/// and `equal`, the same row, the table (written right after it).
-struct EqualAfterSwap<'a> {
-    inner: &'a KubeTransport,
-    late: &'static str,
-    equal: &'static str,
-    done: AtomicBool,
-}
-
-impl Executor for EqualAfterSwap<'_> {
-    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
-        let swap = request.stdin.contains("RENAME TABLE") && !self.done.swap(true, Ordering::SeqCst);
-        let (inner, late, equal, pod) = (self.inner, self.late, self.equal, request.pod.clone());
-        async move {
-            let out = inner.exec(request).await?;
-            if swap {
-                for sql in [late, equal] {
-                    let written = inner
-                        .exec(statement_exec(&pod, sql, Duration::from_secs(30)))
-                        .await?;
-                    assert_eq!(written.exit_code, 0, "{sql}: {written:?}");
-                }
-            }
-            Ok(out)
-        }
-    }
-}
-
-/// The events of a run, kept.
-#[derive(Default)]
-struct Kept(Mutex<Vec<clickhouse_schema_core::transport::Event>>);
-
-impl Events for Kept {
-    fn emit(&self, event: clickhouse_schema_core::transport::Event) {
-        self.0.lock().unwrap().push(event);
-    }
-}
-
-async fn a_row_hidden_by_an_equal_one_after_the_swap(sb: &Sandbox) -> Result<(), String> {
-    let t = transport_of(sb).await?;
-    let pod = sb.pod_names()[0].clone();
-    let clock = RealClock(Instant::now());
-    let props = |order: &str| {
-        rebuild_props(
-            "rb_equal",
-            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
-            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
-        )
-    };
-    let query = |sql: &str| sql_on(&t, &pod, sql.to_owned());
-    let plain = cluster(&t, &clock, &NoEvents);
-    let id = "rb-equal";
-    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
-    let (state, _) = apply(id, &v1, None, &plain)
-        .await
-        .map_err(|e| format!("first apply: {e}"))?;
-    query("INSERT INTO rb_equal.t SELECT number + 1, 'k' FROM system.numbers LIMIT 300").await?;
-
-    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
-    let equal = EqualAfterSwap {
-        inner: &t,
-        late: "INSERT INTO rb_equal.t__old VALUES (7000, 'twice')",
-        equal: "INSERT INTO rb_equal.t VALUES (7000, 'twice')",
-        done: AtomicBool::new(false),
-    };
-    let events = Kept::default();
-    apply(id, &v2, Some(&state), &cluster(&equal, &clock, &events))
-        .await
-        .map_err(|e| format!("the rebuild: {e}"))?;
-    check(equal.done.load(Ordering::SeqCst), "the swap ran".to_owned())?;
-    // The row was written twice: once it reached only the old table, once the table. The table
-    // holds it once, and the old table, kept despite keepOld: false, holds the other.
-    let twice = query(
-        "SELECT (SELECT count() FROM rb_equal.t WHERE id = 7000), (SELECT count() FROM rb_equal.t__old WHERE id = 7000)",
-    )
-    .await
-    .map_err(|e| format!("the old table is kept: {e}"))?;
-    check(
-        twice == "1\t1\n",
-        format!("the row once in the table, once in the old one: {twice:?}"),
-    )?;
-    let said: Vec<String> = events
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|e| match e {
-            clickhouse_schema_core::transport::Event::Rebuild { step, message, .. } if step == "swap" => {
-                Some(message.clone())
-            }
-            _ => None,
-        })
-        .collect();
-    check(
-        said.iter().any(|m| {
-            m.contains("1 row(s) that reached only t__old were not copied")
-                && m.contains("t__old is kept whatever keepOld says")
-        }),
-        format!("an event says what was left and why: {said:?}"),
-    )?;
-    check(
-        !said.iter().any(|m| m.contains("the old table is dropped")),
-        format!("no event says the old table was dropped: {said:?}"),
-    )?;
-    // The next apply changes nothing: the kept table is the user's to settle.
-    apply(id, &v2, Some(&state), &plain)
-        .await
-        .map_err(|e| format!("the apply after: {e}"))?;
-    check(
-        query("SELECT count() FROM rb_equal.t__old").await? == "301\n",
-        "the old table stays whole".to_owned(),
     )
 }

@@ -20,10 +20,9 @@
 //! 4. verification per live partition: the new table's row count (and, when asked, a checksum of
 //!    every shared column) against the sum of its sources', read again a few times while the dual
 //!    write catches up;
-//! 5. the swap on each pod: a `swapping` receipt, the view dropped, the new table's rows counted
-//!    (see [`FROZEN`]), then `RENAME TABLE t TO t__old, t__new TO t`, the staging table dropped and
-//!    a `swapped` receipt. After the cut-over delay the rows only `t__old` holds are copied into
-//!    `t`, and `t__old` is dropped unless `keepOld` (or the counts say a copy fell short).
+//! 5. the swap on each pod: a `swapping` receipt, the view dropped, then `RENAME TABLE t TO t__old,
+//!    t__new TO t`, the staging table dropped and a `swapped` receipt. After the cut-over delay the
+//!    rows only `t__old` holds are copied into `t`, and `t__old` is dropped unless `keepOld`.
 //!
 //! A failure at any step leaves `t` serving reads and writes as before; the next apply continues
 //! from the receipts. This module renders the scripts and reads their output; its driver (`run`)
@@ -85,15 +84,6 @@ pub const STAGE_SUFFIX: &str = "__rebuild_stage";
 /// migrations, so a rebuild resumes, writes into or drops one of these only when its own `made`
 /// receipt on the pod says it made them (see [`RebuildPlan::prepare_script`]).
 pub const MADE_SUFFIXES: [&str; 3] = [VIEW_SUFFIX, NEW_SUFFIX, STAGE_SUFFIX];
-/// The receipt step recording, per pod, how many rows the new table held at the swap's RENAME.
-///
-/// After the swap the rows that reached only the old table (`t__old`) are copied into the table
-/// as the multiset difference of the two. A row written straight into the table since, equal in
-/// every column to one of those, hides it from the difference (the identical-row limit). Counts
-/// tell when that happened: every row the new table held at the RENAME came from the old table,
-/// so the old table holds exactly that many rows more than the copies need, and a copy short of
-/// `count(t__old) - frozen` rows left some behind. The old table is then kept, with an event.
-pub const FROZEN: &str = "frozen";
 /// The table, in the rebuilt table's database, that holds a rebuild's receipts.
 pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";
 /// A backfill batch (partitions copied in one exec) closes at this many rows...
@@ -966,25 +956,13 @@ impl RebuildPlan {
     /// resumes there.
     pub fn swap_script(&self, cutover: &str, pod: &str) -> String {
         let mut script = self.receipt_insert("swapping", pod, "", 0, 0, "", cutover);
-        // Between the view's drop and the RENAME nothing writes into the new table: its rows
-        // then are what the comparison after the swap must tell apart from rows written into
-        // the table since (see `FROZEN`).
         script.push_str(&format!(
-            "DROP TABLE IF EXISTS {view};\n\
-             INSERT INTO {receipts} (table_name, target, step, source, partition, rows, checksum, value, cutover) \
-             SELECT {key}, {target}, {frozen}, {pod}, '', count(), 0, '', {cut} FROM {new};\n\
-             RENAME TABLE {live} TO {old}, {new} TO {live};\nDROP TABLE IF EXISTS {stage};\n",
+            "DROP TABLE IF EXISTS {view};\nRENAME TABLE {live} TO {old}, {new} TO {live};\nDROP TABLE IF EXISTS {stage};\n",
             view = self.name(VIEW_SUFFIX),
             live = self.name(""),
             old = self.name(OLD_SUFFIX),
             new = self.name(NEW_SUFFIX),
             stage = self.name(STAGE_SUFFIX),
-            receipts = self.receipts(),
-            key = literal(&self.key()),
-            target = literal(&self.target),
-            frozen = literal(FROZEN),
-            pod = literal(pod),
-            cut = literal(cutover),
         ));
         script.push_str(&self.receipt_insert("swapped", pod, "", 0, 0, "", cutover));
         script
@@ -1042,24 +1020,6 @@ impl RebuildPlan {
             receipts = self.receipts(),
             key = literal(&self.key()),
             pod = literal(pod),
-            end = end_statement(),
-        )
-    }
-
-    /// What the check after a swap on `pod` compares (see [`FROZEN`]): the new table's rows at
-    /// the RENAME, as the swap recorded them (a `frozen` line; none from a version that did not
-    /// record them), and the old table's rows now (an `old` line).
-    pub fn frozen_query(&self, cutover: &str, pod: &str) -> String {
-        format!(
-            "SELECT 'frozen', toString(max(rows)) FROM {receipts} WHERE table_name = {key} AND step = {frozen} AND \
-             source = {pod} AND cutover = {cut} HAVING count() > 0 FORMAT TSV;\n\
-             SELECT 'old', toString(count()) FROM {old} FORMAT TSV;\n{end}",
-            receipts = self.receipts(),
-            key = literal(&self.key()),
-            frozen = literal(FROZEN),
-            pod = literal(pod),
-            cut = literal(cutover),
-            old = self.name(OLD_SUFFIX),
             end = end_statement(),
         )
     }
@@ -1208,42 +1168,6 @@ pub fn parse_tagged(stdout: &str, tag: &str) -> Result<Vec<String>, String> {
             }
         })
         .collect()
-}
-
-/// Reads [`RebuildPlan::frozen_query`]: the rows recorded at the RENAME (`None` when the swap
-/// recorded none), and the old table's rows.
-pub fn parse_frozen(stdout: &str) -> Result<(Option<u64>, u64), String> {
-    let mut frozen = None;
-    let mut old = None;
-    for line in complete(stdout)?.lines().filter(|l| !l.is_empty()) {
-        let number = |value: &str| {
-            value.parse::<u64>().map_err(|_| {
-                format!(
-                    "an unexpected count: {}",
-                    line.chars().take(80).collect::<String>()
-                )
-            })
-        };
-        match line.split_once('\t') {
-            Some(("frozen", value)) => frozen = Some(number(value)?),
-            Some(("old", value)) => old = Some(number(value)?),
-            _ => {
-                return Err(format!(
-                    "an unexpected line: {}",
-                    line.chars().take(80).collect::<String>()
-                ));
-            }
-        }
-    }
-    Ok((frozen, old.ok_or("no count of the old table")?))
-}
-
-/// How many of the rows that reached only the old table a copy after the swap left behind:
-/// `old` rows in the old table, `frozen` in the new table at the RENAME (all of them from the
-/// old one), `copied` copied since. Zero when the counts cannot tell (the old table lost rows
-/// since, to a TTL or a DELETE).
-pub fn left_behind(old: u64, frozen: u64, copied: u64) -> u64 {
-    old.saturating_sub(frozen).saturating_sub(copied)
 }
 
 /// What [`RebuildPlan::row_differences_script`] printed.

@@ -1601,7 +1601,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         "from the cut-over on reached the old table after its view was dropped",
                     )
                 }));
-            let mut copied: u64 = 0;
             for (p, range, what) in ranges {
                 let at = At {
                     partition: Some(p),
@@ -1617,14 +1616,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     false,
                     new_replicated,
                 );
-                copied += self
-                    .catch_up(&at, script, &format!("{what}; copied after the swap"))
+                self.catch_up(&at, script, &format!("{what}; copied after the swap"))
                     .await?;
-            }
-            // A pod's own table (a replica set's new table is written through every replica's
-            // view until the last swap, so no one count of it is frozen).
-            if !new_replicated && self.left_behind(plan, &at, &cutover.value, copied).await? {
-                keep.insert(pod.name.clone());
             }
         }
         for pod in due {
@@ -1654,47 +1647,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             );
         }
         Ok(())
-    }
-
-    /// After the rows that reached only the old table on `at`'s pod were copied (`copied` of
-    /// them): whether some were left behind, hidden by equal rows written into the table since
-    /// the RENAME (see [`rebuild::FROZEN`]); then the old table must stay, and an event says so.
-    async fn left_behind(
-        &self,
-        plan: &RebuildPlan,
-        at: &At<'_>,
-        cutover: &str,
-        copied: u64,
-    ) -> Result<bool, ClickHouseSchemaError> {
-        let out = self
-            .rebuild_exec(at, plan.frozen_query(cutover, at.pod), true)
-            .await?;
-        let (frozen, old) = rebuild::parse_frozen(&out)
-            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))?;
-        let Some(frozen) = frozen else {
-            return Ok(false);
-        };
-        let left = rebuild::left_behind(old, frozen, copied);
-        if left == 0 {
-            return Ok(false);
-        }
-        let table = &plan.table;
-        self.rebuild_event(
-            plan,
-            "swap",
-            Some(at.pod),
-            None,
-            Some(left),
-            format!(
-                "{} on {}: {left} row(s) that reached only {table}{OLD_SUFFIX} were not copied: each equals a row written \
-                 into {table} since the swap, which hides it from the comparison ({old} rows in {table}{OLD_SUFFIX}, \
-                 {frozen} in the new table at the swap, {copied} copied). {table}{OLD_SUFFIX} is kept whatever keepOld \
-                 says, so that nothing is lost: compare it with {table} and copy what is missing by hand, then drop it",
-                plan.key(),
-                at.pod
-            ),
-        );
-        Ok(true)
     }
 
     /// Finishes the swaps an earlier apply cut short after their RENAME (a dropped exec, a cancel,
@@ -1912,7 +1864,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .await?;
             let partitions = rebuild::parse_tagged(&out, "p")
                 .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-            let mut copied: u64 = 0;
             for partition in &partitions {
                 let at = At {
                     partition: Some(partition),
@@ -1928,15 +1879,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     false,
                     replicated(table),
                 );
-                copied += Box::pin(self.catch_up(
+                Box::pin(self.catch_up(
                     &at,
                     script,
                     "that reached the old table and not the table were copied, finishing a swap an earlier apply cut short",
                 ))
                 .await?;
             }
-            let left = !replicated(table) && Box::pin(self.left_behind(plan, &at, &cutover, copied)).await?;
-            Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, left), true)).await?;
+            Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, false), true)).await?;
             self.rebuild_event(
                 plan,
                 "swap",
@@ -1947,7 +1897,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     "{} on {}: the swap an earlier apply cut short is finished; {}",
                     plan.key(),
                     pod.name,
-                    if plan.config.keep_old || left {
+                    if plan.config.keep_old {
                         format!("the old table is kept as {table}{OLD_SUFFIX}")
                     } else {
                         "the old table is dropped".to_owned()
