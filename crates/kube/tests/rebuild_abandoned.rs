@@ -110,7 +110,7 @@ macro_rules! through_inner {
     )*};
 }
 
-through_inner!(Meddling, CutAfterRename, CopiedTwice);
+through_inner!(Meddling, CutAfterRename, CopiedTwice, EqualRowsAfterSwap);
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
 async fn transport_of(sb: &Sandbox) -> Result<KubeTransport, String> {
@@ -186,11 +186,16 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(a_row_copied_twice_under_writes(&sb)).await {
         failures.push(format!("a row copied twice while writers write: {e}"));
     }
+    if let Err(e) = Box::pin(rows_only_the_old_table_holds_and_equal_ones_after_the_swap(&sb)).await {
+        failures.push(format!(
+            "rows only the old table holds, equal ones written after the swap: {e}"
+        ));
+    }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The row comparison reads what the server prints, so it runs on the 26.9 engine too.
+/// The row comparisons read what the server prints, so they run on the 26.9 engine too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
     let sb = Sandbox::start(SandboxOptions {
@@ -200,9 +205,17 @@ async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
     })
     .await
     .expect("sandbox with the 26.9 engine starts");
-    let result = Box::pin(a_row_copied_twice_under_writes(&sb)).await;
+    let mut failures = Vec::new();
+    if let Err(e) = Box::pin(a_row_copied_twice_under_writes(&sb)).await {
+        failures.push(format!("a row copied twice while writers write [26.9]: {e}"));
+    }
+    if let Err(e) = Box::pin(rows_only_the_old_table_holds_and_equal_ones_after_the_swap(&sb)).await {
+        failures.push(format!(
+            "rows only the old table holds, equal ones written after the swap [26.9]: {e}"
+        ));
+    }
     sb.shutdown().await.expect("shutdown");
-    result.unwrap_or_else(|e| panic!("a row copied twice while writers write [26.9]: {e}"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn props(order: &str, rebuild: bool) -> serde_json::Value {
@@ -767,5 +780,120 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
             .await?
             == "kind, id\n",
         "rebuilt".to_owned(),
+    )
+}
+
+/// The product's transport, but the swap's script runs statement by statement as the client
+/// would, with a row dated at or after the cut-over inserted into the live table right after the
+/// view's drop (an insert that began between the drop and the RENAME), and a late row (dated
+/// before the cut-over) just before the script; once the script is done, a row equal to each is
+/// inserted into the table, which the new one serves then.
+struct EqualRowsAfterSwap<'a> {
+    inner: &'a KubeTransport,
+    late_row: &'static str,
+    window_row: &'static str,
+    done: AtomicBool,
+}
+
+impl Executor for EqualRowsAfterSwap<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let swap = request.stdin.contains("RENAME TABLE") && !self.done.swap(true, Ordering::SeqCst);
+        let (inner, late_row, window_row) = (self.inner, self.late_row, self.window_row);
+        async move {
+            if !swap {
+                return inner.exec(request).await;
+            }
+            let run = |sql: String| {
+                let pod = request.pod.clone();
+                async move {
+                    let out = inner
+                        .exec(statement_exec(&pod, &sql, Duration::from_secs(30)))
+                        .await?;
+                    assert_eq!(out.exit_code, 0, "{sql}: {out:?}");
+                    Ok::<_, TransportError>(out)
+                }
+            };
+            run(late_row.to_owned()).await?;
+            let mut stdout = String::new();
+            let mut last = None;
+            for line in request.stdin.lines() {
+                let out = run(line.trim_end_matches(';').to_owned()).await?;
+                stdout.push_str(&out.stdout);
+                if line.starts_with("DROP TABLE IF EXISTS") && line.contains("__rebuild_view") {
+                    run(window_row.to_owned()).await?;
+                }
+                last = Some(out);
+            }
+            run(late_row.to_owned()).await?;
+            run(window_row.to_owned()).await?;
+            let mut out = last.expect("the swap has statements");
+            out.stdout = stdout;
+            Ok(out)
+        }
+    }
+}
+
+/// The identical-row limit of the copy after the swap: a row only the old table holds (written
+/// between the view's drop and the RENAME, or late) was compared with the table after the
+/// swap, where an equal row written since hid it, and it was dropped with the old table.
+async fn rows_only_the_old_table_holds_and_equal_ones_after_the_swap(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            "rb_equal",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-equal";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query("INSERT INTO rb_equal.t SELECT number + 1, 'k' FROM system.numbers LIMIT 300".to_owned()).await?;
+
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let equal = EqualRowsAfterSwap {
+        inner: &t,
+        // The cut-over is 301: the largest id plus one.
+        late_row: "INSERT INTO rb_equal.t VALUES (7, 'late')",
+        window_row: "INSERT INTO rb_equal.t VALUES (9000, 'window')",
+        done: AtomicBool::new(false),
+    };
+    let (state, _) = apply(id, &v2, Some(&state), &cluster(&equal, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    check(equal.done.load(Ordering::SeqCst), "the swap ran".to_owned())?;
+    let counted =
+        query("SELECT count(), countIf(kind = 'late'), countIf(kind = 'window') FROM rb_equal.t".to_owned())
+            .await?;
+    check(
+        counted == "304\t2\t2\n",
+        format!("every row written is there as often as it was written, (rows, late, window): {counted:?}"),
+    )?;
+    let sorting = "SELECT sorting_key FROM system.tables WHERE database = 'rb_equal' AND name = 't'";
+    check(
+        query(sorting.to_owned()).await? == "kind, id\n",
+        "rebuilt".to_owned(),
+    )?;
+    let left = query(
+        "SELECT name FROM system.tables WHERE database = 'rb_equal' AND name LIKE 't\\_\\_%'".to_owned(),
+    )
+    .await?;
+    check(
+        left.is_empty(),
+        format!("nothing of the rebuild is left: {left:?}"),
+    )?;
+    // Merges of the table run again once the swap is finished.
+    query("OPTIMIZE TABLE rb_equal.t FINAL".to_owned()).await?;
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the third apply: {e}"))?;
+    check(
+        query("SELECT count() FROM rb_equal.t".to_owned()).await? == "304\n",
+        format!("the next apply copied nothing: {outcome:?}"),
     )
 }
