@@ -18,7 +18,10 @@ the modern client talking to a server does, because that is what the product mee
 - several statements in one input run one by one (multi-statement input is the modern default), the
   first failure ends the run unless `--ignore-error` is given;
 - a pod whose "server" is stopped (sandbox fault) refuses the connection (code 210);
-- one call at a time per pod (an flock on the pod's directory), as chdb holds its data directory.
+- one call at a time per pod (an flock on the pod's directory), as chdb holds its data directory;
+- what a server keeps in memory between queries and the product relies on, kept in the pod's
+  directory between calls: the tables whose merges `SYSTEM STOP MERGES` stopped (by table UUID, so
+  a RENAME keeps them stopped, as on a server), until `SYSTEM START MERGES` or the "server" stops.
 
 Not a server: no native protocol, no distributed DDL queue (ON CLUSTER names no known cluster), no
 replication threads (an INSERT into a Replicated table does not return). README says so.
@@ -290,10 +293,12 @@ def run(pod_dir, argv):
         except RuntimeError as e:
             print(server_error_text(str(e), server), file=ERR)
             return exit_status(error_code(str(e)))
+    restore_stopped_merges(conn, pod_dir)
     status = 0
     for statement in statements:
         try:
             result = query_retrying_session_clash(conn, statement, fmt)
+            remember_merges(conn, pod_dir, statement)
             sys.stdout.buffer.write(result.bytes())
             sys.stdout.buffer.flush()
             status = 0
@@ -306,6 +311,96 @@ def run(pod_dir, argv):
             if not ignore_error:
                 return status
     return status
+
+
+def stopped_merges_path(pod_dir):
+    return os.path.join(pod_dir, "stopped-merges")
+
+
+def read_stopped_merges(pod_dir):
+    """The UUIDs of the tables whose merges are stopped."""
+    try:
+        with open(stopped_merges_path(pod_dir)) as f:
+            return {line.strip() for line in f if line.strip()}
+    except OSError:
+        return set()
+
+
+def write_stopped_merges(pod_dir, uuids):
+    path = stopped_merges_path(pod_dir)
+    with open(path + ".tmp", "w") as f:
+        f.write("".join(u + "\n" for u in sorted(uuids)))
+    os.replace(path + ".tmp", path)
+
+
+def restore_stopped_merges(conn, pod_dir):
+    """Stops merges again of the tables an earlier call stopped them for (those still there)."""
+    uuids = read_stopped_merges(pod_dir)
+    if not uuids:
+        return
+    listed = ", ".join("'" + u + "'" for u in sorted(uuids))
+    rows = conn.query(
+        "SELECT toString(uuid), database, name FROM system.tables WHERE toString(uuid) IN ({})".format(listed),
+        "TabSeparated").bytes().decode()
+    present = set()
+    for line in rows.splitlines():
+        uuid, database, name = line.split("\t")
+        present.add(uuid)
+        conn.query("SYSTEM STOP MERGES {}.{}".format(backquote(database), backquote(name)), "TabSeparated")
+    if present != uuids:
+        write_stopped_merges(pod_dir, present)
+
+
+def remember_merges(conn, pod_dir, statement):
+    """After a `SYSTEM STOP MERGES t` or `SYSTEM START MERGES t` that ran: t's UUID kept or let go."""
+    words = statement.split(None, 3)
+    if len(words) != 4 or [w.upper() for w in words[:3]] not in (
+            ["SYSTEM", "STOP", "MERGES"], ["SYSTEM", "START", "MERGES"]):
+        return
+    parts = split_name(words[3].strip())
+    if len(parts) == 2:
+        database, name = parts
+    elif len(parts) == 1:
+        database, name = conn.query("SELECT currentDatabase()", "TabSeparated").bytes().decode().strip(), parts[0]
+    else:
+        return
+    rows = conn.query(
+        "SELECT toString(uuid) FROM system.tables WHERE database = {} AND name = {}".format(quote(database), quote(name)),
+        "TabSeparated").bytes().decode().split()
+    if not rows:
+        return
+    uuids = read_stopped_merges(pod_dir)
+    if words[1].upper() == "STOP":
+        uuids.add(rows[0])
+    else:
+        uuids.discard(rows[0])
+    write_stopped_merges(pod_dir, uuids)
+
+
+def split_name(text):
+    """`db`.`t`, db.t or t as its parts, backquotes removed; [] for anything else."""
+    parts, i, n = [], 0, len(text)
+    while i < n:
+        if text[i] == "`":
+            j, out = i + 1, []
+            while j < n and text[j] != "`":
+                if text[j] == "\\" and j + 1 < n:
+                    j += 1
+                out.append(text[j])
+                j += 1
+            parts.append("".join(out))
+            i = j + 1
+        else:
+            j = i
+            while j < n and text[j] != ".":
+                j += 1
+            parts.append(text[i:j].strip())
+            i = j
+        if i < n:
+            if text[i] != ".":
+                return []
+            i += 1
+    return parts
 
 
 def query_retrying_session_clash(conn, statement, fmt):

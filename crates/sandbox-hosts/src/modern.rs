@@ -71,10 +71,24 @@ fn stopped_marker(paths: &ServerPaths) -> PathBuf {
     paths.dir.join("stopped")
 }
 
-/// Marks the pod's "server" as down (`true`) or up.
+/// The tables whose merges a `SYSTEM STOP MERGES` stopped (the stand-in keeps them across its
+/// calls, as a server keeps them in memory while it runs).
+fn stopped_merges(paths: &ServerPaths) -> PathBuf {
+    paths.dir.join("stopped-merges")
+}
+
+/// Marks the pod's "server" as down (`true`) or up. A server that stops forgets which merges were
+/// stopped.
 pub(crate) fn set_stopped(paths: &ServerPaths, stopped: bool) -> Result<(), HostsError> {
     let marker = stopped_marker(paths);
     if stopped {
+        let merges = stopped_merges(paths);
+        match std::fs::remove_file(&merges) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).context(|| format!("removing {}", merges.display()));
+            }
+            _ => {}
+        }
         std::fs::write(&marker, b"").context(|| format!("writing {}", marker.display()))
     } else {
         match std::fs::remove_file(&marker) {

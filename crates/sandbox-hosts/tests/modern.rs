@@ -241,7 +241,39 @@ fn the_stand_in_client_answers_as_the_modern_client() {
         engine.stdout
     );
 
-    // A stopped server refuses connections; started again, it has its data.
+    // Stopped merges stay stopped from one call to the next, as a server keeps them while it
+    // runs, also under the table's new name; merges started again, an OPTIMIZE merges.
+    let stop = product(
+        &hosts,
+        false,
+        &none,
+        WRITER_PW,
+        "CREATE TABLE app.m (id UInt64) ENGINE = MergeTree ORDER BY id; INSERT INTO app.m VALUES (1); \
+         INSERT INTO app.m VALUES (2); SYSTEM STOP MERGES `app`.`m`; RENAME TABLE app.m TO app.m2",
+    );
+    assert_eq!(stop.code, 0, "{}", stop.stderr);
+    let held = product(&hosts, false, &none, WRITER_PW, "OPTIMIZE TABLE app.m2 FINAL");
+    assert_eq!(held.code, 236, "merges stay stopped: {}", held.stderr);
+    assert!(held.stderr.contains("(ABORTED)"), "{}", held.stderr);
+    let started = product(
+        &hosts,
+        false,
+        &none,
+        WRITER_PW,
+        "SYSTEM START MERGES app.m2; OPTIMIZE TABLE app.m2 FINAL; SELECT count() FROM system.parts WHERE \
+         database = 'app' AND table = 'm2' AND active",
+    );
+    assert_eq!(
+        (started.code, started.stdout.as_str()),
+        (0, "1\n"),
+        "{}",
+        started.stderr
+    );
+    let stop = product(&hosts, false, &none, WRITER_PW, "SYSTEM STOP MERGES app.m2");
+    assert_eq!(stop.code, 0, "{}", stop.stderr);
+
+    // A stopped server refuses connections; started again, it has its data, and has forgotten
+    // which merges were stopped.
     hosts.stop_server(HOST).expect("stop");
     let down = product(&hosts, false, &none, WRITER_PW, "SELECT 1");
     assert_eq!(down.code, 210, "{}", down.stderr);
@@ -249,5 +281,13 @@ fn the_stand_in_client_answers_as_the_modern_client() {
     hosts.start_server(HOST).expect("start");
     let back = product(&hosts, false, &none, WRITER_PW, "EXISTS TABLE app.r");
     assert_eq!(back.stdout, "1\n", "{}", back.stderr);
+    let merges = product(
+        &hosts,
+        false,
+        &none,
+        WRITER_PW,
+        "INSERT INTO app.m2 VALUES (3); OPTIMIZE TABLE app.m2 FINAL",
+    );
+    assert_eq!(merges.code, 0, "merges run after a restart: {}", merges.stderr);
     hosts.shutdown().expect("shutdown");
 }
