@@ -20,9 +20,12 @@
 //! 4. verification per live partition: the new table's row count (and, when asked, a checksum of
 //!    every shared column) against the sum of its sources', read again a few times while the dual
 //!    write catches up;
-//! 5. the swap on each pod: a `swapping` receipt, the view dropped, then `RENAME TABLE t TO t__old,
-//!    t__new TO t`, the staging table dropped and a `swapped` receipt. After the cut-over delay the
-//!    rows only `t__old` holds are copied into `t`, and `t__old` is dropped unless `keepOld`.
+//! 5. the swap: on each pod a `swapping` receipt and the view dropped (on every replica of a set
+//!    before any renames), the new table's [`Boundary`] recorded and its merges stopped, then
+//!    `RENAME TABLE t TO t__old, t__new TO t`, the staging table dropped and a `swapped` receipt.
+//!    After the cut-over delay the rows only `t__old` holds (compared with the rows `t` held at
+//!    the boundary, not with rows written since) are copied into `t`, merges start again, and
+//!    `t__old` is dropped unless `keepOld`.
 //!
 //! A failure at any step leaves `t` serving reads and writes as before; the next apply continues
 //! from the receipts. This module renders the scripts and reads their output; its driver (`run`)
@@ -32,7 +35,7 @@
 //! Two limits of the servers, 18.16 included, that the design accepts and the README states: a row
 //! before the cut-over that arrives after its partition was copied is not in the new table (the
 //! verification then fails, and the next apply starts the rebuild over); and between the view's drop
-//! and the RENAME (one script, milliseconds) an insert lands in the old table only.
+//! and the RENAME an insert lands in the old table only (the copy after the swap brings it).
 
 mod run;
 
