@@ -783,51 +783,47 @@ async fn a_row_copied_twice_under_writes(sb: &Sandbox) -> Result<(), String> {
     )
 }
 
-/// The product's transport, but the swap's script runs statement by statement as the client
-/// would, with a row dated at or after the cut-over inserted into the live table right after the
-/// view's drop (an insert that began between the drop and the RENAME), and a late row (dated
-/// before the cut-over) just before the script; once the script is done, a row equal to each is
-/// inserted into the table, which the new one serves then.
+/// The product's transport, but a late row (dated before the cut-over) reaches the live table
+/// just before the swap drops the view, and a row dated at or after the cut-over right after it
+/// (an insert that began between the drop and the RENAME); once the RENAME is done, a row equal
+/// to each is inserted into the table, which the new one serves then.
 struct EqualRowsAfterSwap<'a> {
     inner: &'a KubeTransport,
     late_row: &'static str,
     window_row: &'static str,
+    dropped: AtomicBool,
     done: AtomicBool,
 }
 
 impl Executor for EqualRowsAfterSwap<'_> {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
-        let swap = request.stdin.contains("RENAME TABLE") && !self.done.swap(true, Ordering::SeqCst);
+        let drop_view = request.stdin.contains("'swapping'") && !self.dropped.swap(true, Ordering::SeqCst);
+        let rename = request.stdin.contains("RENAME TABLE") && !self.done.swap(true, Ordering::SeqCst);
         let (inner, late_row, window_row) = (self.inner, self.late_row, self.window_row);
+        let pod = request.pod.clone();
         async move {
-            if !swap {
-                return inner.exec(request).await;
-            }
-            let run = |sql: String| {
-                let pod = request.pod.clone();
+            let run = |sql: &'static str| {
+                let pod = pod.clone();
                 async move {
                     let out = inner
-                        .exec(statement_exec(&pod, &sql, Duration::from_secs(30)))
+                        .exec(statement_exec(&pod, sql, Duration::from_secs(30)))
                         .await?;
                     assert_eq!(out.exit_code, 0, "{sql}: {out:?}");
-                    Ok::<_, TransportError>(out)
+                    Ok::<_, TransportError>(())
                 }
             };
-            run(late_row.to_owned()).await?;
-            let mut stdout = String::new();
-            let mut last = None;
-            for line in request.stdin.lines() {
-                let out = run(line.trim_end_matches(';').to_owned()).await?;
-                stdout.push_str(&out.stdout);
-                if line.starts_with("DROP TABLE IF EXISTS") && line.contains("__rebuild_view") {
-                    run(window_row.to_owned()).await?;
-                }
-                last = Some(out);
+            if drop_view {
+                run(late_row).await?;
             }
-            run(late_row.to_owned()).await?;
-            run(window_row.to_owned()).await?;
-            let mut out = last.expect("the swap has statements");
-            out.stdout = stdout;
+            let out = inner.exec(request).await?;
+            if drop_view {
+                run(window_row).await?;
+            }
+            if rename {
+                check(out.exit_code == 0, format!("the RENAME on {pod}: {out:?}")).expect("the swap renames");
+                run(late_row).await?;
+                run(window_row).await?;
+            }
             Ok(out)
         }
     }
@@ -861,6 +857,7 @@ async fn rows_only_the_old_table_holds_and_equal_ones_after_the_swap(sb: &Sandbo
         // The cut-over is 301: the largest id plus one.
         late_row: "INSERT INTO rb_equal.t VALUES (7, 'late')",
         window_row: "INSERT INTO rb_equal.t VALUES (9000, 'window')",
+        dropped: AtomicBool::new(false),
         done: AtomicBool::new(false),
     };
     let (state, _) = apply(id, &v2, Some(&state), &cluster(&equal, &clock, &NoEvents))

@@ -21,11 +21,11 @@
 //!    every shared column) against the sum of its sources', read again a few times while the dual
 //!    write catches up;
 //! 5. the swap: on each pod a `swapping` receipt and the view dropped (on every replica of a set
-//!    before any renames), the new table's [`Boundary`] recorded and its merges stopped, then
-//!    `RENAME TABLE t TO t__old, t__new TO t`, the staging table dropped and a `swapped` receipt.
-//!    After the cut-over delay the rows only `t__old` holds (compared with the rows `t` held at
-//!    the boundary, not with rows written since) are copied into `t`, merges start again, and
-//!    `t__old` is dropped unless `keepOld`.
+//!    before any renames), a snapshot of the new table taken into the emptied staging table (hard
+//!    links), then `RENAME TABLE t TO t__old, t__new TO t` and a `swapped` receipt. After the
+//!    cut-over delay the rows only `t__old` holds (compared with the snapshot, not with `t`, where
+//!    rows written since would hide equal ones) are copied into `t`, and `t__old` and the
+//!    snapshot are dropped (`t__old` kept with `keepOld`).
 //!
 //! A failure at any step leaves `t` serving reads and writes as before; the next apply continues
 //! from the receipts. This module renders the scripts and reads their output; its driver (`run`)
@@ -572,11 +572,8 @@ impl RebuildPlan {
                 )
             )
         });
-        // Merges of the new table start again: a swap cut short after stopping them (see
-        // `hold_merges_script`) and before its RENAME leaves the pod due, and the dual write that
-        // resumes would otherwise pile up parts.
         format!(
-            "{receipt}SYSTEM START MERGES {new};\n{ahead}\
+            "{receipt}{ahead}\
              CREATE MATERIALIZED VIEW IF NOT EXISTS {view} TO {new} AS SELECT {list} FROM {live} WHERE {column} >= {value};\n",
             receipt = self.receipt_insert("cutover", "", "", 0, 0, &cutover.value, &cutover.value),
             view = self.name(VIEW_SUFFIX),
@@ -808,7 +805,7 @@ impl RebuildPlan {
         columns: &[(String, Option<String>)],
         only_without_view: bool,
         sync_into: bool,
-        pre_swap: Option<&Boundary>,
+        against: Option<&str>,
     ) -> String {
         let filter = key_filter(live_key, partition);
         let no_view = only_without_view.then(|| {
@@ -818,29 +815,12 @@ impl RebuildPlan {
                 literal(&format!("{}{VIEW_SUFFIX}", self.table)),
             )
         });
-        // The rows `into` held at its swap only (see [`Boundary`]): rows written to it since would
-        // hide equal ones the old table alone holds.
-        let into_only = pre_swap.map_or_else(|| "1".to_owned(), |b| self.pre_swap_filter(into, b));
-        let (grouped, names) = self.difference(from, into, &filter, &into_only, range, columns);
+        // The difference is taken against `against` when given (a snapshot of `into`, see
+        // [`Self::snapshot_script`]): rows written to `into` since would hide equal ones `from`
+        // alone holds.
+        let (grouped, names) = self.difference(from, against.unwrap_or(into), &filter, range, columns);
         let list = names.join(", ");
         let difference = format!("{grouped} HAVING __clickhouse_schema_n > 0");
-        // A part of `into` that merged rows from before and after the swap makes the difference
-        // wrong: the copy runs only while there is none, and its count is read before and after
-        // (a `mixed` line each), so that the caller keeps the old table rather than trust it.
-        let (mixed, unmixed) = match pre_swap {
-            Some(b) => {
-                let mixed = format!(
-                    "SELECT 'mixed', toString(count()) FROM system.parts WHERE {} FORMAT TSV;\n",
-                    self.mixed_parts(into, b)
-                );
-                let unmixed = format!(
-                    "(SELECT count() FROM system.parts WHERE {}) = 0",
-                    self.mixed_parts(into, b)
-                );
-                (mixed, Some(unmixed))
-            }
-            None => (String::new(), None),
-        };
         // How many rows it copies, first (a catch-up reports them; the rows dated ahead do not).
         let count = if only_without_view {
             String::new()
@@ -854,15 +834,10 @@ impl RebuildPlan {
         } else {
             String::new()
         };
-        let guards: Vec<String> = no_view.into_iter().chain(unmixed).collect();
-        let guard = if guards.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", guards.join(" AND "))
-        };
+        let guard = no_view.map_or_else(String::new, |no_view| format!(" WHERE {no_view}"));
         format!(
-            "{sync}{mixed}{count}SET insert_deduplicate = 0;\nINSERT INTO {into} ({columns}) SELECT {list} FROM ({difference}) \
-             ARRAY JOIN range(toUInt64(__clickhouse_schema_n)) AS __clickhouse_schema_i{guard};\n{mixed}",
+            "{sync}{count}SET insert_deduplicate = 0;\nINSERT INTO {into} ({columns}) SELECT {list} FROM ({difference}) \
+             ARRAY JOIN range(toUInt64(__clickhouse_schema_n)) AS __clickhouse_schema_i{guard};\n",
             into = self.name(into),
             columns = columns
                 .iter()
@@ -881,7 +856,6 @@ impl RebuildPlan {
         from: &str,
         into: &str,
         filter: &str,
-        into_only: &str,
         range: &str,
         columns: &[(String, Option<String>)],
     ) -> (String, Vec<String>) {
@@ -903,8 +877,7 @@ impl RebuildPlan {
         let grouped = format!(
             "SELECT {list}, sum(__clickhouse_schema_side) AS __clickhouse_schema_n FROM (SELECT {from_cols}, \
              toInt64(1) AS __clickhouse_schema_side FROM {from} WHERE {filter} AND {range} UNION ALL SELECT \
-             {into_cols}, toInt64(-1) AS __clickhouse_schema_side FROM {into} WHERE {filter} AND {range} AND {into_only}) \
-             GROUP BY \
+             {into_cols}, toInt64(-1) AS __clickhouse_schema_side FROM {into} WHERE {filter} AND {range}) GROUP BY \
              {list}",
             into = self.name(into),
             from = self.name(from),
@@ -935,7 +908,7 @@ impl RebuildPlan {
             Some(bound) => format!("{} AND {}", self.from(cutover), self.before(bound)),
             None => self.from(cutover),
         };
-        let (grouped, names) = self.difference("", NEW_SUFFIX, "1", "1", &range, columns);
+        let (grouped, names) = self.difference("", NEW_SUFFIX, "1", &range, columns);
         let sync = [(sync_live, ""), (sync_new, NEW_SUFFIX)]
             .into_iter()
             .filter(|(sync, _)| *sync)
@@ -982,122 +955,96 @@ impl RebuildPlan {
         format!("{} >= {}", ident(&self.config.cutover_column), cutover.sql())
     }
 
-    /// The swap on one pod that is its target alone: [`Self::drop_view_script`],
-    /// [`Self::hold_merges_script`] and [`Self::rename_script`] in one script.
+    /// The swap on one pod with no snapshot: [`Self::drop_view_script`] then
+    /// [`Self::rename_script`] (the rest of a replica set's swap an earlier apply cut short, whose
+    /// old table is compared with the whole table).
     pub fn swap_script(&self, cutover: &str, pod: &str) -> String {
-        let view = self.drop_view_script(cutover, pod);
         format!(
-            "{}{}{}{}",
-            view.strip_suffix(&end_statement()).unwrap_or(&view),
-            self.hold_merges_script(false),
-            self.rename_script(cutover, pod),
-            end_statement()
+            "{}{}",
+            self.drop_view_script(cutover, pod),
+            self.rename_script(cutover, pod)
         )
     }
 
-    /// The first half of the swap on one pod: the view goes first (after the rename it would
-    /// write into the missing `__new`), then the new table's [`Boundary`] is recorded, read back
-    /// as `b` lines. From the view's drop on nothing writes the new table until the RENAME (on
-    /// every pod of a replica set: each drops its view before any renames), so the boundary
-    /// parts every row the new table will ever hold into those it held at the swap and those
-    /// written to it since; the old table's rows that reached it only (an insert between the
-    /// drop and the RENAME, a late row) are compared with the first kind alone.
+    /// The first part of the swap on one pod: the view goes (after the rename it would write into
+    /// the missing `__new`). From then on the pod's inserts reach the live table only, until its
+    /// RENAME; the copy after the swap brings them. On a replica set every pod drops its view
+    /// before any renames, so the new table stands still for [`Self::snapshot_script`].
     ///
     /// A `swapping` receipt goes first: a script stopped between its RENAME and its last
     /// statement (a cancel's `KILL QUERY`, a killed process) leaves `t__old` with rows only it
     /// holds and no `swapped` receipt, and the next apply must still know it for a swap of this
     /// pod to finish (see [`Self::open_swaps_query`]).
     pub fn drop_view_script(&self, cutover: &str, pod: &str) -> String {
-        let receipts = self.receipts();
-        let key = literal(&self.key());
-        let target = literal(&self.target);
         format!(
-            "{swapping}DROP TABLE IF EXISTS {view};\n{marker}\
-             INSERT INTO {receipts} (table_name, target, step, source, partition, rows, cutover) SELECT {key}, {target}, \
-             'boundary', {pod}, partition_id, toUInt64(max(max_block_number)), {cut} FROM system.parts WHERE database = {db} \
-             AND table = {new} AND active GROUP BY partition_id;\n\
-             SELECT 'b', concat(partition, ':', toString(rows)) FROM {receipts} WHERE table_name = {key} AND target = {target} \
-             AND step = 'boundary' AND source = {pod} AND cutover = {cut} FORMAT TSV;\n{end}",
-            swapping = self.receipt_insert("swapping", pod, "", 0, 0, "", cutover),
-            view = self.name(VIEW_SUFFIX),
-            // A row of its own, so that a new table with no part at all still has a boundary.
-            marker = self.receipt_insert("boundary", pod, "", 0, 0, "", cutover),
-            pod = literal(pod),
-            cut = literal(cutover),
-            db = literal(&self.database),
-            new = literal(&format!("{}{NEW_SUFFIX}", self.table)),
-            end = end_statement(),
+            "{}DROP TABLE IF EXISTS {};\n",
+            self.receipt_insert("swapping", pod, "", 0, 0, "", cutover),
+            self.name(VIEW_SUFFIX),
         )
     }
 
-    /// Stops merges of the new table on the pod that compares the old table with it after the
-    /// swap, until [`Self::finish_script`]: a merge of parts from before and after the swap would
-    /// blur the [`Boundary`]. A `Replicated` new table's queue is done first (`sync`), so that the
-    /// pod holds every part the other replicas wrote before their views were dropped; nothing
-    /// writes it until the RENAME, and a queued merge would wait for ever once merges stop.
-    /// On the server merges stop until they are started or the server restarts: a deploy killed
-    /// before the finish leaves them stopped until the next apply finishes the swap.
-    pub fn hold_merges_script(&self, sync: bool) -> String {
+    /// The new table's partitions on the pod that takes its snapshot, one `p` line each; a
+    /// `Replicated` new table's queue done first (`sync`), so that the pod holds what the other
+    /// replicas wrote before their views were dropped.
+    pub fn snapshot_partitions_query(&self, sync: bool) -> String {
         let sync = if sync {
             format!("SYSTEM SYNC REPLICA {};\n", self.name(NEW_SUFFIX))
         } else {
             String::new()
         };
-        format!("{sync}SYSTEM STOP MERGES {};\n", self.name(NEW_SUFFIX))
+        format!(
+            "{sync}SELECT DISTINCT 'p', partition_id FROM system.parts WHERE database = {} AND table = {} AND active \
+             FORMAT TSV;\n{}",
+            literal(&self.database),
+            literal(&format!("{}{NEW_SUFFIX}", self.table)),
+            end_statement(),
+        )
     }
 
-    /// The second half of the swap on one pod: one RENAME, then the staging table. The old
-    /// table stays until the rows that reached it after their partition was verified are copied
-    /// (see [`Self::catch_up_script`] and [`Self::finish_script`]); the `made` receipt stays open
-    /// until then, so that a later apply finds a swap cut short after its RENAME and finishes it.
-    /// The `swapped` receipt names the pod and the cut-over, so a later rebuild of the same
-    /// declaration (the table made again by hand since) does not take that finished attempt for
-    /// one to resume. It stays the one that says the RENAME happened: a script stopped before it
-    /// leaves the pod due, and the rebuild resumes there.
+    /// The new table's rows as they stand before the RENAME, into the emptied staging table (its
+    /// `partitions`, as [`Self::snapshot_partitions_query`] read them, by hard links: no row is
+    /// copied), and a `snapshot` receipt. After the swap the old table is compared with this
+    /// snapshot, not with the table, where a row written since, equal in every column to one the
+    /// old table alone holds, would hide it. Nothing writes the new table between the views' drop
+    /// and the RENAME, so the snapshot is what it held at the swap.
+    pub fn snapshot_script(&self, partitions: &[String], cutover: &str, pod: &str) -> String {
+        let stage = self.name(STAGE_SUFFIX);
+        let new = self.name(NEW_SUFFIX);
+        let mut script = format!("TRUNCATE TABLE {stage};\n");
+        for id in partitions {
+            script.push_str(&format!(
+                "ALTER TABLE {stage} REPLACE PARTITION ID {} FROM {new};\n",
+                literal(id)
+            ));
+        }
+        script.push_str(&self.receipt_insert("snapshot", pod, "", 0, 0, "", cutover));
+        script
+    }
+
+    /// The last part of the swap on one pod: one RENAME and the `swapped` receipt. The old table
+    /// stays until the rows that reached it after their partition was verified are copied (see
+    /// [`Self::catch_up_script`] and [`Self::finish_script`]), and the staging table (the
+    /// snapshot) with it; the `made` receipt stays open until then, so that a later apply finds a
+    /// swap cut short after its RENAME and finishes it. The `swapped` receipt names the pod and the
+    /// cut-over, so a later rebuild of the same declaration (the table made again by hand since)
+    /// does not take that finished attempt for one to resume. It stays the one that says the
+    /// RENAME happened: a script stopped before it leaves the pod due, and the rebuild resumes
+    /// there.
     pub fn rename_script(&self, cutover: &str, pod: &str) -> String {
         format!(
-            "RENAME TABLE {live} TO {old}, {new} TO {live};\nDROP TABLE IF EXISTS {stage};\n{swapped}",
+            "RENAME TABLE {live} TO {old}, {new} TO {live};\n{swapped}",
             live = self.name(""),
             old = self.name(OLD_SUFFIX),
             new = self.name(NEW_SUFFIX),
-            stage = self.name(STAGE_SUFFIX),
             swapped = self.receipt_insert("swapped", pod, "", 0, 0, "", cutover),
         )
     }
 
-    /// The receipt that the copies after the swap on `pod` begin (see `finish_interrupted_swaps`
-    /// in the driver).
+    /// The receipt that the copies after the swap on `pod` begin: an apply that finishes the
+    /// swap after it compares with the whole table, since the copies are not in the snapshot
+    /// (see `finish_interrupted_swaps` in the driver).
     pub fn copying_receipt(&self, cutover: &str, pod: &str) -> String {
         self.receipt_insert("copying", pod, "", 0, 0, "", cutover)
-    }
-
-    /// The condition on `table`'s rows (a table suffix) that they were in it at its swap: in a
-    /// part whose blocks all lie at or below the [`Boundary`] of its partition.
-    fn pre_swap_filter(&self, table: &str, boundary: &Boundary) -> String {
-        if boundary.is_empty() {
-            return "0".to_owned();
-        }
-        format!(
-            "_part IN (SELECT name FROM system.parts WHERE database = {} AND table = {} AND max_block_number <= {})",
-            literal(&self.database),
-            literal(&format!("{}{table}", self.table)),
-            boundary_of_partition(boundary),
-        )
-    }
-
-    /// The condition on `system.parts` rows that a part of `table` (a table suffix) holds blocks
-    /// from both sides of the [`Boundary`].
-    fn mixed_parts(&self, table: &str, boundary: &Boundary) -> String {
-        let partition = if boundary.is_empty() {
-            "toInt64(-1)".to_owned()
-        } else {
-            boundary_of_partition(boundary)
-        };
-        format!(
-            "database = {} AND table = {} AND active AND min_block_number <= {partition} AND max_block_number > {partition}",
-            literal(&self.database),
-            literal(&format!("{}{table}", self.table)),
-        )
     }
 
     /// Ends the swap on a pod once the old table's late rows are copied: drops the old table
@@ -1118,14 +1065,11 @@ impl RebuildPlan {
         // The receipts first, for the reason `discard_script` gives. `swapped` too: a swap whose
         // script stopped after its RENAME wrote only `swapping`, and what reads whether an attempt
         // swapped on a pod reads `swapped`.
-        // Merges start again (see `hold_merges_script`), on every pod of the swap: it may be one a
-        // swap cut short stopped them on.
         format!(
-            "{}{}{}SYSTEM START MERGES {};\n{drop}",
+            "{}{}{}{drop}",
             self.receipt_insert("swapped", pod, "", 0, 0, "", cutover),
             self.receipt_insert("finished", pod, "", 0, 0, "", cutover),
-            self.release_statement(),
-            self.name(""),
+            self.release_statement()
         )
     }
 
@@ -1354,103 +1298,6 @@ pub fn lasting_differences(first: &BTreeMap<u64, i64>, second: &BTreeMap<u64, i6
             (a.signum() == b.signum()).then(|| (*hash, a.signum() * a.abs().min(b.abs())))
         })
         .collect()
-}
-
-/// Where a new table's rows from before its swap end: per partition id, the largest block
-/// number of its parts when nothing wrote it any more (see [`RebuildPlan::drop_view_script`]).
-/// Every insert after the RENAME takes a larger one (a `MergeTree` numbers blocks in one
-/// sequence, a `Replicated` one per partition), so a part whose blocks lie at or below it holds
-/// rows from before the swap only, one above it rows written since, and only a merge of both
-/// kinds (merges stop for that, see [`RebuildPlan::hold_merges_script`]) holds both.
-pub type Boundary = BTreeMap<String, u64>;
-
-/// `transform(partition_id, ...)`: a part's partition's boundary, -1 for a partition the new
-/// table did not have at its swap. `boundary` is not empty.
-fn boundary_of_partition(boundary: &Boundary) -> String {
-    format!(
-        "transform(partition_id, [{}], [{}], toInt64(-1))",
-        boundary.keys().map(|p| literal(p)).collect::<Vec<_>>().join(", "),
-        boundary
-            .values()
-            .map(|b| format!("toInt64({b})"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    )
-}
-
-/// The boundary a [`RebuildPlan::drop_view_script`] read back; `None` when none was recorded.
-pub fn parse_boundary(stdout: &str) -> Result<Option<Boundary>, String> {
-    let lines = parse_tagged(stdout, "b")?
-        .into_iter()
-        .map(|value| {
-            value
-                .rsplit_once(':')
-                .and_then(|(p, n)| Some((p.to_owned(), n.parse::<u64>().ok()?)))
-                .ok_or_else(|| format!("an unexpected boundary: {value}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(boundary_from(lines))
-}
-
-/// The boundary `pod` recorded for `cutover`, among a pod's receipts.
-pub fn recorded_boundary(receipts: &[Receipt], cutover: &str, pod: &str) -> Option<Boundary> {
-    boundary_from(
-        receipts
-            .iter()
-            .filter(|r| r.step == "boundary" && r.cutover == cutover && r.source == pod)
-            .map(|r| (r.partition.clone(), r.rows)),
-    )
-}
-
-/// A pod's boundary from its `boundary` receipts: the first swap's, where a resumed one recorded
-/// again (the least per partition; a later read may count rows written since). `None` without
-/// the marker row (partition `''`) that every recording writes.
-fn boundary_from(rows: impl IntoIterator<Item = (String, u64)>) -> Option<Boundary> {
-    let mut recorded = false;
-    let mut boundary = Boundary::new();
-    for (partition, block) in rows {
-        if partition.is_empty() {
-            recorded = true;
-            continue;
-        }
-        boundary
-            .entry(partition)
-            .and_modify(|b| *b = (*b).min(block))
-            .or_insert(block);
-    }
-    recorded.then_some(boundary)
-}
-
-/// The boundary of a target from those of its pods: the largest per partition (each pod read
-/// the parts it held itself after its own view was dropped). `None` when a pod has none.
-pub fn target_boundary(pods: impl IntoIterator<Item = Option<Boundary>>) -> Option<Boundary> {
-    let mut out = Boundary::new();
-    for boundary in pods {
-        for (partition, block) in boundary? {
-            let b = out.entry(partition).or_insert(block);
-            *b = (*b).max(block);
-        }
-    }
-    Some(out)
-}
-
-/// What a [`RebuildPlan::catch_up_script`] printed: the rows it copied, and whether a part of
-/// the new table mixed rows from before and after its swap (the copy then did not run, or may
-/// not be right).
-pub fn parse_catch_up(stdout: &str) -> (u64, bool) {
-    let mut rows = 0;
-    let mut mixed = false;
-    for line in stdout.lines() {
-        match line.split_once('\t') {
-            Some(("mixed", n)) => mixed |= n.trim() != "0",
-            _ => {
-                if let Ok(n) = line.trim().parse::<u64>() {
-                    rows = n;
-                }
-            }
-        }
-    }
-    (rows, mixed)
 }
 
 /// The cut-over of one rebuild.

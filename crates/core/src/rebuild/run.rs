@@ -20,7 +20,7 @@ use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
     self, BATCH_PARTITIONS, BATCH_ROWS, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
-    PlannedRebuild, RECEIPTS_TABLE, RebuildPlan, VERIFY_READS,
+    PlannedRebuild, RECEIPTS_TABLE, RebuildPlan, STAGE_SUFFIX, VERIFY_READS,
 };
 use crate::reconcile::{Call, Run, Tracked};
 use crate::sql::declared::{StatementClass, classify};
@@ -516,16 +516,46 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
         let copied_before = Box::pin(verify_all(Phase::Final)).await?;
 
-        // The swap, target by target. The pods of a replica set each drop their view before any
-        // renames: from the first drop to the last RENAME the new table's rows stand still, which
-        // is what its boundary needs (see `RebuildPlan::drop_view_script`).
-        let mut boundaries: BTreeMap<String, Option<rebuild::Boundary>> = BTreeMap::new();
+        // The swap, target by target: every pod of a replica set drops its view before any
+        // renames, so the new table stands still while its snapshot is taken on the pod that
+        // compares the old table with it afterwards (see `RebuildPlan::snapshot_script`).
         for (target, pods) in &targets {
-            let read_boundary = |at: &At<'_>, out: &str| {
-                rebuild::parse_boundary(out)
-                    .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))
-            };
-            let swapped = |pod: &PodInfo| {
+            for pod in pods {
+                let at = At::new(plan, "swap", &pod.name);
+                self.rebuild_exec(&at, plan.drop_view_script(&cutover.value, &pod.name), false)
+                    .await?;
+            }
+            let first = pods[0];
+            let at = At::new(plan, "swap", &first.name);
+            let sync = inspected[&first.name].replicas.contains_key(&new_name);
+            let out = self
+                .rebuild_exec(&at, plan.snapshot_partitions_query(sync), true)
+                .await?;
+            let partitions = rebuild::parse_tagged(&out, "p")
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            self.rebuild_exec(
+                &at,
+                plan.snapshot_script(&partitions, &cutover.value, &first.name),
+                true,
+            )
+            .await?;
+            self.rebuild_event(
+                plan,
+                "swap",
+                Some(&first.name),
+                None,
+                None,
+                format!(
+                    "{key} on {target}: the view{} dropped and the new table's {} partition(s) snapshotted; inserts \
+                     reach the old table only until the RENAME, and the rows they bring are copied after it",
+                    if pods.len() > 1 { "s of every replica are" } else { " is" },
+                    partitions.len()
+                ),
+            );
+            for pod in pods {
+                let at = At::new(plan, "swap", &pod.name);
+                self.rebuild_exec(&at, plan.rename_script(&cutover.value, &pod.name), false)
+                    .await?;
                 self.rebuild_event(
                     plan,
                     "swap",
@@ -534,46 +564,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     None,
                     format!("{key} on {}: swapped; the new table serves", pod.name),
                 );
-            };
-            if let [pod] = pods.as_slice() {
-                let at = At::new(plan, "swap", &pod.name);
-                let out = self
-                    .rebuild_exec(&at, plan.swap_script(&cutover.value, &pod.name), false)
-                    .await?;
-                boundaries.insert(target.clone(), read_boundary(&at, &out)?);
-                swapped(pod);
-                continue;
             }
-            let mut each = Vec::new();
-            for pod in pods {
-                let at = At::new(plan, "swap", &pod.name);
-                let out = self
-                    .rebuild_exec(&at, plan.drop_view_script(&cutover.value, &pod.name), false)
-                    .await?;
-                each.push(read_boundary(&at, &out)?);
-            }
-            self.rebuild_event(
-                plan,
-                "swap",
-                None,
-                None,
-                None,
-                format!(
-                    "{key}: the views of the {} replicas are dropped; inserts reach the old table only until each                      replica's RENAME, and the rows they bring are copied after it",
-                    pods.len()
-                ),
-            );
-            let at = At::new(plan, "swap", &pods[0].name);
-            let sync = inspected[&pods[0].name].replicas.contains_key(&new_name);
-            self.rebuild_exec(&at, plan.hold_merges_script(sync), false)
-                .await?;
-            for pod in pods {
-                let at = At::new(plan, "swap", &pod.name);
-                self.rebuild_exec(&at, plan.rename_script(&cutover.value, &pod.name), false)
-                    .await?;
-                swapped(pod);
-            }
-            boundaries.insert(target.clone(), rebuild::target_boundary(each));
         }
         Box::pin(self.after_swap(
             plan,
@@ -583,7 +574,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             &source_of,
             &inspected,
             &cutover,
-            &boundaries,
         ))
         .await
     }
@@ -1269,9 +1259,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                             &at,
                             script,
                             "dated before the cut-over arrived after it was copied; copied now",
+                            true,
                         )
-                        .await?
-                        .0;
+                        .await?;
                 }
                 continue;
             }
@@ -1452,18 +1442,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     }
 
     /// Runs a catch-up script (see [`RebuildPlan::catch_up_script`]) for `at`'s partition and
-    /// reports the rows it copied, `what` saying which; returns them.
+    /// reports the rows it copied, `what` saying which; returns them. `retry`: run again after a
+    /// transport failure, only for a copy of the difference with the table it copies into (which
+    /// copies nothing more the second time).
     async fn catch_up(
         &self,
         at: &At<'_>,
         script: String,
         what: &str,
-    ) -> Result<(u64, bool), ClickHouseSchemaError> {
-        let out = self.rebuild_exec(at, script, true).await?;
-        let (rows, mixed) = rebuild::parse_catch_up(&out);
-        if mixed {
-            return Ok((0, true));
-        }
+        retry: bool,
+    ) -> Result<u64, ClickHouseSchemaError> {
+        let out = self.rebuild_exec(at, script, retry).await?;
+        let rows = out.trim().parse::<u64>().unwrap_or(0);
         let partition = at
             .partition
             .map(|p| format!("partition {p}: "))
@@ -1476,27 +1466,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             Some(rows),
             format!("{} on {}: {partition}{rows} row(s) {what}", at.plan.key(), at.pod),
         );
-        Ok((rows, false))
-    }
-
-    /// The event of an old table kept because a part of the new table merged rows from before
-    /// and after the swap, so that which of the old table's rows it lacks cannot be told.
-    fn mixed_event(&self, plan: &RebuildPlan, pod: &str, pods: usize) {
-        let table = plan.table.as_str();
-        self.rebuild_event(
-            plan,
-            "swap",
-            Some(pod),
-            None,
-            None,
-            format!(
-                "{}: a part of the new table merged rows from before and after the swap (merges were started again \
-                 by hand, or the server restarted), so the rows only the old table holds cannot be told apart from \
-                 equal ones written since; {table}{OLD_SUFFIX} is kept on {pods} pod(s) so that nothing is lost: \
-                 compare it with the table and copy what is missing by hand, then drop it",
-                plan.key()
-            ),
-        );
+        Ok(rows)
     }
 
     /// The error of a verification that found a difference.
@@ -1566,7 +1536,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         source_of: &(dyn Fn(&PodInfo) -> String + Sync),
         inspected: &BTreeMap<String, Inspection>,
         cutover: &Cutover,
-        boundaries: &BTreeMap<String, Option<rebuild::Boundary>>,
     ) -> Result<(), ClickHouseSchemaError> {
         let key = plan.key();
         let table = plan.table.as_str();
@@ -1661,7 +1630,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 continue;
             }
             let copied_columns = rebuild::copy_columns(inspection, table);
-            let new_replicated = inspection.replicas.contains_key(&format!("{table}{NEW_SUFFIX}"));
             let ranges = behind
                 .iter()
                 .map(|p| {
@@ -1678,14 +1646,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         "from the cut-over on reached the old table after its view was dropped",
                     )
                 }));
-            // The old table's rows against the new table's from before the swap alone; without a
-            // boundary (a swap an earlier version began), against all of it. A receipt says the
-            // copies begin: an apply that finishes this swap after them compares with all of it.
-            let boundary = boundaries.get(target).and_then(Option::as_ref);
-            if boundary.is_some() {
-                self.rebuild_exec(&at, plan.copying_receipt(&cutover.value, &pod.name), true)
-                    .await?;
-            }
+            // The old table's rows against the new table's snapshot (see `snapshot_script`). A
+            // receipt says the copies begin: an apply that finishes this swap after them compares
+            // with the whole table, which holds the copies. A copy whose outcome is unknown is
+            // not run again (it would copy its rows twice): the apply fails, and the next one
+            // finishes the swap that way.
+            self.rebuild_exec(&at, plan.copying_receipt(&cutover.value, &pod.name), true)
+                .await?;
             for (p, range, what) in ranges {
                 let at = At {
                     partition: Some(p),
@@ -1699,19 +1666,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     &range,
                     &copied_columns,
                     false,
-                    // Its queue was done before the RENAME (see `hold_merges_script`).
-                    new_replicated && boundary.is_none(),
-                    boundary,
+                    false,
+                    Some(STAGE_SUFFIX),
                 );
-                if self
-                    .catch_up(&at, script, &format!("{what}; copied after the swap"))
-                    .await?
-                    .1
-                {
-                    keep.extend(pods.iter().map(|p| p.name.clone()));
-                    self.mixed_event(plan, &pod.name, pods.len());
-                    break;
-                }
+                self.catch_up(&at, script, &format!("{what}; copied after the swap"), false)
+                    .await?;
             }
         }
         for pod in due {
@@ -1958,22 +1917,25 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .await?;
             let partitions = rebuild::parse_tagged(&out, "p")
                 .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-            // The rows of the table from before the swap alone are compared, with the boundary
-            // the swap recorded, where that is all the copies can be compared with: a local table
-            // whose copies after the swap had not begun (rows they copied are written since, and
-            // would be copied again). A replica set's pods each finish here, and each later one
-            // must count the earlier ones' copies, so it compares with the whole table.
-            let boundary = if replicated(table)
-                || inspection
+            // The old table is compared with the swap's snapshot of the new one where that is all
+            // the rows it must be compared with: a local table, a snapshot taken on this pod, and
+            // no copy after the swap begun (a copy's rows are in the table, not in the snapshot).
+            // A replica set's pods each finish here, and a later one must count an earlier one's
+            // copies, so it compares with the whole table.
+            let snapshot = (!replicated(table)
+                && inspection.tables.contains_key(&format!("{table}{STAGE_SUFFIX}"))
+                && inspection
                     .receipts
                     .iter()
-                    .any(|r| r.step == "copying" && r.cutover == cutover && r.source == pod.name)
-            {
-                None
-            } else {
-                rebuild::recorded_boundary(&inspection.receipts, &cutover, &pod.name)
-            };
-            let mut mixed = false;
+                    .any(|r| r.step == "snapshot" && r.cutover == cutover && r.source == pod.name)
+                && !inspection
+                    .receipts
+                    .iter()
+                    .any(|r| r.step == "copying" && r.cutover == cutover && r.source == pod.name))
+            .then_some(STAGE_SUFFIX);
+            if snapshot.is_some() {
+                Box::pin(self.rebuild_exec(&at, plan.copying_receipt(&cutover, &pod.name), true)).await?;
+            }
             for partition in &partitions {
                 let at = At {
                     partition: Some(partition),
@@ -1987,24 +1949,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     "1",
                     &columns,
                     false,
-                    replicated(table) && boundary.is_none(),
-                    boundary.as_ref(),
+                    replicated(table),
+                    snapshot,
                 );
-                mixed = Box::pin(self.catch_up(
+                Box::pin(self.catch_up(
                     &at,
                     script,
                     "that reached the old table and not the table were copied, finishing a swap an earlier apply cut short",
+                    snapshot.is_none(),
                 ))
-                .await?
-                .1;
-                if mixed {
-                    break;
-                }
-            }
-            if mixed {
-                Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, true), true)).await?;
-                self.mixed_event(plan, &pod.name, 1);
-                continue;
+                .await?;
             }
             Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, false), true)).await?;
             self.rebuild_event(

@@ -315,36 +315,16 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     );
     let lines = &lines[1..];
     assert_eq!(lines[0], "DROP TABLE IF EXISTS `shop`.`events__rebuild_view`;");
-    // Then, with nothing writing the new table any more, its boundary: the marker row, the
-    // largest block per partition, read back; merges stop before the RENAME.
-    assert!(
-        lines[1].ends_with("'boundary', 'pod-0', '', 0, 0, '', '1764000000');"),
-        "{script}"
-    );
-    assert!(
-        lines[2].ends_with(
-            "'boundary', 'pod-0', partition_id, toUInt64(max(max_block_number)), '1764000000' FROM system.parts \
-             WHERE database = 'shop' AND table = 'events__new' AND active GROUP BY partition_id;"
-        ),
-        "{script}"
-    );
-    assert!(
-        lines[3].starts_with("SELECT 'b', concat(partition, ':', toString(rows))"),
-        "{script}"
-    );
-    assert_eq!(lines[4], "SYSTEM STOP MERGES `shop`.`events__new`;");
-    let lines = &lines[4..];
-    assert_eq!(lines.len(), 5, "{script}");
+    assert_eq!(lines.len(), 3, "{script}");
     assert_eq!(
         lines[1],
         "RENAME TABLE `shop`.`events` TO `shop`.`events__old`, `shop`.`events__new` TO `shop`.`events`;"
     );
-    // Its output is read whole (the boundary), so it ends with the end marker.
-    assert_eq!(lines[4], end_statement().trim_end());
-    // Merges start again when the swap finishes, and before a dual write resumes.
+    // The staging table holds the snapshot the old table is compared with: it goes at the finish.
+    assert!(!script.contains("events__rebuild_stage"), "{script}");
     assert!(
-        plan.finish_script("1764000000", "pod-0", false)
-            .contains("SYSTEM START MERGES `shop`.`events`;\n")
+        plan.finish_script("1764000000", "pod-0", true)
+            .contains("DROP TABLE IF EXISTS `shop`.`events__rebuild_stage`;\n")
     );
     // The old table is never dropped in the swap itself: rows that reached it after their
     // partition was verified are copied from it first.
@@ -356,7 +336,7 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     );
     // The receipt names the pod and the cut-over it finished.
     assert!(
-        lines[3].ends_with("'swapped', 'pod-0', '', 0, 0, '', '1764000000');"),
+        lines[2].ends_with("'swapped', 'pod-0', '', 0, 0, '', '1764000000');"),
         "{script}"
     );
     plan.config.keep_old = false;
@@ -949,13 +929,38 @@ fn a_finish_records_the_swap_and_an_abandoned_attempt_has_no_open_swap() {
 }
 
 #[test]
-fn after_the_swap_the_old_table_is_compared_with_the_rows_the_new_one_held_at_it() {
+fn after_the_swap_the_old_table_is_compared_with_a_snapshot_of_the_new_one() {
     let plan = events_plan("at").unwrap();
     let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
+    // The snapshot: the staging table emptied, then each partition of the new table by hard
+    // links, then its receipt.
+    let snapshot = plan.snapshot_script(&["202611".to_owned(), "2026'12".to_owned()], "100", "pod-0");
+    let lines: Vec<&str> = snapshot.lines().collect();
+    assert_eq!(lines.len(), 4, "{snapshot}");
+    assert_eq!(lines[0], "TRUNCATE TABLE `shop`.`events__rebuild_stage`;");
+    assert_eq!(
+        lines[1],
+        "ALTER TABLE `shop`.`events__rebuild_stage` REPLACE PARTITION ID '202611' FROM `shop`.`events__new`;"
+    );
+    assert_eq!(
+        lines[2],
+        "ALTER TABLE `shop`.`events__rebuild_stage` REPLACE PARTITION ID '2026\\'12' FROM `shop`.`events__new`;"
+    );
+    assert!(
+        lines[3].ends_with("'snapshot', 'pod-0', '', 0, 0, '', '100');"),
+        "{snapshot}"
+    );
+    // Its partitions are read whole, after a Replicated new table's queue is done.
+    let partitions = plan.snapshot_partitions_query(true);
+    assert!(
+        partitions
+            .starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\nSELECT DISTINCT 'p', partition_id")
+    );
+    assert!(partitions.ends_with(&end_statement()));
+    assert!(!plan.snapshot_partitions_query(false).contains("SYNC"));
+
+    // The copy: the old table's rows less the snapshot's, into the table.
     let columns = vec![("id".to_owned(), None)];
-    let boundary: Boundary = [("202611".to_owned(), 7), ("2026'12".to_owned(), 9)]
-        .into_iter()
-        .collect();
     let script = plan.catch_up_script(
         OLD_SUFFIX,
         "",
@@ -965,112 +970,23 @@ fn after_the_swap_the_old_table_is_compared_with_the_rows_the_new_one_held_at_it
         &columns,
         false,
         false,
-        Some(&boundary),
+        Some(STAGE_SUFFIX),
     );
     let lines: Vec<&str> = script.lines().collect();
-    assert_eq!(lines.len(), 5, "{script}");
-    let map = "transform(partition_id, ['2026\\'12', '202611'], [toInt64(9), toInt64(7)], toInt64(-1))";
-    let mixed = format!(
-        "database = 'shop' AND table = 'events' AND active AND min_block_number <= {map} AND max_block_number > {map}"
-    );
-    // Parts that merged both sides are counted before and after the copy, which runs only while
-    // there are none.
-    assert_eq!(
-        lines[0],
-        format!("SELECT 'mixed', toString(count()) FROM system.parts WHERE {mixed} FORMAT TSV;")
-    );
-    assert_eq!(lines[4], lines[0]);
+    assert_eq!(lines.len(), 3, "{script}");
     assert!(
-        lines[3].ends_with(&format!(
-            "WHERE (SELECT count() FROM system.parts WHERE {mixed}) = 0;"
-        )),
+        lines[2].starts_with("INSERT INTO `shop`.`events` (`id`) SELECT"),
         "{script}"
     );
-    // The live table's side is its parts at the swap only; the old table's side is all of it.
-    let pre_swap = format!(
-        "FROM `shop`.`events` WHERE 1 AND `at` < toDateTime(100) AND _part IN (SELECT name FROM system.parts WHERE \
-         database = 'shop' AND table = 'events' AND max_block_number <= {map}))"
-    );
-    assert!(lines[1].contains(&pre_swap), "{script}");
-    assert!(lines[3].contains(&pre_swap), "{script}");
-    assert!(lines[3].contains("FROM `shop`.`events__old` WHERE 1 AND `at` < toDateTime(100) UNION ALL"));
-    // A new table that held no part at its swap: none of its rows count.
-    let empty = plan.catch_up_script(
-        OLD_SUFFIX,
-        "",
-        "",
-        "",
-        "1",
-        &columns,
-        false,
-        false,
-        Some(&Boundary::new()),
-    );
-    assert!(
-        empty.contains("FROM `shop`.`events` WHERE 1 AND 1 AND 0)"),
-        "{empty}"
-    );
-    assert!(empty.contains("min_block_number <= toInt64(-1) AND max_block_number > toInt64(-1)"));
-}
-
-#[test]
-fn a_boundary_is_read_back_and_combined_over_a_targets_pods() {
-    // The marker row says a boundary was recorded; a resumed swap's later, larger read of a
-    // partition does not replace the first.
-    let out = format!("b\t:0\nb\t202611:7\nb\t202611:12\nb\ta:b:3\n{END}\n");
-    let first = parse_boundary(&out).unwrap().unwrap();
-    assert_eq!(
-        first,
-        [("202611".to_owned(), 7), ("a:b".to_owned(), 3)]
-            .into_iter()
-            .collect()
-    );
-    // No marker: a swap of an earlier version, which recorded none.
-    assert_eq!(parse_boundary(&format!("b\t202611:7\n{END}\n")).unwrap(), None);
-    assert_eq!(parse_boundary(&format!("{END}\n")).unwrap(), None);
-    assert!(
-        parse_boundary("b\t:0\n").is_err(),
-        "a cut output is not a boundary"
-    );
-    assert!(parse_boundary(&format!("b\t202611:x\n{END}\n")).is_err());
-    // A replica set: the largest per partition over its pods; any pod without one, none.
-    let other: Boundary = [("202611".to_owned(), 9), ("202612".to_owned(), 2)]
-        .into_iter()
-        .collect();
-    assert_eq!(
-        target_boundary([Some(first.clone()), Some(other.clone())]).unwrap(),
-        [
-            ("202611".to_owned(), 9),
-            ("202612".to_owned(), 2),
-            ("a:b".to_owned(), 3)
-        ]
-        .into_iter()
-        .collect()
-    );
-    assert_eq!(target_boundary([Some(first), None]), None);
-    // From an inspection's receipts: this pod's, this cut-over's.
-    let receipt = |source: &str, partition: &str, rows: u64, cutover: &str| Receipt {
-        step: "boundary".to_owned(),
-        source: source.to_owned(),
-        partition: partition.to_owned(),
-        rows,
-        value: String::new(),
-        cutover: cutover.to_owned(),
-    };
-    let receipts = vec![
-        receipt("pod-0", "", 0, "5"),
-        receipt("pod-0", "p", 4, "5"),
-        receipt("pod-1", "p", 8, "5"),
-        receipt("pod-0", "p", 1, "6"),
-    ];
-    assert_eq!(
-        recorded_boundary(&receipts, "5", "pod-0"),
-        Some([("p".to_owned(), 4)].into_iter().collect())
-    );
-    assert_eq!(recorded_boundary(&receipts, "5", "pod-1"), None);
-    assert_eq!(recorded_boundary(&receipts, "6", "pod-0"), None);
-    // What a copy printed: its rows, and whether a part mixed both sides.
-    assert_eq!(parse_catch_up("mixed\t0\n12\nmixed\t0\n"), (12, false));
-    assert_eq!(parse_catch_up("mixed\t0\n12\nmixed\t1\n"), (12, true));
-    assert_eq!(parse_catch_up("3\n"), (3, false));
+    for line in [lines[0], lines[2]] {
+        assert!(
+            line.contains(
+                "FROM `shop`.`events__old` WHERE 1 AND `at` < toDateTime(100) UNION ALL SELECT `id` AS \
+                 __clickhouse_schema_c0, toInt64(-1) AS __clickhouse_schema_side FROM `shop`.`events__rebuild_stage` \
+                 WHERE 1 AND `at` < toDateTime(100))"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("FROM `shop`.`events` WHERE"), "{line}");
+    }
 }
