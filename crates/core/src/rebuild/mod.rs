@@ -471,7 +471,8 @@ impl RebuildPlan {
              SELECT 'object', database, name, create_table_query FROM system.tables \
              WHERE database != 'system' AND NOT (database = {db} AND name IN ({ours})) \
              AND position(create_table_query, {t}) > 0 FORMAT TSV;\n\
-             SELECT 'dictionary', name, source FROM system.dictionaries WHERE position(source, {t}) > 0 FORMAT TSV;\n"
+             SELECT 'dictionary', name, source FROM system.dictionaries WHERE position(source, {t}) > 0 FORMAT TSV;\n\
+             SELECT 'database', engine FROM system.databases WHERE name = {db} FORMAT TSV;\n"
         )
     }
 
@@ -958,10 +959,10 @@ impl RebuildPlan {
     /// The swap on one pod with no snapshot: [`Self::drop_view_script`] then
     /// [`Self::rename_script`] (the rest of a replica set's swap an earlier apply cut short, whose
     /// old table is compared with the whole table).
-    pub fn swap_script(&self, cutover: &str, pod: &str) -> String {
+    pub fn swap_script(&self, cutover: &str, pod: &str, lazy_drop: bool) -> String {
         format!(
             "{}{}",
-            self.drop_view_script(cutover, pod),
+            self.drop_view_script(cutover, pod, lazy_drop),
             self.rename_script(cutover, pod)
         )
     }
@@ -975,11 +976,17 @@ impl RebuildPlan {
     /// statement (a cancel's `KILL QUERY`, a killed process) leaves `t__old` with rows only it
     /// holds and no `swapped` receipt, and the next apply must still know it for a swap of this
     /// pod to finish (see [`Self::open_swaps_query`]).
-    pub fn drop_view_script(&self, cutover: &str, pod: &str) -> String {
+    ///
+    /// With `lazy_drop` (see [`Inspection::drops_lazily`]) the drop waits (`SYNC`) for the
+    /// inserts under way through the view: an `Atomic` database drops a table once no query uses
+    /// it, and returns at once, so such an insert could still write into the new table after
+    /// its snapshot. (An `Ordinary` one, 18.16's, drops under an exclusive lock, which waits.)
+    pub fn drop_view_script(&self, cutover: &str, pod: &str, lazy_drop: bool) -> String {
         format!(
-            "{}DROP TABLE IF EXISTS {};\n",
+            "{}DROP TABLE IF EXISTS {}{};\n",
             self.receipt_insert("swapping", pod, "", 0, 0, "", cutover),
             self.name(VIEW_SUFFIX),
+            if lazy_drop { " SYNC" } else { "" },
         )
     }
 
@@ -1370,6 +1377,16 @@ pub struct Inspection {
     /// The targets of the table's open `made` receipts on the pod: whose [`MADE_SUFFIXES`] objects
     /// this tool made. `None` when the inspection did not read the receipts (a plan's).
     pub made: Option<BTreeSet<String>>,
+    /// The engine of the table's database (`Ordinary` on 18.16, `Atomic` by default since 20.10).
+    pub database_engine: String,
+}
+
+impl Inspection {
+    /// Whether a DROP in the table's database returns before the queries that use the dropped
+    /// object end (anything but `Ordinary`, which drops under an exclusive lock).
+    pub fn drops_lazily(&self) -> bool {
+        !matches!(self.database_engine.as_str(), "Ordinary" | "")
+    }
 }
 
 /// One receipt row.
@@ -1420,6 +1437,7 @@ impl Inspection {
                 Some("create") => out.create = Some(f(1)),
                 Some("object") => out.objects.push((format!("{}.{}", f(1), f(2)), f(3))),
                 Some("dictionary") => out.dictionaries.push((f(1), f(2))),
+                Some("database") => out.database_engine = f(1),
                 // A first line with no target says the receipts were read (a constant `SELECT`
                 // always prints its row, whatever the settings make of an empty aggregation);
                 // then one line per target with an open `made` receipt.

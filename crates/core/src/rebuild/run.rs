@@ -522,7 +522,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         for (target, pods) in &targets {
             for pod in pods {
                 let at = At::new(plan, "swap", &pod.name);
-                self.rebuild_exec(&at, plan.drop_view_script(&cutover.value, &pod.name), false)
+                let lazy = inspected[&pod.name].drops_lazily();
+                self.rebuild_exec(&at, plan.drop_view_script(&cutover.value, &pod.name, lazy), false)
                     .await?;
             }
             let first = pods[0];
@@ -1793,7 +1794,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 continue;
             };
             let at = At::new(plan, "swap", &pod.name);
-            Box::pin(self.rebuild_exec(&at, plan.swap_script(&cutover, &pod.name), false)).await?;
+            Box::pin(self.rebuild_exec(
+                &at,
+                plan.swap_script(&cutover, &pod.name, inspection.drops_lazily()),
+                false,
+            ))
+            .await?;
             self.rebuild_event(
                 plan,
                 "swap",

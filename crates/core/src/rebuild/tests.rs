@@ -305,7 +305,7 @@ fn attaching_skips_what_receipts_record_and_writes_a_receipt_after_each_move() {
 fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() {
     let mut plan = events_plan("at").unwrap();
     let cutover = Cutover::parse(CutoverKind::Time, "1764000000").unwrap();
-    let script = plan.swap_script(&cutover.value, "pod-0");
+    let script = plan.swap_script(&cutover.value, "pod-0", false);
     let lines: Vec<&str> = script.lines().collect();
     // The swap's intent is recorded before anything changes: a script stopped after its RENAME
     // is then still found and finished by the next apply.
@@ -316,6 +316,11 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     let lines = &lines[1..];
     assert_eq!(lines[0], "DROP TABLE IF EXISTS `shop`.`events__rebuild_view`;");
     assert_eq!(lines.len(), 3, "{script}");
+    // In an Atomic database the drop waits for the inserts under way through the view.
+    assert!(
+        plan.drop_view_script(&cutover.value, "pod-0", true)
+            .ends_with("DROP TABLE IF EXISTS `shop`.`events__rebuild_view` SYNC;\n")
+    );
     assert_eq!(
         lines[1],
         "RENAME TABLE `shop`.`events` TO `shop`.`events__old`, `shop`.`events__new` TO `shop`.`events`;"
@@ -342,7 +347,7 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     plan.config.keep_old = false;
     assert!(
         !plan
-            .swap_script(&cutover.value, "pod-0")
+            .swap_script(&cutover.value, "pod-0", false)
             .contains("DROP TABLE IF EXISTS `shop`.`events__old`")
     );
     let finish = plan.finish_script("1764000000", "pod-0", false);
@@ -366,7 +371,11 @@ fn the_swap_drops_the_view_before_the_rename_and_keeps_or_drops_the_old_table() 
     // An abandon and the swap's finish release the `made` receipt: the names are free again, and
     // an object someone makes by them later is not taken for this tool's. The swap itself does
     // not: a swap cut short after its RENAME is found by that open receipt, and finished.
-    assert!(!plan.swap_script(&cutover.value, "pod-0").contains("'released'"));
+    assert!(
+        !plan
+            .swap_script(&cutover.value, "pod-0", false)
+            .contains("'released'")
+    );
     for script in [plan.finish_script("1764000000", "pod-0", false), abandon] {
         let release = script.find("'released'").expect(&script);
         assert!(release < script.find("DROP TABLE").unwrap(), "{script}");
@@ -589,12 +598,17 @@ fn the_inspection_reads_what_18_16_prints() {
                object\tshop\tmerged_here\tCREATE TABLE shop.merged_here (id UInt64) ENGINE = Merge(currentDatabase(), \'events|audit\')\n\
                object\tother\tmerged_elsewhere\tCREATE TABLE other.merged_elsewhere (id UInt64) ENGINE = Merge(currentDatabase(), \'^events\')\n\
                dictionary\td\tClickHouse: shop.events\n\
+               database\tOrdinary\n\
                receipt\tcopied\tpod-0\t20261101\t50\t0\t\t1764600000\n\
                receipt\tcutover\t\t\t0\t0\t1764600000\t1764600000\n\
                receipt\tcopied\tpod-0\t20261102\t50\t0\t\t1764500000\n\
                __clickhouse_schema_rebuild_end__\n";
     let inspection = Inspection::parse(out).expect("readable");
     assert_eq!(inspection.tables.len(), 2);
+    // 18.16's database drops under a lock; an Atomic one (20.10 on) returns first.
+    assert!(!inspection.drops_lazily());
+    let atomic = Inspection::parse("database\tAtomic\n__clickhouse_schema_rebuild_end__\n").unwrap();
+    assert!(atomic.drops_lazily());
     assert_eq!(inspection.replicas["events__new"], "/t/0/events_v2");
     assert_eq!(inspection.receipts.len(), 3);
     assert_eq!(inspection.receipts[0].rows, 50);
