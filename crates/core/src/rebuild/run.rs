@@ -1381,7 +1381,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                                 (_, Some(missed)) => format!(
                                     " (the rows the view carries compared one by one: writes never paused; {missed} \
                                      row(s) written while the view was being created are only in the live table, and \
-                                     are copied from it after the swap)"
+                                     are copied from the old table after the swap)"
                                 ),
                                 (crate::config::RebuildVerify::Checksum, None) if quiet => {
                                     ", checksums included".to_owned()
