@@ -174,7 +174,12 @@ node_pass() {
 }
 export SANDBOXES
 export -f node_tests engine_tests node_pass
-step_bg node-native "Node tests (native addon, ClickHouse 18.16)" node_pass native node_tests
+# The native pass also runs twenty seeds of the rebuild's fault harness (ten on local tables on
+# two pods, ten on a replica set of two): each injects one fault at a seeded point of a rebuild
+# under traffic and checks every row once after the deploy again. Only here: the WebAssembly pass
+# runs the same product code, and the 26.9 engine has no replication (its focused tests run).
+step_bg node-native "Node tests (native addon, ClickHouse 18.16; 20 fault seeds)" node_pass native node_tests \
+  REBUILD_FAULT_SEEDS=1-10 REBUILD_FAULT_REPLICATED_SEEDS=31-40
 
 step_bg node-modern "Node tests of the ClickHouse suites on the 26.9 engine (native addon)" \
   node_pass modern engine_tests SANDBOX_ENGINE=modern

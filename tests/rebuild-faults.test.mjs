@@ -41,15 +41,15 @@ function seedsFrom(variable, fallback) {
   });
 }
 
-// The seeds run only when asked for (REBUILD_FAULT_SEEDS and REBUILD_FAULT_REPLICATED_SEEDS, or
-// bench/rebuild-faults.mjs), not in the test command, while they find a data-loss path that is
-// open: replicated seed 33 kept 2 of 3 copies of a row the writer repeated (the identical-row
-// limit: a copy written straight into the new table after the RENAME hides the one only the old
-// table holds; see README). A test command that fails on a known open defect cannot land the
-// fixes it checks. Local seed 2 found a loss since fixed, with a focused test in
-// crates/kube/tests/rebuild_abandoned.rs: a swap script stopped right after its RENAME (a
-// cancel's KILL QUERY) left the old table, with a row only it held, and no receipt saying a swap
-// had begun. The focused tests below run in every pass.
+// The seeds run when asked for (REBUILD_FAULT_SEEDS and REBUILD_FAULT_REPLICATED_SEEDS): the test
+// command's native pass asks for twenty (scripts/test.sh), bench/rebuild-faults.mjs for sixty.
+// They found two losses, both fixed, each with a focused test in
+// crates/kube/tests/rebuild_abandoned.rs: local seed 2, a swap script stopped right after its
+// RENAME (a cancel's KILL QUERY) left the old table, with a row only it held, and no receipt saying
+// a swap had begun; replicated seed 33, a row the writer repeated lost one copy (the identical-row
+// limit: the old table was compared with the table after the swap, where a copy written since hid
+// the one only the old table held; it is now compared with a snapshot of the new table taken at
+// the swap). The focused tests below run in every pass.
 const SEEDS = seedsFrom('REBUILD_FAULT_SEEDS', []);
 // Seeds on one replica set (18.16 only: the modern engine has no replication).
 const REPLICATED_SEEDS = seedsFrom('REBUILD_FAULT_REPLICATED_SEEDS', []);
