@@ -21,6 +21,13 @@
 //! one written between its reads, and the rebuilt table held it twice. It now compares the rows
 //! themselves, fails, and the next apply starts over and finishes with every row once.
 //!
+//! And the copy after the swap: a row only the old table holds (late, or written between the
+//! view's drop and the RENAME) and an equal one written after the swap, on 18.16 and 26.9: the old
+//! table was compared with the table, where the equal row hid it; it is compared with a snapshot of
+//! the new table now. And with several sources (a local table on each of two pods into one
+//! `Replicated` table), a row written between a pod's view drop and its RENAME: the old tables
+//! must stay, since whose rows are missing cannot be told; `keepOld: false` dropped them.
+//!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
 //! just before the first verification reads it, to stop the swap's script after its RENAME, and to
 //! copy a row dated ahead twice.
@@ -110,7 +117,13 @@ macro_rules! through_inner {
     )*};
 }
 
-through_inner!(Meddling, CutAfterRename, CopiedTwice, EqualRowsAfterSwap);
+through_inner!(
+    Meddling,
+    CutAfterRename,
+    CopiedTwice,
+    EqualRowsAfterSwap,
+    RowAfterADrop
+);
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
 async fn transport_of(sb: &Sandbox) -> Result<KubeTransport, String> {
@@ -193,6 +206,24 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Several sources (a local table on each of two pods) rebuilt into one `ReplicatedMergeTree`:
+/// a row written on a pod between its view's drop and its RENAME is in its old table only, and
+/// whose rows are missing cannot be told with several sources, so the old tables must stay.
+/// Before, the counts compared only the rows before the cut-over, and `keepOld: false` dropped
+/// the old tables with the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_sources_keep_their_old_tables_when_a_row_reached_one_only() {
+    let sb = Sandbox::start(SandboxOptions {
+        layout: Layout::replicas(2),
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox with ClickHouse starts");
+    let result = Box::pin(a_row_between_a_drop_and_its_rename(&sb)).await;
+    sb.shutdown().await.expect("shutdown");
+    result.unwrap_or_else(|e| panic!("a row between a view's drop and its RENAME, several sources: {e}"));
 }
 
 /// The row comparisons read what the server prints, so they run on the 26.9 engine too.
@@ -892,5 +923,115 @@ async fn rows_only_the_old_table_holds_and_equal_ones_after_the_swap(sb: &Sandbo
     check(
         query("SELECT count() FROM rb_equal.t".to_owned()).await? == "304\n",
         format!("the next apply copied nothing: {outcome:?}"),
+    )
+}
+
+/// The product's transport, but right after the first pod's view is dropped a row dated after
+/// the cut-over is inserted into that pod's live table (an insert between its drop and its RENAME).
+struct RowAfterADrop<'a> {
+    inner: &'a KubeTransport,
+    row: &'static str,
+    on: Mutex<Option<String>>,
+}
+
+impl Executor for RowAfterADrop<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let first_drop = request.stdin.contains("'swapping'") && {
+            let mut on = self.on.lock().unwrap();
+            on.is_none() && on.replace(request.pod.clone()).is_none()
+        };
+        let (inner, row, pod) = (self.inner, self.row, request.pod.clone());
+        async move {
+            let out = inner.exec(request).await?;
+            if first_drop {
+                let written = inner
+                    .exec(statement_exec(&pod, row, Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(written.exit_code, 0, "{row}: {written:?}");
+            }
+            Ok(out)
+        }
+    }
+}
+
+async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pods = sb.pod_names();
+    let clock = RealClock(Instant::now());
+    let props = |engine: &str, order: &str| {
+        rebuild_props(
+            "rb_many",
+            &format!("(id UInt64, kind String) ENGINE = {engine} PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let id = "rb-many";
+    let v1 = validate(id, &props("MergeTree", "id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    for (i, pod) in pods.iter().enumerate() {
+        sql_on(
+            &t,
+            pod,
+            format!(
+                "INSERT INTO rb_many.t SELECT number + 1 + {}, 'k' FROM system.numbers LIMIT 100",
+                i * 100
+            ),
+        )
+        .await?;
+    }
+    let v2 = validate(
+        id,
+        &props(
+            "ReplicatedMergeTree('/clickhouse/tables/{shard}/rb_many/t_v2', '{replica}')",
+            "(kind, id)",
+        ),
+    )
+    .map_err(|e| format!("{e:?}"))?;
+    let late = RowAfterADrop {
+        inner: &t,
+        // The cut-over is 201: the largest id plus one.
+        row: "INSERT INTO rb_many.t VALUES (9000, 'window')",
+        on: Mutex::new(None),
+    };
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&late, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    let on = late.on.lock().unwrap().clone().ok_or("no view was dropped")?;
+    // The new table serves on both pods, with every row from before; the row written between the
+    // drop and the RENAME is in that pod's old table, which is kept (keepOld: false or not).
+    for pod in &pods {
+        let engine = sql_on(
+            &t,
+            pod,
+            "SELECT engine FROM system.tables WHERE database = 'rb_many' AND name = 't'".to_owned(),
+        )
+        .await?;
+        check(
+            engine == "ReplicatedMergeTree\n",
+            format!("{pod} rebuilt: {engine:?}"),
+        )?;
+        let counted = sql_on(
+            &t,
+            pod,
+            "SELECT count() FROM rb_many.t WHERE kind = 'k'".to_owned(),
+        )
+        .await?;
+        check(
+            counted == "200\n",
+            format!("{pod}: every row from before ({counted:?})"),
+        )?;
+    }
+    let kept = sql_on(
+        &t,
+        &on,
+        "SELECT count() FROM rb_many.t__old WHERE kind = 'window'".to_owned(),
+    )
+    .await
+    .map_err(|e| format!("the old table on {on} is kept with the row ({e}); the apply: {outcome:?}"))?;
+    check(
+        kept == "1\n",
+        format!("the row is in the kept old table on {on}: {kept:?}"),
     )
 }

@@ -1607,7 +1607,48 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .map(|(e, _)| e.clone())
                 .unwrap_or_default();
             if sources.len() != 1 || !plan.copies_differences(&live_engine) {
-                if behind.is_empty() {
+                // Several sources: rows from the cut-over on that reached an old table only (an
+                // insert between its pod's view drop and its RENAME) show as more such rows in the
+                // old tables together, one pod per source, than in the snapshot of the new one.
+                let mut missed: Vec<String> = Vec::new();
+                if sources.len() != 1 && !after.is_empty() {
+                    let mut per_source: BTreeMap<String, &PodInfo> = BTreeMap::new();
+                    for p in pods {
+                        per_source.entry(source_of(p)).or_insert(p);
+                    }
+                    let mut sum = rebuild::Counts::new();
+                    for p in per_source.values() {
+                        let at = At::new(plan, "swap", &p.name);
+                        let out = self
+                            .rebuild_exec(
+                                &at,
+                                plan.counts_script(
+                                    OLD_SUFFIX, &live_key, &columns, replicated, cutover, None,
+                                ),
+                                true,
+                            )
+                            .await?;
+                        let counts = rebuild::parse_counts(&out)
+                            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+                        rebuild::add_counts(&mut sum, &counts.after);
+                    }
+                    // The snapshot is a plain table on the pod: no queue to wait for.
+                    let out = self
+                        .rebuild_exec(
+                            &at,
+                            plan.counts_script(STAGE_SUFFIX, &live_key, &columns, false, cutover, None),
+                            true,
+                        )
+                        .await?;
+                    let snapshot = rebuild::parse_counts(&out)
+                        .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+                    missed = sum
+                        .iter()
+                        .filter(|(p, (n, _))| snapshot.after.get(*p).map_or(0, |s| s.0) < *n)
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                }
+                if behind.is_empty() && missed.is_empty() {
                     // Only rows the view carried, as far as counts can tell.
                     continue;
                 }
@@ -1621,10 +1662,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     None,
                     None,
                     format!(
-                        "{key}: {} partition(s) of the old tables hold rows dated before the cut-over that the new \
-                         table lacks (they arrived after their partition was verified); {table}{OLD_SUFFIX} is kept on \
-                         {} pod(s) so that nothing is lost: copy them by hand, then drop it",
-                        behind.len(),
+                        "{key}: {} partition(s) of the old tables hold rows the new table lacks (dated before the \
+                         cut-over, they arrived after their partition was verified; or from the cut-over on, they were \
+                         written between a view's drop and its RENAME); {table}{OLD_SUFFIX} is kept on {} pod(s) so \
+                         that nothing is lost: copy them by hand, then drop it",
+                        behind.iter().chain(&missed).collect::<BTreeSet<_>>().len(),
                         pods.len()
                     ),
                 );
