@@ -24,7 +24,7 @@ use crate::rebuild::{
 };
 use crate::reconcile::{Call, Run, Tracked};
 use crate::sql::declared::{StatementClass, classify};
-use crate::sql::redact::redact_clickhouse_output;
+use crate::sql::redact::{redact_clickhouse_output, redact_row_values};
 use crate::state::PodRef;
 use crate::transport::{Clock, Event, ExecOutput, Executor, PodInfo, PodLister, TransportErrorKind};
 
@@ -2140,7 +2140,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         script: &str,
     ) -> Result<String, ClickHouseSchemaError> {
         if output.exit_code != 0 {
-            let said = redact_clickhouse_output(&output.stderr, script);
+            // The rebuild's scripts read the table's rows: a value of one may be in the error.
+            let mut said = redact_clickhouse_output(&output.stderr, script);
+            said.text = redact_row_values(&said.text);
             return Err(self
                 .rebuild_error(
                     ErrorKind::RebuildFailed,
