@@ -204,6 +204,9 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
             "rows only the old table holds, equal ones written after the swap: {e}"
         ));
     }
+    if let Err(e) = Box::pin(rows_that_do_not_convert_are_refused_before_the_view(&sb)).await {
+        failures.push(format!("rows that do not convert to a declared type: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -244,6 +247,9 @@ async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
         failures.push(format!(
             "rows only the old table holds, equal ones written after the swap [26.9]: {e}"
         ));
+    }
+    if let Err(e) = Box::pin(rows_that_do_not_convert_are_refused_before_the_view(&sb)).await {
+        failures.push(format!("rows that do not convert to a declared type [26.9]: {e}"));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -1033,5 +1039,61 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String>
     check(
         kept == "1\n",
         format!("the row is in the kept old table on {on}: {kept:?}"),
+    )
+}
+
+/// A declared column type the live rows do not all convert to: the rebuild is refused before any
+/// view exists (a view would fail every production insert of such a value), naming the column,
+/// with no row's value in the message; the table keeps taking inserts.
+async fn rows_that_do_not_convert_are_refused_before_the_view(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |code: &str, order: &str| {
+        rebuild_props(
+            "rb_conv",
+            &format!("(id UInt64, code {code}) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-conv";
+    let v1 = validate(id, &props("String", "id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query(
+        "INSERT INTO rb_conv.t SELECT number + 1, toString(number) FROM system.numbers LIMIT 100".to_owned(),
+    )
+    .await?;
+    query("INSERT INTO rb_conv.t VALUES (500, 'alice-row-value-123')".to_owned()).await?;
+    let v2 = validate(id, &props("UInt32", "(code, id)")).map_err(|e| format!("{e:?}"))?;
+    let err = match apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents)).await {
+        Ok(outcome) => return Err(format!("the rebuild went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        err.kind == ErrorKind::RebuildRefused
+            && err.message.contains("code (UInt32)")
+            && err.message.contains("no view was created")
+            && err.clickhouse_code.is_some(),
+        format!("refused, naming the column and the type: {err:?}"),
+    )?;
+    check(
+        !format!("{err:?}").contains("alice-row-value"),
+        format!("no row value in the error: {err:?}"),
+    )?;
+    let views = query(
+        "SELECT count() FROM system.tables WHERE database = 'rb_conv' AND name = 't__rebuild_view'"
+            .to_owned(),
+    )
+    .await?;
+    check(views == "0\n", format!("no view: {views:?}"))?;
+    // Inserts go on as before, a value the new type could not hold included.
+    query("INSERT INTO rb_conv.t VALUES (501, 'another-text')".to_owned()).await?;
+    let counted = query("SELECT count() FROM rb_conv.t".to_owned()).await?;
+    check(
+        counted == "102\n",
+        format!("the live table took the insert: {counted:?}"),
     )
 }

@@ -585,6 +585,23 @@ impl RebuildPlan {
         )
     }
 
+    /// Converts every live row's `columns` (name, declared type) as the view and the backfill
+    /// will, and prints how many rows did; fails as the conversion fails on the first row that
+    /// does not convert (see the dual write in the driver).
+    pub fn convert_check_script(&self, columns: &[(String, String)]) -> String {
+        // The converted values are used (hashed and summed): a modern server drops a column of a
+        // subquery nothing reads, and with it the conversion.
+        format!(
+            "SELECT toString(count()), toString(sum(cityHash64({}))) FROM {} FORMAT TSV;\n",
+            columns
+                .iter()
+                .map(|(name, to)| format!("CAST({} AS {to})", ident(name)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.name(""),
+        )
+    }
+
     /// The query that reads a cut-over for this table on a pod: the server's time plus the delay,
     /// or one more than the largest value (0 on an empty table).
     pub fn cutover_query(&self, kind: CutoverKind) -> String {

@@ -401,6 +401,42 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 ),
             ));
         }
+        // The live rows must convert to the new table's column types before any view exists: a
+        // view converts each production insert the same way, and one it cannot convert would
+        // fail that insert (after the live table took the block, on a plain MergeTree, so that
+        // a client's retry doubles it). Checked on each source, only where a type changes.
+        for pod in sources.values() {
+            let converted: Vec<(String, String)> = rebuild::copy_columns(&inspected[&pod.name], table)
+                .into_iter()
+                .filter_map(|(name, to)| Some((name, to?)))
+                .collect();
+            if converted.is_empty() {
+                continue;
+            }
+            let at = At::new(plan, "prepare", &pod.name);
+            let script = plan.convert_check_script(&converted);
+            let (output, script) = Box::pin(self.rebuild_run(&at, script, true)).await?;
+            if output.exit_code != 0 {
+                let said = redact_clickhouse_output(&output.stderr, &script);
+                return Err(self
+                    .rebuild_error(
+                        ErrorKind::RebuildRefused,
+                        &at,
+                        &format!(
+                            "the rows of {} do not all convert to the declared types of {} (no view was created, so \
+                             no insert fails on them): {}. Correct those rows, or declare types they convert to",
+                            plan.key(),
+                            converted
+                                .iter()
+                                .map(|(name, to)| format!("{name} ({to})"))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            redact_row_values(&said.text)
+                        ),
+                    )
+                    .with_clickhouse(said.clickhouse_code, said.clickhouse_exception));
+            }
+        }
         // The other replicas' views first, then each copier's copy of the rows dated ahead and its
         // view: a row written on another replica before its view is then in the copier's live
         // table (after its replication queue is done) when the copier reads it, and one written

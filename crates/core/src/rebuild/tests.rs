@@ -1004,3 +1004,17 @@ fn after_the_swap_the_old_table_is_compared_with_a_snapshot_of_the_new_one() {
         assert!(!line.contains("FROM `shop`.`events` WHERE"), "{line}");
     }
 }
+
+#[test]
+fn the_conversion_check_uses_every_converted_value() {
+    let plan = events_plan("at").unwrap();
+    let script = plan.convert_check_script(&[
+        ("code".to_owned(), "UInt32".to_owned()),
+        ("n".to_owned(), "Int8".to_owned()),
+    ]);
+    assert_eq!(
+        script,
+        "SELECT toString(count()), toString(sum(cityHash64(CAST(`code` AS UInt32), CAST(`n` AS Int8)))) FROM \
+         `shop`.`events` FORMAT TSV;\n"
+    );
+}
