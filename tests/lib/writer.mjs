@@ -59,7 +59,7 @@ const defaultPauseMs = modern ? 400 : 40;
  * `stop()` waits for the inserts under way and returns `{ written: Map(pod -> TSV lines),
  * failed: [messages] }`.
  */
-export function startWriter(sandbox, pods, table, { seed, pauseMs = defaultPauseMs, maxMs = 300_000, batch = 3 }) {
+export function startWriter(sandbox, pods, table, { seed, pauseMs = defaultPauseMs, maxMs = 660_000, batch = 3 }) {
   const random = seeded(seed);
   const written = new Map(pods.map((p) => [p, []]));
   const failed = [];
@@ -71,8 +71,9 @@ export function startWriter(sandbox, pods, table, { seed, pauseMs = defaultPause
   const wake = () => {
     for (const w of waiters) if (w.predicate(api)) (waiters.delete(w), w.resolve());
   };
-  // Bounded in time whatever happens to the test: a loop left running would keep the test
-  // process alive and write into the next sandbox that takes this one's instance.
+  // Bounded in time whatever happens to the test (just over the longest test timeout, 600 s on
+  // the 26.9 engine): a loop left running would keep the test process alive and write into the
+  // next sandbox that takes this one's instance.
   const deadline = Date.now() + maxMs;
   const loop = async (pod, index) => {
     while (!stopping && Date.now() < deadline) {
@@ -105,12 +106,20 @@ export function startWriter(sandbox, pods, table, { seed, pauseMs = defaultPause
     }
   };
   const loops = pods.map((pod, i) => loop(pod, i));
+  // A wait the writer can no longer satisfy (its time bound passed) fails, rather than leave a
+  // promise pending that nothing keeps the event loop alive for.
+  const ended = Promise.all(loops).then(() => {
+    for (const w of waiters) {
+      waiters.delete(w);
+      w.reject(new Error(`the writer stopped (after ${maxMs} ms, or stop()) before it got there; ${acknowledged} inserts acknowledged`));
+    }
+  });
   return {
     acknowledged: () => acknowledged,
     until(predicate, timeoutMs = 60_000) {
       if (predicate(api)) return Promise.resolve();
       return new Promise((resolve, reject) => {
-        const w = { predicate, resolve };
+        const w = { predicate, resolve, reject };
         waiters.add(w);
         setTimeout(() => {
           if (waiters.delete(w)) reject(new Error(`the writer did not get there within ${timeoutMs} ms (failed: ${failed.join('; ')})`));
@@ -120,6 +129,7 @@ export function startWriter(sandbox, pods, table, { seed, pauseMs = defaultPause
     async stop() {
       stopping = true;
       await Promise.all(loops);
+      await ended;
       return { written, failed };
     },
   };
