@@ -19,9 +19,10 @@ the modern client talking to a server does, because that is what the product mee
   first failure ends the run unless `--ignore-error` is given;
 - a pod whose "server" is stopped (sandbox fault) refuses the connection (code 210);
 - one call at a time per pod (an flock on the pod's directory), as chdb holds its data directory;
-- what a server keeps in memory between queries and the product relies on, kept in the pod's
-  directory between calls: the tables whose merges `SYSTEM STOP MERGES` stopped (by table UUID, so
-  a RENAME keeps them stopped, as on a server), until `SYSTEM START MERGES` or the "server" stops.
+- what a server keeps in memory between queries, kept in the pod's directory between calls: the
+  tables whose merges `SYSTEM STOP MERGES` stopped (by table UUID, so a RENAME keeps them stopped,
+  as on a server), until `SYSTEM START MERGES` or the "server" stops. (The product's rebuild no
+  longer stops merges; a test or an operator's session may, and should meet what a server does.)
 
 Not a server: no native protocol, no distributed DDL queue (ON CLUSTER names no known cluster), no
 replication threads (an INSERT into a Replicated table does not return). README says so.
