@@ -42,7 +42,7 @@ function seedsFrom(variable, fallback) {
 }
 
 // The seeds run when asked for (REBUILD_FAULT_SEEDS and REBUILD_FAULT_REPLICATED_SEEDS): the test
-// command's native pass asks for twenty (scripts/test.sh), bench/rebuild-faults.mjs for sixty.
+// command asks for twenty (scripts/test.sh, a step of its own), bench/rebuild-faults.mjs for sixty.
 // They found two losses, both fixed, each with a focused test in
 // crates/kube/tests/rebuild_abandoned.rs: local seed 2, a swap script stopped right after its
 // RENAME (a cancel's KILL QUERY) left the old table, with a row only it held, and no receipt saying

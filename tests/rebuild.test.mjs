@@ -173,23 +173,41 @@ describe('one shard of two replicas', () => {
   });
 
   test('a failure after some partitions leaves their receipts; the rerun skips them and finishes', { timeout }, async () => {
-    // The new declaration reads `code` as a number; one row of the fourth day holds 'x', so that
-    // partition's copy fails in ClickHouse, after three partitions were copied.
+    // The new declaration reads `code` as a number. Every row converts when the rebuild checks
+    // them; then, once the view exists, a row of the fourth day arrives holding 'x' (dated before
+    // the cut-over, so the view does not carry it), and that partition's copy fails in ClickHouse,
+    // after three partitions were copied.
     const v1 = [DB, 'CREATE TABLE IF NOT EXISTS rb.resumed (id UInt64, kind String, at DateTime, code String) ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY id'];
     const first = await apply('rb-resumed', props(sandbox, v1));
     for (const pod of pods) {
       sandbox.query(
         pod,
         "INSERT INTO rb.resumed SELECT number, concat('k', toString(number % 7)), toDateTime('2026-11-01 00:00:00') + intDiv(number, 50) * 86400 + number, " +
-          "if(number = 170, 'x', toString(number)) FROM system.numbers LIMIT 300",
+          'toString(number) FROM system.numbers WHERE number != 170 LIMIT 299',
       );
     }
     const v2 = [DB, 'CREATE TABLE IF NOT EXISTS rb.resumed (id UInt64, kind String, at DateTime, code UInt32) ENGINE = MergeTree PARTITION BY toYYYYMMDD(at) ORDER BY (kind, at)'];
     const rebuild = { rebuild: { 'rb.resumed': { cutoverColumn: 'at', cutoverDelaySeconds: 1, verify: 'checksum' } } };
+    // What the table holds once the row arrives: one more on the fourth day.
     const before = perPartition(sandbox, pods[0], 'resumed');
+    before['20261104'] += 1;
 
     const failed = [];
-    const err = await rejection(apply('rb-resumed', props(sandbox, v2, rebuild), first.state, { onEvent: (e) => failed.push(e) }));
+    let arrived = false;
+    const err = await rejection(
+      apply('rb-resumed', props(sandbox, v2, rebuild), first.state, {
+        onEvent: (e) => {
+          failed.push(e);
+          if (e.kind === 'rebuild' && e.step === 'dualWrite' && !arrived) {
+            arrived = true;
+            for (const pod of pods) {
+              sandbox.query(pod, "INSERT INTO rb.resumed VALUES (170, 'k2', toDateTime('2026-11-04 00:02:50'), 'x')");
+            }
+          }
+        },
+      }),
+    );
+    assert.ok(arrived, 'the row arrived during the rebuild');
     assert.equal(err.code, 'E_REBUILD_FAILED');
     assert.equal(err.pod, pods[0]);
     assert.match(err.message, /rebuilding rb\.resumed \(allowed by rebuild\['rb\.resumed'\]\) on pod \S+, step backfill, partition 20261104: clickhouse-client exited/);
@@ -274,9 +292,12 @@ describe('one shard of two replicas', () => {
     }
     const before = perPartition(sandbox, pods[0], 'redeclared');
     const rebuild = { rebuild: { 'rb.redeclared': { cutoverColumn: 'at', cutoverDelaySeconds: 1, keepOld: false } } };
-    // Towards `code UInt32`: the fourth day's 'x' fails the backfill, the rebuild stays unfinished.
+    // Towards `code UInt32`: the fourth day's 'x' does not convert, and the rebuild is refused after
+    // its new table was made (before any view): it stays unfinished.
     const err = await rejection(apply('rb-redeclared', props(sandbox, declare('UInt32', '(kind, at)'), rebuild), first.state));
-    assert.equal(err.code, 'E_REBUILD_FAILED', err.message);
+    assert.equal(err.code, 'E_REBUILD_REFUSED', err.message);
+    assert.match(err.message, /step prepare: the rows of rb\.redeclared do not all convert to the declared types of code \(UInt32\)/);
+    assert.doesNotMatch(err.message, /'x'/, 'no row value in the message');
     assert.equal(sandbox.query(pods[0], "SELECT type FROM system.columns WHERE database = 'rb' AND table = 'redeclared__new' AND name = 'code'"), 'UInt32');
     // The user keeps `code` a String instead.
     const events = [];
