@@ -932,19 +932,23 @@ async fn rows_only_the_old_table_holds_and_equal_ones_after_the_swap(sb: &Sandbo
     )
 }
 
-/// The product's transport, but right after the first pod's view is dropped a row dated after
+/// The product's transport, but right after the second pod's view is dropped a row dated after
 /// the cut-over is inserted into that pod's live table (an insert between its drop and its RENAME).
+/// Not the first pod's: the first pod's old table then holds no row from the cut-over on, and the
+/// check must still read the other source's (review N1 of rebuild-snapshot.md).
 struct RowAfterADrop<'a> {
     inner: &'a KubeTransport,
     row: &'static str,
+    drops: Mutex<Vec<String>>,
     on: Mutex<Option<String>>,
 }
 
 impl Executor for RowAfterADrop<'_> {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
         let first_drop = request.stdin.contains("'swapping'") && {
-            let mut on = self.on.lock().unwrap();
-            on.is_none() && on.replace(request.pod.clone()).is_none()
+            let mut drops = self.drops.lock().unwrap();
+            drops.push(request.pod.clone());
+            drops.len() == 2 && self.on.lock().unwrap().replace(request.pod.clone()).is_none()
         };
         let (inner, row, pod) = (self.inner, self.row, request.pod.clone());
         async move {
@@ -999,6 +1003,7 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String>
         inner: &t,
         // The cut-over is 201: the largest id plus one.
         row: "INSERT INTO rb_many.t VALUES (9000, 'window')",
+        drops: Mutex::new(Vec::new()),
         on: Mutex::new(None),
     };
     let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&late, &clock, &NoEvents))

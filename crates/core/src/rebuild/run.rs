@@ -1634,7 +1634,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // between the view's drop and the RENAME (on servers whose inserts outlive a dropped
             // view). The view carried every other such row, so the difference is what it missed.
             let after: Vec<&String> = old.after.keys().collect();
-            if behind.is_empty() && after.is_empty() {
+            // With several sources this pod's old table is one of them: the others are read below.
+            if behind.is_empty() && after.is_empty() && sources.len() == 1 {
                 continue;
             }
             let live_engine = inspection
@@ -1647,7 +1648,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 // insert between its pod's view drop and its RENAME) show as more such rows in the
                 // old tables together, one pod per source, than in the snapshot of the new one.
                 let mut missed: Vec<String> = Vec::new();
-                if sources.len() != 1 && !after.is_empty() {
+                if sources.len() != 1 {
                     let mut per_source: BTreeMap<String, &PodInfo> = BTreeMap::new();
                     for p in pods {
                         per_source.entry(source_of(p)).or_insert(p);
