@@ -224,9 +224,17 @@ async fn several_sources_keep_their_old_tables_when_a_row_reached_one_only() {
     })
     .await
     .expect("sandbox with ClickHouse starts");
-    let result = Box::pin(a_row_between_a_drop_and_its_rename(&sb)).await;
+    let mut failures = Vec::new();
+    if let Err(e) = Box::pin(a_row_between_a_drop_and_its_rename(&sb, false)).await {
+        failures.push(format!(
+            "a row between a view's drop and its RENAME, several sources: {e}"
+        ));
+    }
+    if let Err(e) = Box::pin(a_row_between_a_drop_and_its_rename(&sb, true)).await {
+        failures.push(format!("a late row on the second source after verification: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
-    result.unwrap_or_else(|e| panic!("a row between a view's drop and its RENAME, several sources: {e}"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The row comparisons read what the server prints, so they run on the 26.9 engine too.
@@ -932,30 +940,36 @@ async fn rows_only_the_old_table_holds_and_equal_ones_after_the_swap(sb: &Sandbo
     )
 }
 
-/// The product's transport, but right after the second pod's view is dropped a row dated after
-/// the cut-over is inserted into that pod's live table (an insert between its drop and its RENAME).
-/// Not the first pod's: the first pod's old table then holds no row from the cut-over on, and the
+/// The product's transport, but right after a view is dropped (the `at_drop`th, from 1) a row is
+/// inserted into `into`'s live table: dated after the cut-over into the pod whose view was just
+/// dropped, an insert between its drop and its RENAME; dated before, into another pod, a late
+/// row after verification. Not on the first pod: its old table then holds no such row, and the
 /// check must still read the other source's (review N1 of rebuild-snapshot.md).
 struct RowAfterADrop<'a> {
     inner: &'a KubeTransport,
-    row: &'static str,
+    row: String,
+    at_drop: usize,
+    /// The pod that takes the row: `None` for the pod whose view was dropped.
+    into: Option<String>,
     drops: Mutex<Vec<String>>,
     on: Mutex<Option<String>>,
 }
 
 impl Executor for RowAfterADrop<'_> {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
-        let first_drop = request.stdin.contains("'swapping'") && {
+        let insert_now = request.stdin.contains("'swapping'") && {
             let mut drops = self.drops.lock().unwrap();
             drops.push(request.pod.clone());
-            drops.len() == 2 && self.on.lock().unwrap().replace(request.pod.clone()).is_none()
+            let into = self.into.clone().unwrap_or_else(|| request.pod.clone());
+            drops.len() == self.at_drop && self.on.lock().unwrap().replace(into).is_none()
         };
-        let (inner, row, pod) = (self.inner, self.row, request.pod.clone());
+        let (inner, row) = (self.inner, self.row.clone());
+        let pod = self.on.lock().unwrap().clone().unwrap_or_default();
         async move {
             let out = inner.exec(request).await?;
-            if first_drop {
+            if insert_now {
                 let written = inner
-                    .exec(statement_exec(&pod, row, Duration::from_secs(30)))
+                    .exec(statement_exec(&pod, &row, Duration::from_secs(30)))
                     .await?;
                 assert_eq!(written.exit_code, 0, "{row}: {written:?}");
             }
@@ -964,13 +978,14 @@ impl Executor for RowAfterADrop<'_> {
     }
 }
 
-async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String> {
+async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox, late: bool) -> Result<(), String> {
     let t = transport_of(sb).await?;
     let pods = sb.pod_names();
+    let db = if late { "rb_late" } else { "rb_many" };
     let clock = RealClock(Instant::now());
     let props = |engine: &str, order: &str| {
         rebuild_props(
-            "rb_many",
+            db,
             &format!("(id UInt64, kind String) ENGINE = {engine} PARTITION BY id % 3 ORDER BY {order}"),
             json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
         )
@@ -985,7 +1000,7 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String>
             &t,
             pod,
             format!(
-                "INSERT INTO rb_many.t SELECT number + 1 + {}, 'k' FROM system.numbers LIMIT 100",
+                "INSERT INTO {db}.t SELECT number + 1 + {}, 'k' FROM system.numbers LIMIT 100",
                 i * 100
             ),
         )
@@ -994,15 +1009,23 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String>
     let v2 = validate(
         id,
         &props(
-            "ReplicatedMergeTree('/clickhouse/tables/{shard}/rb_many/t_v2', '{replica}')",
+            &format!("ReplicatedMergeTree('/clickhouse/tables/{{shard}}/{db}/t_v2', '{{replica}}')"),
             "(kind, id)",
         ),
     )
     .map_err(|e| format!("{e:?}"))?;
+    // The cut-over is 201: the largest id plus one. A late row (dated before it) goes into the
+    // second pod at the first drop, after verification; a row from the cut-over on into the
+    // second pod right after its own drop.
+    let row = format!(
+        "INSERT INTO {db}.t VALUES ({}, 'window')",
+        if late { 150 } else { 9000 }
+    );
     let late = RowAfterADrop {
         inner: &t,
-        // The cut-over is 201: the largest id plus one.
-        row: "INSERT INTO rb_many.t VALUES (9000, 'window')",
+        row,
+        at_drop: if late { 1 } else { 2 },
+        into: late.then(|| pods[1].clone()),
         drops: Mutex::new(Vec::new()),
         on: Mutex::new(None),
     };
@@ -1016,19 +1039,14 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String>
         let engine = sql_on(
             &t,
             pod,
-            "SELECT engine FROM system.tables WHERE database = 'rb_many' AND name = 't'".to_owned(),
+            format!("SELECT engine FROM system.tables WHERE database = '{db}' AND name = 't'"),
         )
         .await?;
         check(
             engine == "ReplicatedMergeTree\n",
             format!("{pod} rebuilt: {engine:?}"),
         )?;
-        let counted = sql_on(
-            &t,
-            pod,
-            "SELECT count() FROM rb_many.t WHERE kind = 'k'".to_owned(),
-        )
-        .await?;
+        let counted = sql_on(&t, pod, format!("SELECT count() FROM {db}.t WHERE kind = 'k'")).await?;
         check(
             counted == "200\n",
             format!("{pod}: every row from before ({counted:?})"),
@@ -1037,7 +1055,7 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String>
     let kept = sql_on(
         &t,
         &on,
-        "SELECT count() FROM rb_many.t__old WHERE kind = 'window'".to_owned(),
+        format!("SELECT count() FROM {db}.t__old WHERE kind = 'window'"),
     )
     .await
     .map_err(|e| format!("the old table on {on} is kept with the row ({e}); the apply: {outcome:?}"))?;

@@ -55,6 +55,7 @@ enum Inspect {
 }
 
 /// Where a rebuild step runs, for its messages.
+#[derive(Clone, Copy)]
 struct At<'a> {
     plan: &'a RebuildPlan,
     step: &'static str,
@@ -1482,6 +1483,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// reports the rows it copied, `what` saying which; returns them. `retry`: run again after a
     /// transport failure, only for a copy of the difference with the table it copies into (which
     /// copies nothing more the second time).
+    /// Runs a [`RebuildPlan::counts_script`] and reads its counts.
+    async fn read_counts(
+        &self,
+        at: At<'_>,
+        script: String,
+    ) -> Result<rebuild::SplitCounts, ClickHouseSchemaError> {
+        let out = self.rebuild_exec(&at, script, true).await?;
+        rebuild::parse_counts(&out).map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))
+    }
+
     async fn catch_up(
         &self,
         at: &At<'_>,
@@ -1601,29 +1612,28 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .unwrap_or_default();
             let columns = rebuild::checksum_columns(inspection, table);
             let replicated = inspection.replicas.contains_key(table);
-            let sources: BTreeSet<String> = pods.iter().map(|p| source_of(p)).collect();
             let at = At::new(plan, "swap", &pod.name);
-            let read = |suffix: &'static str| {
-                let live_key = &live_key;
-                let columns = &columns;
-                let at = &at;
-                async move {
-                    let out = self
-                        .rebuild_exec(
-                            at,
-                            plan.counts_script(suffix, live_key, columns, replicated, cutover, None),
-                            true,
-                        )
-                        .await?;
-                    rebuild::parse_counts(&out)
-                        .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))
-                }
+            let counts_of = |suffix: &'static str, replicated: bool| {
+                plan.counts_script(suffix, &live_key, &columns, replicated, cutover, None)
             };
-            // The new table's rows before the cut-over came from the old one alone until the
-            // RENAME, so a partition the old table holds more of than verification left in the
-            // new one got rows since (rows written to the new table after the RENAME do not hide
-            // them, as they would in a comparison with the new table now).
-            let old = read(OLD_SUFFIX).await?;
+            // The new table's rows before the cut-over came from the old tables alone until the
+            // RENAME, so a partition they hold more of than verification left in the new one got
+            // rows since (rows written to the new table after the RENAME do not hide them, as
+            // they would in a comparison with the new table now). With several sources (local
+            // tables becoming one `Replicated` table) each source's old table holds its share:
+            // they are read on one pod per source and summed.
+            let mut per_source: BTreeMap<String, &PodInfo> = BTreeMap::new();
+            for p in pods {
+                per_source.entry(source_of(p)).or_insert(p);
+            }
+            let mut old = rebuild::SplitCounts::default();
+            for p in per_source.values() {
+                let counts = self
+                    .read_counts(At::new(plan, "swap", &p.name), counts_of(OLD_SUFFIX, replicated))
+                    .await?;
+                rebuild::add_counts(&mut old.before, &counts.before);
+                rebuild::add_counts(&mut old.after, &counts.after);
+            }
             let verified = copied_before.get(target).cloned().unwrap_or_default();
             let behind: Vec<String> = rebuild::count_differences(&old.before, &verified)
                 .into_iter()
@@ -1634,8 +1644,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // between the view's drop and the RENAME (on servers whose inserts outlive a dropped
             // view). The view carried every other such row, so the difference is what it missed.
             let after: Vec<&String> = old.after.keys().collect();
-            // With several sources this pod's old table is one of them: the others are read below.
-            if behind.is_empty() && after.is_empty() && sources.len() == 1 {
+            if behind.is_empty() && after.is_empty() {
                 continue;
             }
             let live_engine = inspection
@@ -1643,48 +1652,20 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .get(table)
                 .map(|(e, _)| e.clone())
                 .unwrap_or_default();
-            if sources.len() != 1 || !plan.copies_differences(&live_engine) {
-                // Several sources: rows from the cut-over on that reached an old table only (an
-                // insert between its pod's view drop and its RENAME) show as more such rows in the
-                // old tables together, one pod per source, than in the snapshot of the new one.
-                let mut missed: Vec<String> = Vec::new();
-                if sources.len() != 1 {
-                    let mut per_source: BTreeMap<String, &PodInfo> = BTreeMap::new();
-                    for p in pods {
-                        per_source.entry(source_of(p)).or_insert(p);
-                    }
-                    let mut sum = rebuild::Counts::new();
-                    for p in per_source.values() {
-                        let at = At::new(plan, "swap", &p.name);
-                        let out = self
-                            .rebuild_exec(
-                                &at,
-                                plan.counts_script(
-                                    OLD_SUFFIX, &live_key, &columns, replicated, cutover, None,
-                                ),
-                                true,
-                            )
-                            .await?;
-                        let counts = rebuild::parse_counts(&out)
-                            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-                        rebuild::add_counts(&mut sum, &counts.after);
-                    }
-                    // The snapshot is a plain table on the pod: no queue to wait for.
-                    let out = self
-                        .rebuild_exec(
-                            &at,
-                            plan.counts_script(STAGE_SUFFIX, &live_key, &columns, false, cutover, None),
-                            true,
-                        )
-                        .await?;
-                    let snapshot = rebuild::parse_counts(&out)
-                        .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-                    missed = sum
+            if per_source.len() != 1 || !plan.copies_differences(&live_engine) {
+                // Several sources: rows from the cut-over on that reached an old table only show
+                // as more such rows in the old tables together than in the new one's snapshot
+                // (a plain table on the pod: no queue to wait for).
+                let missed: Vec<String> = if per_source.len() != 1 {
+                    let snapshot = self.read_counts(at, counts_of(STAGE_SUFFIX, false)).await?;
+                    old.after
                         .iter()
                         .filter(|(p, (n, _))| snapshot.after.get(*p).map_or(0, |s| s.0) < *n)
                         .map(|(p, _)| p.clone())
-                        .collect();
-                }
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 if behind.is_empty() && missed.is_empty() {
                     // Only rows the view carried, as far as counts can tell.
                     continue;
