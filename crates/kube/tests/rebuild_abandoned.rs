@@ -45,7 +45,7 @@ use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::{
-    Cluster, Events, ExecOutput, ExecRequest, Executor, LeaseApi, NeverCancelled, NoEvents, PodInfo,
+    Cluster, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, NeverCancelled, NoEvents, PodInfo,
     PodLister, TransportError, TransportErrorKind,
 };
 use clickhouse_schema_kube::KubeTransport;
@@ -122,7 +122,11 @@ through_inner!(
     CutAfterRename,
     CopiedTwice,
     EqualRowsAfterSwap,
-    RowAfterADrop
+    RowAfterADrop,
+    BadRowThenNoBackfill,
+    CheckOverALimit,
+    WriterIntoTheNewTable,
+    FoldDuringSnapshot
 );
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
@@ -207,6 +211,20 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(rows_that_do_not_convert_are_refused_before_the_view(&sb)).await {
         failures.push(format!("rows that do not convert to a declared type: {e}"));
     }
+    if let Err(e) = Box::pin(a_row_that_does_not_convert_during_the_dual_write(&sb)).await {
+        failures.push(format!(
+            "a row that does not convert, written through the view: {e}"
+        ));
+    }
+    if let Err(e) = Box::pin(a_check_over_a_limit_is_not_a_refusal(&sb)).await {
+        failures.push(format!("a conversion check over a server limit: {e}"));
+    }
+    if let Err(e) = Box::pin(a_snapshot_unlike_the_new_table_stops_the_swap(&sb)).await {
+        failures.push(format!("a snapshot unlike the new table: {e}"));
+    }
+    if let Err(e) = Box::pin(a_merge_that_folds_during_the_snapshot(&sb)).await {
+        failures.push(format!("a merge that folds rows during the snapshot: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -233,6 +251,10 @@ async fn several_sources_keep_their_old_tables_when_a_row_reached_one_only() {
     if let Err(e) = Box::pin(a_row_between_a_drop_and_its_rename(&sb, true)).await {
         failures.push(format!("a late row on the second source after verification: {e}"));
     }
+    // Last: it restarts the servers with a limit on drops.
+    if let Err(e) = Box::pin(a_table_over_the_drop_limit(&sb)).await {
+        failures.push(format!("a table larger than max_table_size_to_drop: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -258,6 +280,14 @@ async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
     }
     if let Err(e) = Box::pin(rows_that_do_not_convert_are_refused_before_the_view(&sb)).await {
         failures.push(format!("rows that do not convert to a declared type [26.9]: {e}"));
+    }
+    if let Err(e) = Box::pin(a_row_that_does_not_convert_during_the_dual_write(&sb)).await {
+        failures.push(format!(
+            "a row that does not convert, written through the view [26.9]: {e}"
+        ));
+    }
+    if let Err(e) = Box::pin(a_check_over_a_limit_is_not_a_refusal(&sb)).await {
+        failures.push(format!("a conversion check over a server limit [26.9]: {e}"));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -951,6 +981,8 @@ struct RowAfterADrop<'a> {
     at_drop: usize,
     /// The pod that takes the row: `None` for the pod whose view was dropped.
     into: Option<String>,
+    /// A statement run at the same moment on another pod (a DELETE, waited for).
+    also: Option<(String, String)>,
     drops: Mutex<Vec<String>>,
     on: Mutex<Option<String>>,
 }
@@ -963,7 +995,7 @@ impl Executor for RowAfterADrop<'_> {
             let into = self.into.clone().unwrap_or_else(|| request.pod.clone());
             drops.len() == self.at_drop && self.on.lock().unwrap().replace(into).is_none()
         };
-        let (inner, row) = (self.inner, self.row.clone());
+        let (inner, row, also) = (self.inner, self.row.clone(), self.also.clone());
         let pod = self.on.lock().unwrap().clone().unwrap_or_default();
         async move {
             let out = inner.exec(request).await?;
@@ -972,6 +1004,28 @@ impl Executor for RowAfterADrop<'_> {
                     .exec(statement_exec(&pod, &row, Duration::from_secs(30)))
                     .await?;
                 assert_eq!(written.exit_code, 0, "{row}: {written:?}");
+                if let Some((other, sql)) = also {
+                    let done = inner
+                        .exec(statement_exec(&other, &sql, Duration::from_secs(30)))
+                        .await?;
+                    assert_eq!(done.exit_code, 0, "{sql}: {done:?}");
+                    let mut waiting = String::new();
+                    for _ in 0..100 {
+                        let left = inner
+                            .exec(statement_exec(
+                                &other,
+                                "SELECT count() FROM system.mutations WHERE is_done = 0",
+                                Duration::from_secs(30),
+                            ))
+                            .await?;
+                        waiting = left.stdout;
+                        if waiting == "0\n" {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    assert_eq!(waiting, "0\n", "the mutation of {sql} ends");
+                }
             }
             Ok(out)
         }
@@ -1026,6 +1080,10 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox, late: bool) -> Result
         row,
         at_drop: if late { 1 } else { 2 },
         into: late.then(|| pods[1].clone()),
+        // With the late row on the second pod, a row of the same partition deleted on the first:
+        // the sum of the two old tables' counts is then what verification found, and only each
+        // source's own count shows the late row (review K7 of rebuild-session-42.md).
+        also: late.then(|| (pods[0].clone(), format!("ALTER TABLE {db}.t DELETE WHERE id = 3"))),
         drops: Mutex::new(Vec::new()),
         on: Mutex::new(None),
     };
@@ -1118,5 +1176,603 @@ async fn rows_that_do_not_convert_are_refused_before_the_view(sb: &Sandbox) -> R
     check(
         counted == "102\n",
         format!("the live table took the insert: {counted:?}"),
+    )
+}
+
+/// The product's transport, but before the backfill's first copy a row whose value the declared
+/// type cannot hold is inserted through the view (dated after the cut-over); and every copy is
+/// lost on the way (the API server drops the exec): the apply fails with the view in place.
+struct BadRowThenNoBackfill<'a> {
+    inner: &'a KubeTransport,
+    row: &'static str,
+    inserted: AtomicBool,
+    /// The bad row's insert: the view fails it.
+    insert: Mutex<Option<ExecOutput>>,
+}
+
+impl Executor for BadRowThenNoBackfill<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let copy = request.stdin.contains("TRUNCATE TABLE") && request.stdin.contains("__rebuild_stage`");
+        let insert = copy && !self.inserted.swap(true, Ordering::SeqCst);
+        let (inner, row, pod) = (self.inner, self.row, request.pod.clone());
+        async move {
+            if insert {
+                let out = inner
+                    .exec(statement_exec(&pod, row, Duration::from_secs(30)))
+                    .await?;
+                *self.insert.lock().unwrap() = Some(out);
+            }
+            if copy {
+                return Err(TransportError::new(
+                    TransportErrorKind::Refused,
+                    "the API server refused the exec (the test drops every copy)",
+                ));
+            }
+            inner.exec(request).await
+        }
+    }
+}
+
+/// A row that does not convert, written through the view of a rebuild an earlier apply left
+/// unfinished: the next apply refuses, and drops that rebuild's view and new table (the view fails
+/// every insert of such a value), saying so; the live table keeps its rows and its inserts.
+async fn a_row_that_does_not_convert_during_the_dual_write(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |code: &str, order: &str| {
+        rebuild_props(
+            "rb_conv_view",
+            &format!("(id UInt64, code {code}) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-conv-view";
+    let v1 = validate(id, &props("String", "id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query(
+        "INSERT INTO rb_conv_view.t SELECT number + 1, toString(number) FROM system.numbers LIMIT 100"
+            .to_owned(),
+    )
+    .await?;
+    let v2 = validate(id, &props("UInt32", "(code, id)")).map_err(|e| format!("{e:?}"))?;
+    let cut = BadRowThenNoBackfill {
+        inner: &t,
+        // The cut-over is 101: the largest id plus one.
+        row: "INSERT INTO rb_conv_view.t VALUES (500, 'alice-row-value-123')",
+        inserted: AtomicBool::new(false),
+        insert: Mutex::new(None),
+    };
+    if let Ok(outcome) = apply(id, &v2, Some(&state), &cluster(&cut, &clock, &NoEvents)).await {
+        return Err(format!("the rebuild went through with no copy: {outcome:?}"));
+    }
+    let insert = cut
+        .insert
+        .lock()
+        .unwrap()
+        .clone()
+        .ok_or("the backfill never began")?;
+    check(
+        insert.exit_code != 0,
+        format!("the view fails the insert of a value it cannot convert: {insert:?}"),
+    )?;
+    let held = query("SELECT count() FROM rb_conv_view.t WHERE id = 500".to_owned()).await?;
+    check(
+        held == "1\n",
+        format!("the live table took the block before the view failed: {held:?}"),
+    )?;
+    let err = match apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents)).await {
+        Ok(outcome) => return Err(format!("the rebuild went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        err.kind == ErrorKind::RebuildRefused
+            && err.message.contains("code (UInt32)")
+            && err.message.contains("was dropped")
+            && !err.message.contains("no view was created"),
+        format!("refused, saying the view was dropped: {err:?}"),
+    )?;
+    check(
+        !format!("{err:?}").contains("alice-row-value"),
+        format!("no row value in the error: {err:?}"),
+    )?;
+    let made = query(
+        "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = 'rb_conv_view' \
+         AND name != 't' AND name NOT LIKE '%receipts%' ORDER BY name)"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        made == "['t__new','t__rebuild_stage']\n",
+        format!("the view is gone, the new table and its copies kept: {made:?}"),
+    )?;
+    // With no view, an insert the new type could not hold goes into the live table as before,
+    // and one dated after the cut-over that it can hold too.
+    query("INSERT INTO rb_conv_view.t VALUES (501, 'another-text')".to_owned()).await?;
+    query("INSERT INTO rb_conv_view.t VALUES (502, '502')".to_owned()).await?;
+    let counted = query("SELECT count() FROM rb_conv_view.t".to_owned()).await?;
+    check(
+        counted == "103\n",
+        format!("the live table kept its rows and takes inserts: {counted:?}"),
+    )?;
+    // The rows corrected, the next deploy goes on from the kept copies, and the row the live
+    // table took with no view is in the rebuilt table once.
+    query(
+        "ALTER TABLE rb_conv_view.t DELETE WHERE code IN ('alice-row-value-123', 'another-text')".to_owned(),
+    )
+    .await?;
+    for _ in 0..100 {
+        if query("SELECT count() FROM rb_conv_view.t".to_owned()).await? == "101\n" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the deploy after the rows were corrected: {e}"))?;
+    let rows = query(
+        "SELECT count(), uniqExact(id), sum(code), toTypeName(any(code)) FROM rb_conv_view.t".to_owned(),
+    )
+    .await?;
+    check(
+        rows == "101\t101\t5452\tUInt32\n",
+        format!("rebuilt, every row once: {rows:?}"),
+    )
+}
+
+/// The product's transport, but the conversion check runs into a limit of the server's (a real
+/// error of the real server: too many rows to read) instead of a value that does not convert.
+struct CheckOverALimit<'a> {
+    inner: &'a KubeTransport,
+}
+
+impl Executor for CheckOverALimit<'_> {
+    fn exec(
+        &self,
+        mut request: ExecRequest,
+    ) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        // The check's line, and only it.
+        if request.stdin.contains("sum(cityHash64(CAST(") {
+            request.stdin = request
+                .stdin
+                .lines()
+                .map(|line| {
+                    if line.contains("sum(cityHash64(CAST(") {
+                        // As long as the line it replaces: the pod reads as many bytes as the
+                        // command says.
+                        format!(
+                            "{:<1$}",
+                            "SELECT count() FROM system.numbers SETTINGS max_rows_to_read = 10;",
+                            line.len()
+                        )
+                    } else {
+                        line.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n";
+        }
+        self.inner.exec(request)
+    }
+}
+
+/// A conversion check that fails for a reason of its own (here a limit on the rows a query reads;
+/// in production a timeout, memory, too many queries) is not a refusal, which would tell the user
+/// to correct rows that are fine: the step fails with the server's error, and nothing changed.
+async fn a_check_over_a_limit_is_not_a_refusal(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |code: &str, order: &str| {
+        rebuild_props(
+            "rb_conv_limit",
+            &format!("(id UInt64, code {code}) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let id = "rb-conv-limit";
+    let v1 = validate(id, &props("String", "id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    sql_on(
+        &t,
+        &pod,
+        "INSERT INTO rb_conv_limit.t SELECT number + 1, toString(number) FROM system.numbers LIMIT 100"
+            .to_owned(),
+    )
+    .await?;
+    let v2 = validate(id, &props("UInt32", "(code, id)")).map_err(|e| format!("{e:?}"))?;
+    let limited = CheckOverALimit { inner: &t };
+    let err = match apply(id, &v2, Some(&state), &cluster(&limited, &clock, &NoEvents)).await {
+        Ok(outcome) => return Err(format!("the rebuild went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        err.kind == ErrorKind::RebuildFailed
+            && err.clickhouse_code == Some(158)
+            && !err.message.contains("do not all convert"),
+        format!("a failed step with the server's error, not a refusal: {err:?}"),
+    )?;
+    let views = sql_on(
+        &t,
+        &pod,
+        "SELECT count() FROM system.tables WHERE database = 'rb_conv_limit' AND name = 't__rebuild_view'"
+            .to_owned(),
+    )
+    .await?;
+    check(views == "0\n", format!("no view: {views:?}"))?;
+    // The limit gone, the same rebuild goes through.
+    apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the next apply: {e}"))?;
+    let rows = sql_on(
+        &t,
+        &pod,
+        "SELECT count(), sum(code) FROM rb_conv_limit.t".to_owned(),
+    )
+    .await?;
+    check(rows == "100\t4950\n", format!("rebuilt with every row: {rows:?}"))
+}
+
+/// The product's transport, but once the swap has read the new table's partitions, a row is
+/// written straight into the new table in a partition that list does not have (a foreign writer,
+/// say a migration script that knows the name).
+struct WriterIntoTheNewTable<'a> {
+    inner: &'a KubeTransport,
+    row: &'static str,
+    done: AtomicBool,
+}
+
+impl Executor for WriterIntoTheNewTable<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        // The new table's partitions (the staging table's are listed too, before the views go).
+        let listed = request.stdin.contains("SELECT DISTINCT 'p', partition_id")
+            && request.stdin.contains("t__new'")
+            && !self.done.swap(true, Ordering::SeqCst);
+        let (inner, row, pod) = (self.inner, self.row, request.pod.clone());
+        async move {
+            let out = inner.exec(request).await?;
+            if listed {
+                let written = inner
+                    .exec(statement_exec(&pod, row, Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(written.exit_code, 0, "{row}: {written:?}");
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// A snapshot that does not hold what the new table holds at the swap (here a row written into
+/// it by someone else after its partitions were read) stops the swap before any RENAME, saying
+/// so: the comparison after the swap would take that row's absence for a missing row. The live
+/// table serves as before, and later deploys finish the rebuild with every row once.
+async fn a_snapshot_unlike_the_new_table_stops_the_swap(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            "rb_snap",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-snap";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    // Ids 3, 6, .. 99 only: partition 0. The foreign row goes to partition 1.
+    query("INSERT INTO rb_snap.t SELECT (number + 1) * 3, 'k' FROM system.numbers LIMIT 33".to_owned())
+        .await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let meddling = WriterIntoTheNewTable {
+        inner: &t,
+        row: "INSERT INTO rb_snap.t__new VALUES (1, 'foreign')",
+        done: AtomicBool::new(false),
+    };
+    let err = match apply(id, &v2, Some(&state), &cluster(&meddling, &clock, &NoEvents)).await {
+        Ok(outcome) => return Err(format!("the swap went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        err.kind == ErrorKind::RebuildFailed
+            && err.message.contains("t__new holds 34 row(s) and its snapshot 33")
+            && err.message.contains("No pod of"),
+        format!("the swap stopped, saying why: {err:?}"),
+    )?;
+    let live = query(
+        "SELECT sorting_key, (SELECT count() FROM system.tables WHERE database = 'rb_snap' AND name = 't__old') \
+         FROM system.tables WHERE database = 'rb_snap' AND name = 't'"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        live == "id\t0\n",
+        format!("the live table is as it was: {live:?}"),
+    )?;
+    // The next deploys: the foreign row makes the new table differ, so the rebuild starts over
+    // (an abandon), and the one after finishes.
+    let mut last = String::new();
+    for _ in 0..3 {
+        match apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents)).await {
+            Ok(_) => {
+                last.clear();
+                break;
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    check(
+        last.is_empty(),
+        format!("later deploys finish the rebuild: {last}"),
+    )?;
+    let rows =
+        query("SELECT count(), uniqExact(id), countIf(kind = 'foreign') FROM rb_snap.t".to_owned()).await?;
+    check(rows == "33\t33\t0\n", format!("every row once: {rows:?}"))
+}
+
+/// A table larger than the server's `max_table_size_to_drop` (50 GB by default; here set between
+/// one partition's size and the table's, and the servers restarted): the backfill's stage holds
+/// one partition at a time, but after the swap it holds a snapshot of the whole table, and the
+/// old table is the whole table. The rebuild finishes: the stage is emptied by detaching its
+/// partitions (its rows are the table's), and the old table, which the server refuses to drop,
+/// is kept with an event, every row in the table.
+async fn a_table_over_the_drop_limit(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pods = sb.pod_names();
+    let pod = pods[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            "rb_big",
+            &format!("(id UInt64, payload String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-big";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    // Rows that compress badly, so that each partition has a size of its own.
+    query(
+        "INSERT INTO rb_big.t SELECT number + 1, concat(toString(cityHash64(number)), toString(cityHash64(number, 1)), \
+         toString(cityHash64(number, 2))) FROM system.numbers LIMIT 6000"
+            .to_owned(),
+    )
+    .await?;
+    query("OPTIMIZE TABLE rb_big.t FINAL".to_owned()).await?;
+    let sizes = query(
+        "SELECT max(b), sum(b) FROM (SELECT partition_id, sum(bytes_on_disk) AS b FROM system.parts \
+         WHERE database = 'rb_big' AND table = 't' AND active GROUP BY partition_id)"
+            .to_owned(),
+    )
+    .await?;
+    let (largest, total) = sizes
+        .trim()
+        .split_once('\t')
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+        .ok_or(format!("partition sizes: {sizes:?}"))?;
+    // Between two partitions and the whole table (three of about the same size).
+    let limit = largest * 2;
+    check(
+        limit < total,
+        format!("a limit below the table's size: {sizes:?}"),
+    )?;
+    let mut written = 0;
+    for entry in walk(sb.dir())? {
+        if entry.ends_with("config.d") {
+            std::fs::write(
+                entry.join("drop_limit.xml"),
+                format!(
+                    "<?xml version=\"1.0\"?>\n<yandex>\n    <max_table_size_to_drop>{limit}</max_table_size_to_drop>\n</yandex>\n"
+                ),
+            )
+            .map_err(|e| e.to_string())?;
+            written += 1;
+        }
+    }
+    check(written == pods.len(), format!("a config.d per pod: {written}"))?;
+    for p in &pods {
+        sb.stop_server(p).await.map_err(|e| e.to_string())?;
+        sb.start_server(p).await.map_err(|e| e.to_string())?;
+    }
+    let refused = t
+        .exec(statement_exec(
+            &pod,
+            "CREATE TABLE rb_big.probe AS rb_big.t",
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(refused.exit_code == 0, format!("probe: {refused:?}"))?;
+    query("INSERT INTO rb_big.probe SELECT * FROM rb_big.t".to_owned()).await?;
+    let drop = t
+        .exec(statement_exec(
+            &pod,
+            "DROP TABLE rb_big.probe",
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    check(
+        drop.exit_code != 0 && drop.stderr.contains("Code: 359"),
+        format!("the limit holds after the restart: {drop:?}"),
+    )?;
+    let v2 = validate(id, &props("(payload, id)")).map_err(|e| format!("{e:?}"))?;
+    let events = Recorded::default();
+    apply(id, &v2, Some(&state), &cluster(&t, &clock, &events))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    let left = query(
+        "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = 'rb_big' \
+         AND name LIKE 't\\_\\_%' ORDER BY name)"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        left == "['t__old']\n",
+        format!("only the old table is left: {left:?}"),
+    )?;
+    let rows = query(
+        "SELECT count(), uniqExact(id), (SELECT sorting_key FROM system.tables WHERE database = 'rb_big' \
+         AND name = 't') FROM rb_big.t"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        rows == "6000\t6000\tpayload, id\n",
+        format!("rebuilt with every row once: {rows:?}"),
+    )?;
+    let said = events.messages();
+    check(
+        said.iter().any(|m| m.contains("max_table_size_to_drop")),
+        format!("an event says why the old table is kept: {said:?}"),
+    )
+}
+
+/// The rebuild events' messages an apply emitted.
+#[derive(Default)]
+struct Recorded(Mutex<Vec<String>>);
+
+impl Recorded {
+    fn messages(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Events for Recorded {
+    fn emit(&self, event: Event) {
+        if let Event::Rebuild { message, .. } = event {
+            self.0.lock().unwrap().push(message);
+        }
+    }
+}
+
+/// The directories under `dir`, at any depth.
+fn walk(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.is_dir() && !path.is_symlink() {
+                out.push(path.clone());
+                todo.push(path);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The product's transport, but right before the swap reads the new table's partitions a row
+/// equal in key to one it holds is written into it, and in the snapshot's script a merge of the
+/// new table that folds the two (`OPTIMIZE .. FINAL`, in place of the stage's STOP MERGES, as long
+/// as it, after the REPLACEs): the new table then holds fewer rows than its snapshot, as a
+/// background merge of a folding engine leaves it.
+struct FoldDuringSnapshot<'a> {
+    inner: &'a KubeTransport,
+    twin: &'static str,
+    optimize: &'static str,
+    done: AtomicBool,
+}
+
+impl Executor for FoldDuringSnapshot<'_> {
+    fn exec(
+        &self,
+        mut request: ExecRequest,
+    ) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let listing = request.stdin.contains("SELECT DISTINCT 'p', partition_id")
+            && request.stdin.contains("t__new'")
+            && !self.done.swap(true, Ordering::SeqCst);
+        if request.stdin.contains("REPLACE PARTITION ID") {
+            let lines: Vec<&str> = request.stdin.lines().collect();
+            let stop = lines
+                .iter()
+                .position(|l| l.starts_with("SYSTEM STOP MERGES"))
+                .expect("the snapshot stops the stage's merges");
+            let last_replace = lines
+                .iter()
+                .rposition(|l| l.contains("REPLACE PARTITION ID"))
+                .expect("a REPLACE");
+            let optimize = format!("{:<1$}", self.optimize, lines[stop].len());
+            let mut out: Vec<String> = Vec::new();
+            for (i, line) in lines.iter().enumerate() {
+                if i != stop {
+                    out.push((*line).to_owned());
+                }
+                if i == last_replace {
+                    out.push(optimize.clone());
+                }
+            }
+            request.stdin = out.join("\n") + "\n";
+        }
+        let (inner, twin, pod) = (self.inner, self.twin, request.pod.clone());
+        async move {
+            if listing {
+                let written = inner
+                    .exec(statement_exec(&pod, twin, Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(written.exit_code, 0, "{twin}: {written:?}");
+            }
+            inner.exec(request).await
+        }
+    }
+}
+
+/// A folding engine's merge of the new table between its snapshot and the count (here forced,
+/// see `FoldDuringSnapshot`) leaves the table with fewer rows than the snapshot: that is no
+/// row from elsewhere, so the swap goes on (it stopped on any difference, and the next deploy
+/// met the same odds).
+async fn a_merge_that_folds_during_the_snapshot(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |engine: &str| {
+        rebuild_props(
+            "rb_fold",
+            &format!("(id UInt64, kind String) ENGINE = {engine} PARTITION BY id % 3 ORDER BY id"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-fold";
+    let v1 = validate(id, &props("MergeTree")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query("INSERT INTO rb_fold.t SELECT number + 1, 'k' FROM system.numbers LIMIT 30".to_owned()).await?;
+    let v2 = validate(id, &props("ReplacingMergeTree")).map_err(|e| format!("{e:?}"))?;
+    let folding = FoldDuringSnapshot {
+        inner: &t,
+        twin: "INSERT INTO rb_fold.t__new VALUES (3, 'k')",
+        optimize: "OPTIMIZE TABLE `rb_fold`.`t__new` FINAL;",
+        done: AtomicBool::new(false),
+    };
+    apply(id, &v2, Some(&state), &cluster(&folding, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    check(
+        folding.done.load(Ordering::SeqCst),
+        "the swap listed the partitions".to_owned(),
+    )?;
+    let rows = query(
+        "SELECT count(), uniqExact(id), (SELECT engine FROM system.tables WHERE database = 'rb_fold' AND name = 't') \
+         FROM rb_fold.t FINAL"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        rows == "30\t30\tReplacingMergeTree\n",
+        format!("swapped, every row once: {rows:?}"),
     )
 }

@@ -585,6 +585,16 @@ impl RebuildPlan {
         )
     }
 
+    /// Ends the dual write on a pod and nothing else: the view dropped (`SYNC` where the database
+    /// drops lazily, see [`Self::drop_view_script`]), the new table and the receipts kept.
+    pub fn stop_dual_write_script(&self, lazy_drop: bool) -> String {
+        format!(
+            "DROP TABLE IF EXISTS {}{};\n",
+            self.name(VIEW_SUFFIX),
+            if lazy_drop { " SYNC" } else { "" }
+        )
+    }
+
     /// Converts every live row's `columns` (name, declared type) as the view and the backfill
     /// will, and prints how many rows did; fails as the conversion fails on the first row that
     /// does not convert (see the dual write in the driver).
@@ -1007,12 +1017,17 @@ impl RebuildPlan {
         )
     }
 
+    /// The pod's replication queue of a `Replicated` new table, done.
+    pub fn sync_new_script(&self) -> String {
+        format!("SYSTEM SYNC REPLICA {};\n", self.name(NEW_SUFFIX))
+    }
+
     /// The new table's partitions on the pod that takes its snapshot, one `p` line each; a
     /// `Replicated` new table's queue done first (`sync`), so that the pod holds what the other
     /// replicas wrote before their views were dropped.
     pub fn snapshot_partitions_query(&self, sync: bool) -> String {
         let sync = if sync {
-            format!("SYSTEM SYNC REPLICA {};\n", self.name(NEW_SUFFIX))
+            self.sync_new_script()
         } else {
             String::new()
         };
@@ -1029,19 +1044,31 @@ impl RebuildPlan {
     /// `partitions`, as [`Self::snapshot_partitions_query`] read them, by hard links: no row is
     /// copied), and a `snapshot` receipt. After the swap the old table is compared with this
     /// snapshot, not with the table, where a row written since, equal in every column to one the
-    /// old table alone holds, would hide it. Nothing writes the new table between the views' drop
-    /// and the RENAME, so the snapshot is what it held at the swap.
+    /// old table alone holds, would hide it. Nothing of the rebuild's writes the new table between
+    /// the views' drop and the RENAME; the script prints both tables' rows (`n` lines: the
+    /// snapshot's, then the new table's) so that the driver swaps only when they are equal (a
+    /// partition made or dropped since the list was read, a foreign writer, would change what
+    /// the comparison takes for missing).
+    ///
+    /// The staging table's merges stop first: the snapshot's parts are hard links to the new
+    /// table's, and a merge would write them again (more disk until the finish drops the stage)
+    /// or apply the declaration's TTL to them (rows it deletes or rolls up would read as missing
+    /// and be copied). A server restart lets them merge again, which costs only the disk.
     pub fn snapshot_script(&self, partitions: &[String], cutover: &str, pod: &str) -> String {
         let stage = self.name(STAGE_SUFFIX);
         let new = self.name(NEW_SUFFIX);
-        let mut script = format!("TRUNCATE TABLE {stage};\n");
+        let mut script = format!("TRUNCATE TABLE {stage};\nSYSTEM STOP MERGES {stage};\n");
         for id in partitions {
             script.push_str(&format!(
                 "ALTER TABLE {stage} REPLACE PARTITION ID {} FROM {new};\n",
                 literal(id)
             ));
         }
+        script.push_str(&format!(
+            "SELECT 'n', toString(count()) FROM {stage} FORMAT TSV;\nSELECT 'n', toString(count()) FROM {new} FORMAT TSV;\n"
+        ));
         script.push_str(&self.receipt_insert("snapshot", pod, "", 0, 0, "", cutover));
+        script.push_str(&end_statement());
         script
     }
 
@@ -1069,6 +1096,36 @@ impl RebuildPlan {
     /// (see `finish_interrupted_swaps` in the driver).
     pub fn copying_receipt(&self, cutover: &str, pod: &str) -> String {
         self.receipt_insert("copying", pod, "", 0, 0, "", cutover)
+    }
+
+    /// The staging table's partitions on the pod, one `p` line each (none when it is gone).
+    pub fn stage_partitions_query(&self) -> String {
+        format!(
+            "SELECT DISTINCT 'p', partition_id FROM system.parts WHERE database = {} AND table = {} AND active \
+             FORMAT TSV;\n{}",
+            literal(&self.database),
+            literal(&format!("{}{STAGE_SUFFIX}", self.table)),
+            end_statement(),
+        )
+    }
+
+    /// Empties the staging table by detaching its `partitions` (a server refuses to DROP or
+    /// TRUNCATE a table larger than its `max_table_size_to_drop`, 50 GB by default, and after the
+    /// swap the stage holds a snapshot of the whole table; a DETACH is not limited, and the DROP
+    /// of [`Self::finish_script`] then removes the detached parts with the table). Its rows are
+    /// the table's, by hard links, so none is lost. Detaching a partition already gone does
+    /// nothing, so the script can run again.
+    pub fn empty_stage_script(&self, partitions: &[String]) -> String {
+        partitions
+            .iter()
+            .map(|id| {
+                format!(
+                    "ALTER TABLE {} DETACH PARTITION ID {};\n",
+                    self.name(STAGE_SUFFIX),
+                    literal(id)
+                )
+            })
+            .collect()
     }
 
     /// Ends the swap on a pod once the old table's late rows are copied: drops the old table
@@ -1399,6 +1456,20 @@ pub struct Inspection {
 }
 
 impl Inspection {
+    /// Why the table's database cannot take a rebuild, if it cannot: in a `Replicated` database
+    /// every DDL statement (DROP, RENAME, TRUNCATE, ALTER ... REPLACE PARTITION) goes to every
+    /// replica through the database's log, while the rebuild runs them pod by pod and keeps
+    /// receipts per pod; the swap would run twice on each replica, or fail half way.
+    pub fn database_refusal(&self) -> Option<String> {
+        (self.database_engine == "Replicated").then(|| {
+            "the table's database has the Replicated engine, which sends each DDL statement to every replica \
+             itself; a rebuild runs its DROP, RENAME and partition moves pod by pod, so it does not rebuild tables \
+             there. Rebuild it by hand (create the declared table beside it, copy, then RENAME), or keep a \
+             definition an ALTER can reach"
+                .to_owned()
+        })
+    }
+
     /// Whether a DROP in the table's database returns before the queries that use the dropped
     /// object end (anything but `Ordinary`, which drops under an exclusive lock).
     pub fn drops_lazily(&self) -> bool {
@@ -1509,6 +1580,31 @@ fn shared_between(inspection: &Inspection, from: &str, into: &str) -> Vec<String
         .filter(|c| c.3.is_empty() || c.3 == "DEFAULT")
         .map(|c| c.1.clone())
         .collect()
+}
+
+/// Whether a failed conversion check ([`RebuildPlan::convert_check_script`]) failed on a value
+/// that does not convert, rather than for a reason of its own (a timeout, memory, too many
+/// queries, a lost connection): only the first refuses the rebuild; the others fail the step with
+/// the server's error, as any step does. 18.16 reports an Enum's unknown element as a
+/// `LOGICAL_ERROR` (49) and later servers as `BAD_ARGUMENTS` (36) or `UNKNOWN_ELEMENT_OF_ENUM`
+/// (691), so those are read by their text.
+pub fn conversion_failed(code: Option<u32>, text: &str) -> bool {
+    // CANNOT_PARSE_TEXT, _ESCAPE_SEQUENCE, _QUOTED_STRING, _INPUT_ASSERTION_FAILED,
+    // CANNOT_PARSE_DATE, _DATETIME, TYPE_MISMATCH,
+    // ARGUMENT_OUT_OF_BOUND, CANNOT_CONVERT_TYPE, CANNOT_PARSE_NUMBER, TOO_LARGE_STRING_SIZE,
+    // VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE, CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN,
+    // CANNOT_PARSE_UUID, DECIMAL_OVERFLOW, CANNOT_PARSE_DOMAIN_VALUE_FROM_STRING,
+    // CANNOT_PARSE_BOOL, UNKNOWN_ELEMENT_OF_ENUM.
+    // Not ATTEMPT_TO_READ_AFTER_EOF (32), which the client also prints when the server goes away
+    // in the middle of a query.
+    const CONVERSION: [u32; 18] = [
+        6, 25, 26, 27, 38, 41, 53, 69, 70, 72, 131, 321, 349, 376, 407, 441, 467, 691,
+    ];
+    match code {
+        Some(code) if CONVERSION.contains(&code) => true,
+        Some(36 | 49) => text.contains("Unknown element"),
+        _ => false,
+    }
 }
 
 /// The columns a catch-up copies ([`RebuildPlan::catch_up_script`]): the shared ones, each with

@@ -20,7 +20,7 @@ use crate::error::{ClickHouseSchemaError, ErrorKind};
 use crate::live_schema::{ObjectStatus, VerifyPlan};
 use crate::rebuild::{
     self, BATCH_PARTITIONS, BATCH_ROWS, Cutover, CutoverKind, Inspection, NEW_SUFFIX, OLD_SUFFIX,
-    PlannedRebuild, RECEIPTS_TABLE, RebuildPlan, STAGE_SUFFIX, VERIFY_READS,
+    PlannedRebuild, RECEIPTS_TABLE, RebuildPlan, STAGE_SUFFIX, VERIFY_READS, VIEW_SUFFIX,
 };
 use crate::reconcile::{Call, Run, Tracked};
 use crate::sql::declared::{StatementClass, classify};
@@ -405,7 +405,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // The live rows must convert to the new table's column types before any view exists: a
         // view converts each production insert the same way, and one it cannot convert would
         // fail that insert (after the live table took the block, on a plain MergeTree, so that
-        // a client's retry doubles it). Checked on each source, only where a type changes.
+        // a client's retry doubles it). Checked on each source, only where a type changes; on a
+        // resumed rebuild too, as rows written since its view was made may not convert (their
+        // inserts failed): its views are then dropped before refusing.
         for pod in sources.values() {
             let converted: Vec<(String, String)> = rebuild::copy_columns(&inspected[&pod.name], table)
                 .into_iter()
@@ -417,26 +419,68 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let at = At::new(plan, "prepare", &pod.name);
             let script = plan.convert_check_script(&converted);
             let (output, script) = Box::pin(self.rebuild_run(&at, script, true)).await?;
-            if output.exit_code != 0 {
-                let said = redact_clickhouse_output(&output.stderr, &script);
+            if output.exit_code == 0 {
+                continue;
+            }
+            let said = redact_clickhouse_output(&output.stderr, &script);
+            let columns = converted
+                .iter()
+                .map(|(name, to)| format!("{name} ({to})"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if !rebuild::conversion_failed(said.clickhouse_code, &said.text) {
                 return Err(self
                     .rebuild_error(
-                        ErrorKind::RebuildRefused,
+                        ErrorKind::RebuildFailed,
                         &at,
                         &format!(
-                            "the rows of {} do not all convert to the declared types of {} (no view was created, so \
-                             no insert fails on them): {}. Correct those rows, or declare types they convert to",
+                            "the check that the rows of {} convert to the declared types of {columns} failed before \
+                             the dual write (nothing changed): {}",
                             plan.key(),
-                            converted
-                                .iter()
-                                .map(|(name, to)| format!("{name} ({to})"))
-                                .collect::<Vec<_>>()
-                                .join(", "),
                             redact_row_values(&said.text)
                         ),
                     )
                     .with_clickhouse(said.clickhouse_code, said.clickhouse_exception));
             }
+            let view = format!("{table}{VIEW_SUFFIX}");
+            let viewed: Vec<&PodInfo> = due
+                .iter()
+                .copied()
+                .filter(|p| inspected[&p.name].tables.contains_key(&view))
+                .collect();
+            // Only the views: the new table and the copies stay for when the rows convert (the
+            // next dual write copies what reached the live table alone meanwhile, as after any
+            // view-less pause), and a view is cheap to drop where a table may be over the
+            // server's drop limit. Every view of a target is dropped before any of its RENAMEs,
+            // so a pod with a view belongs to a target whose swap has not begun.
+            for p in &viewed {
+                let at = At::new(plan, "prepare", &p.name);
+                let lazy = inspected[&p.name].drops_lazily();
+                self.rebuild_exec(&at, plan.stop_dual_write_script(lazy), true)
+                    .await?;
+            }
+            return Err(self
+                .rebuild_error(
+                    ErrorKind::RebuildRefused,
+                    &at,
+                    &format!(
+                        "the rows of {} do not all convert to the declared types of {columns} ({}): {}. Correct \
+                         those rows, or declare types they convert to",
+                        plan.key(),
+                        if viewed.is_empty() {
+                            "no view was created, so no insert fails on them".to_owned()
+                        } else {
+                            format!(
+                                "the view of this unfinished rebuild, which fails each insert of such a value, was \
+                                 dropped on {} pod(s); its new table and copies are kept, and the rebuild goes on \
+                                 from them once the rows convert; the live table serves as before",
+                                viewed.len()
+                            )
+                        },
+                        redact_row_values(&said.text)
+                    ),
+                )
+                .with_clickhouse(said.clickhouse_code, said.clickhouse_exception));
         }
         // The other replicas' views first, then each copier's copy of the rows dated ahead and its
         // view: a row written on another replica before its view is then in the copier's live
@@ -495,7 +539,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let cutover = &cutover;
             let source_of = &source_of;
             async move {
-                let mut copied: BTreeMap<String, rebuild::Counts> = BTreeMap::new();
+                let mut copied: BTreeMap<String, VerifiedCounts> = BTreeMap::new();
                 for (target, pods) in targets {
                     // Each source read on its first pod, as the backfill copied it: a catch-up must
                     // run where the new table already holds what the backfill attached (another
@@ -507,8 +551,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     match Box::pin(self.verify_target(plan, pods[0], &in_target, inspected, cutover, phase))
                         .await?
                     {
-                        Verified::Matches { copied: counts } => {
-                            copied.insert(target.clone(), counts);
+                        Verified::Matches {
+                            copied: counts,
+                            sources,
+                        } => {
+                            copied.insert(target.clone(), (counts, sources));
                         }
                         Verified::Differs(mismatch) => {
                             for pod in due {
@@ -557,26 +604,64 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // renames, so the new table stands still while its snapshot is taken on the pod that
         // compares the old table with it afterwards (see `RebuildPlan::snapshot_script`).
         for (target, pods) in &targets {
+            let first = pods[0];
+            let at = At::new(plan, "swap", &first.name);
+            let sync = inspected[&first.name].replicas.contains_key(&new_name);
+            // The staging table emptied while the views still write: it holds the backfill's last
+            // partition (or an earlier attempt's snapshot), and a server refuses to TRUNCATE it
+            // over its size limits; a DETACH that fails here leaves every view in place.
+            self.empty_stage(&at).await?;
             for pod in pods {
                 let at = At::new(plan, "swap", &pod.name);
                 let lazy = inspected[&pod.name].drops_lazily();
                 self.rebuild_exec(&at, plan.drop_view_script(&cutover.value, &pod.name, lazy), false)
                     .await?;
             }
-            let first = pods[0];
-            let at = At::new(plan, "swap", &first.name);
-            let sync = inspected[&first.name].replicas.contains_key(&new_name);
             let out = self
                 .rebuild_exec(&at, plan.snapshot_partitions_query(sync), true)
                 .await?;
             let partitions = rebuild::parse_tagged(&out, "p")
                 .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-            self.rebuild_exec(
-                &at,
-                plan.snapshot_script(&partitions, &cutover.value, &first.name),
-                true,
-            )
-            .await?;
+            let out = self
+                .rebuild_exec(
+                    &at,
+                    plan.snapshot_script(&partitions, &cutover.value, &first.name),
+                    true,
+                )
+                .await?;
+            let rows = rebuild::parse_tagged(&out, "n")
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            let [snapshot, new] = rows.as_slice() else {
+                return Err(self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &at,
+                    &format!("the snapshot's row counts could not be read: {rows:?}"),
+                ));
+            };
+            // More rows in the table than in its snapshot: rows came in since its partitions were
+            // listed (not from this rebuild: its views are gone). Fewer is a merge that folded rows
+            // (a Replacing or Summing engine, a TTL) after the snapshot's REPLACE, which changes
+            // nothing the snapshot holds.
+            let count = |text: &str| text.parse::<u64>().ok();
+            let (Some(snapshot), Some(new)) = (count(snapshot), count(new)) else {
+                return Err(self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &at,
+                    &format!("the snapshot's row counts are not numbers: {rows:?}"),
+                ));
+            };
+            if new > snapshot {
+                return Err(self.rebuild_error(
+                    ErrorKind::RebuildFailed,
+                    &at,
+                    &format!(
+                        "{table}{NEW_SUFFIX} holds {new} row(s) and its snapshot {snapshot}: something other than \
+                         this rebuild wrote into it after the views were dropped, so what the old table lacks after \
+                         the swap could not be told. No pod of {target} was renamed: its live table serves, and the \
+                         next deploy takes the snapshot again"
+                    ),
+                ));
+            }
             self.rebuild_event(
                 plan,
                 "swap",
@@ -700,6 +785,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let table = plan.table.as_str();
         let at = At::new(plan, "check", pod);
         let refused = |why: String| self.rebuild_error(ErrorKind::RebuildRefused, &at, &why);
+        if let Some(why) = inspection.database_refusal() {
+            return Err(refused(why));
+        }
         let found = leftovers(plan, inspection);
         if !found.is_empty()
             && inspection.made.as_ref().is_some_and(BTreeSet::is_empty)
@@ -1194,7 +1282,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             };
             let early = read_new().await?;
             let mut expected = rebuild::SplitCounts::default();
-            for pod in sources.values() {
+            let mut per_source: BTreeMap<String, rebuild::Counts> = BTreeMap::new();
+            for (source, pod) in sources {
                 let at = At::new(plan, "verify", &pod.name);
                 // A Replicated live table's queue done first: a row the new table got through another
                 // replica's view is then in this replica's live table too, never read as extra.
@@ -1210,6 +1299,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
                 rebuild::add_counts(&mut expected.before, &counts.before);
                 rebuild::add_counts(&mut expected.after, &counts.after);
+                per_source.insert(source.clone(), counts.before);
             }
             let late = read_new().await?;
 
@@ -1436,7 +1526,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                             }
                         ),
                     );
-                    return Ok(Verified::Matches { copied: late.before });
+                    return Ok(Verified::Matches {
+                        copied: late.before,
+                        sources: per_source,
+                    });
                 }
                 ViewRange::Extra(p, e, f) if attempt >= VERIFY_READS => {
                     return Ok(Verified::Differs(self.mismatch(
@@ -1580,7 +1673,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         plan: &RebuildPlan,
         due: &[&PodInfo],
         targets: &BTreeMap<String, Vec<&PodInfo>>,
-        copied_before: &BTreeMap<String, rebuild::Counts>,
+        copied_before: &BTreeMap<String, VerifiedCounts>,
         source_of: &(dyn Fn(&PodInfo) -> String + Sync),
         inspected: &BTreeMap<String, Inspection>,
         cutover: &Cutover,
@@ -1617,29 +1710,33 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 plan.counts_script(suffix, &live_key, &columns, replicated, cutover, None)
             };
             // The new table's rows before the cut-over came from the old tables alone until the
-            // RENAME, so a partition they hold more of than verification left in the new one got
+            // RENAME, so a partition an old table holds more of than verification found in it got
             // rows since (rows written to the new table after the RENAME do not hide them, as
             // they would in a comparison with the new table now). With several sources (local
-            // tables becoming one `Replicated` table) each source's old table holds its share:
-            // they are read on one pod per source and summed.
+            // tables becoming one `Replicated` table) each source's old table is read on one of
+            // its pods and compared with its own counts: a sum over sources would let a row gone
+            // from one (a merge that folds, a TTL, a DELETE) hide a late row on another.
             let mut per_source: BTreeMap<String, &PodInfo> = BTreeMap::new();
             for p in pods {
                 per_source.entry(source_of(p)).or_insert(p);
             }
+            let verified = copied_before.get(target).cloned().unwrap_or_default();
             let mut old = rebuild::SplitCounts::default();
-            for p in per_source.values() {
+            let mut behind: BTreeSet<String> = BTreeSet::new();
+            for (source, p) in &per_source {
                 let counts = self
                     .read_counts(At::new(plan, "swap", &p.name), counts_of(OLD_SUFFIX, replicated))
                     .await?;
-                rebuild::add_counts(&mut old.before, &counts.before);
+                let own = verified.1.get(source).cloned().unwrap_or_default();
+                behind.extend(
+                    rebuild::count_differences(&counts.before, &own)
+                        .into_iter()
+                        .filter(|(_, o, v)| o.0 > v.0)
+                        .map(|(p, _, _)| p),
+                );
                 rebuild::add_counts(&mut old.after, &counts.after);
             }
-            let verified = copied_before.get(target).cloned().unwrap_or_default();
-            let behind: Vec<String> = rebuild::count_differences(&old.before, &verified)
-                .into_iter()
-                .filter(|(_, o, v)| o.0 > v.0)
-                .map(|(p, _, _)| p)
-                .collect();
+            let behind: Vec<String> = behind.into_iter().collect();
             // Rows from the cut-over on that reached the old table only: an insert that began
             // between the view's drop and the RENAME (on servers whose inserts outlive a dropped
             // view). The view carried every other such row, so the difference is what it missed.
@@ -1735,14 +1832,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         }
         for pod in due {
-            let kept = plan.config.keep_old || keep.contains(&pod.name);
             let at = At::new(plan, "swap", &pod.name);
-            self.rebuild_exec(
-                &at,
-                plan.finish_script(&cutover.value, &pod.name, keep.contains(&pod.name)),
-                true,
-            )
-            .await?;
+            let kept =
+                Box::pin(self.finish(&at, &cutover.value, &pod.name, keep.contains(&pod.name))).await?;
             self.rebuild_event(
                 plan,
                 "swap",
@@ -1759,6 +1851,76 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     }
                 ),
             );
+        }
+        Ok(())
+    }
+
+    /// Ends the swap on `pod` (`RebuildPlan::finish_script`), the staging table emptied first
+    /// (see `RebuildPlan::empty_stage_script`). Returns whether the old table is there still:
+    /// kept (`keep`, `keepOld`), or because the server refused to drop it for its size
+    /// (`max_table_size_to_drop`): the swap is done and recorded as finished then, and the old
+    /// table, a copy of rows the table holds, is left for the user to drop, as its limit asks.
+    async fn finish(
+        &self,
+        at: &At<'_>,
+        cutover: &str,
+        pod: &str,
+        keep: bool,
+    ) -> Result<bool, ClickHouseSchemaError> {
+        let plan = at.plan;
+        // A partition over the server's max_partition_size_to_drop stays in the stage, whose DROP
+        // then meets the same refusal as an old table's.
+        let emptied = match self.empty_stage(at).await {
+            Err(err) if err.clickhouse_code == Some(359) => false,
+            other => other.map(|()| true)?,
+        };
+        let kept = keep || plan.config.keep_old;
+        match self
+            .rebuild_exec(at, plan.finish_script(cutover, pod, keep), true)
+            .await
+        {
+            Ok(_) => Ok(kept),
+            // TABLE_SIZE_EXCEEDS_MAX_DROP_SIZE_LIMIT: only the DROPs of the stage and the old
+            // table can meet it, after the receipts that say the swap is finished.
+            Err(err) if err.clickhouse_code == Some(359) => {
+                let left = if emptied && !kept {
+                    format!("{}{OLD_SUFFIX}", plan.table)
+                } else if kept {
+                    format!("{}{STAGE_SUFFIX}", plan.table)
+                } else {
+                    format!("{t}{STAGE_SUFFIX} and {t}{OLD_SUFFIX}", t = plan.table)
+                };
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(pod),
+                    None,
+                    None,
+                    format!(
+                        "{} on {pod}: the swap is finished, but the server refused to drop {left} (larger than its \
+                         max_table_size_to_drop or max_partition_size_to_drop); the table holds every row there, so \
+                         drop {left} by hand (create the server's flags/force_drop_table file first, or raise the \
+                         limits)",
+                        plan.key(),
+                    ),
+                );
+                // The old table's DROP comes after the stage's: it is there either way.
+                Ok(true)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Empties the staging table on `at`'s pod by detaching its partitions (see
+    /// `RebuildPlan::empty_stage_script`).
+    async fn empty_stage(&self, at: &At<'_>) -> Result<(), ClickHouseSchemaError> {
+        let plan = at.plan;
+        let out = self.rebuild_exec(at, plan.stage_partitions_query(), true).await?;
+        let partitions = rebuild::parse_tagged(&out, "p")
+            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))?;
+        if !partitions.is_empty() {
+            self.rebuild_exec(at, plan.empty_stage_script(&partitions), true)
+                .await?;
         }
         Ok(())
     }
@@ -1797,7 +1959,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let mut inspections: BTreeMap<&str, Inspection> = BTreeMap::new();
         for pod in holders {
             let at = At::new(plan, "swap", &pod.name);
-            inspections.insert(pod.name.as_str(), Box::pin(self.inspect(&at)).await?);
+            let inspection = Box::pin(self.inspect(&at)).await?;
+            // Before any DROP or RENAME of a finish, as before a rebuild (see `refuse`).
+            if let Some(why) = inspection.database_refusal() {
+                return Err(self.rebuild_error(ErrorKind::RebuildRefused, &at, &why));
+            }
+            inspections.insert(pod.name.as_str(), inspection);
         }
         // A replica set half swapped: this pod's new table replicates the table another pod
         // serves, and both belong to one rebuild (this pod recorded the cut-over the other
@@ -1928,7 +2095,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // cannot be told apart (as after_swap keeps them).
             let several = !replicated(&old_name) && replicated(table);
             if several || !plan.copies_differences(&old_engine) {
-                Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, true), true)).await?;
+                Box::pin(self.finish(&at, &cutover, &pod.name, true)).await?;
                 self.rebuild_event(
                     plan,
                     "swap",
@@ -2026,7 +2193,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 ))
                 .await?;
             }
-            Box::pin(self.rebuild_exec(&at, plan.finish_script(&cutover, &pod.name, false), true)).await?;
+            let kept = Box::pin(self.finish(&at, &cutover, &pod.name, false)).await?;
             self.rebuild_event(
                 plan,
                 "swap",
@@ -2037,7 +2204,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     "{} on {}: the swap an earlier apply cut short is finished; {}",
                     plan.key(),
                     pod.name,
-                    if plan.config.keep_old {
+                    if kept {
                         format!("the old table is kept as {table}{OLD_SUFFIX}")
                     } else {
                         "the old table is dropped".to_owned()
@@ -2260,9 +2427,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 }
 
 /// What a target's verification found.
+/// What Final verification left of a target: the new table's rows before the cut-over per
+/// partition, and each source's own.
+type VerifiedCounts = (rebuild::Counts, BTreeMap<String, rebuild::Counts>);
+
 enum Verified {
-    /// The tables match; `copied` holds the new table's rows before the cut-over per partition.
-    Matches { copied: rebuild::Counts },
+    /// The tables match; `copied` holds the new table's rows before the cut-over per partition,
+    /// `sources` each source's own (by source, as `verify_target` was given them).
+    Matches {
+        copied: rebuild::Counts,
+        sources: BTreeMap<String, rebuild::Counts>,
+    },
     /// They differ: the error says how (the rebuild is abandoned).
     Differs(ClickHouseSchemaError),
 }

@@ -946,24 +946,33 @@ fn a_finish_records_the_swap_and_an_abandoned_attempt_has_no_open_swap() {
 fn after_the_swap_the_old_table_is_compared_with_a_snapshot_of_the_new_one() {
     let plan = events_plan("at").unwrap();
     let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
-    // The snapshot: the staging table emptied, then each partition of the new table by hard
-    // links, then its receipt.
+    // The snapshot: the staging table emptied and its merges stopped, then each partition of
+    // the new table by hard links, both tables' rows, then its receipt.
     let snapshot = plan.snapshot_script(&["202611".to_owned(), "2026'12".to_owned()], "100", "pod-0");
     let lines: Vec<&str> = snapshot.lines().collect();
-    assert_eq!(lines.len(), 4, "{snapshot}");
+    assert_eq!(lines.len(), 8, "{snapshot}");
     assert_eq!(lines[0], "TRUNCATE TABLE `shop`.`events__rebuild_stage`;");
+    assert_eq!(lines[1], "SYSTEM STOP MERGES `shop`.`events__rebuild_stage`;");
     assert_eq!(
-        lines[1],
+        lines[2],
         "ALTER TABLE `shop`.`events__rebuild_stage` REPLACE PARTITION ID '202611' FROM `shop`.`events__new`;"
     );
     assert_eq!(
-        lines[2],
+        lines[3],
         "ALTER TABLE `shop`.`events__rebuild_stage` REPLACE PARTITION ID '2026\\'12' FROM `shop`.`events__new`;"
     );
+    assert_eq!(
+        &lines[4..6],
+        [
+            "SELECT 'n', toString(count()) FROM `shop`.`events__rebuild_stage` FORMAT TSV;",
+            "SELECT 'n', toString(count()) FROM `shop`.`events__new` FORMAT TSV;"
+        ]
+    );
     assert!(
-        lines[3].ends_with("'snapshot', 'pod-0', '', 0, 0, '', '100');"),
+        lines[6].ends_with("'snapshot', 'pod-0', '', 0, 0, '', '100');"),
         "{snapshot}"
     );
+    assert!(snapshot.ends_with(&end_statement()));
     // Its partitions are read whole, after a Replicated new table's queue is done.
     let partitions = plan.snapshot_partitions_query(true);
     assert!(
@@ -1017,4 +1026,66 @@ fn the_conversion_check_uses_every_converted_value() {
         "SELECT toString(count()), toString(sum(cityHash64(CAST(`code` AS UInt32), CAST(`n` AS Int8)))) FROM \
          `shop`.`events` FORMAT TSV;\n"
     );
+}
+
+#[test]
+fn only_a_value_that_does_not_convert_refuses_a_rebuild() {
+    use crate::rebuild::conversion_failed;
+    // What 18.16 and the 26.9 engine print for a String that is not a number, and an Enum's
+    // unknown element (18.16: a LOGICAL_ERROR; later: UNKNOWN_ELEMENT_OF_ENUM).
+    assert!(conversion_failed(
+        Some(6),
+        "Cannot parse string '<data>' as UInt32"
+    ));
+    assert!(conversion_failed(
+        Some(49),
+        "Unknown element '<data>' for type Enum8('a' = 1)"
+    ));
+    assert!(conversion_failed(Some(691), "Unknown element '<data>' for enum"));
+    assert!(conversion_failed(Some(41), "Cannot parse datetime"));
+    // A limit, a timeout, memory, too many queries, a lost connection, no code at all.
+    for code in [Some(158), Some(159), Some(241), Some(202), Some(210), None] {
+        assert!(!conversion_failed(code, "Timeout exceeded"), "{code:?}");
+    }
+    // A LOGICAL_ERROR that is not an Enum's.
+    assert!(!conversion_failed(Some(49), "Part is broken"));
+}
+
+#[test]
+fn a_replicated_database_refuses_a_rebuild() {
+    let end = "__clickhouse_schema_rebuild_end__\n";
+    // The inspection's line for the table's database, as `system.databases` gives its engine.
+    let replicated = Inspection::parse(&format!("database\tReplicated\n{end}")).unwrap();
+    let why = replicated.database_refusal().expect("refused");
+    assert!(
+        why.contains("Replicated engine") && why.contains("by hand"),
+        "{why}"
+    );
+    for engine in ["Atomic", "Ordinary", "Lazy", ""] {
+        let inspection = Inspection::parse(&format!("database\t{engine}\n{end}")).unwrap();
+        assert_eq!(inspection.database_refusal(), None, "{engine}");
+    }
+}
+
+#[test]
+fn the_stage_is_emptied_by_detaching_its_partitions_before_its_drop() {
+    let plan = events_plan("at").unwrap();
+    // After the swap the stage holds the whole table (hard links): a DROP or TRUNCATE of it can
+    // meet the server's max_table_size_to_drop, a DETACH cannot.
+    let script = plan.empty_stage_script(&["202611".to_owned(), "2026'12".to_owned()]);
+    assert_eq!(
+        script,
+        "ALTER TABLE `shop`.`events__rebuild_stage` DETACH PARTITION ID '202611';\n\
+         ALTER TABLE `shop`.`events__rebuild_stage` DETACH PARTITION ID '2026\\'12';\n"
+    );
+    assert_eq!(plan.empty_stage_script(&[]), "");
+    let query = plan.stage_partitions_query();
+    assert!(
+        query.starts_with(
+            "SELECT DISTINCT 'p', partition_id FROM system.parts WHERE database = 'shop' AND table = \
+             'events__rebuild_stage' AND active"
+        ),
+        "{query}"
+    );
+    assert!(query.ends_with(&end_statement()));
 }
