@@ -126,7 +126,8 @@ through_inner!(
     BadRowThenNoBackfill,
     CheckOverALimit,
     WriterIntoTheNewTable,
-    FoldDuringSnapshot
+    FoldDuringSnapshot,
+    LateRowAtEachRead
 );
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
@@ -225,6 +226,9 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(a_merge_that_folds_during_the_snapshot(&sb)).await {
         failures.push(format!("a merge that folds rows during the snapshot: {e}"));
     }
+    if let Err(e) = Box::pin(a_late_row_before_each_read_of_verification(&sb)).await {
+        failures.push(format!("a late row before each read of the live table: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -254,6 +258,11 @@ async fn several_sources_keep_their_old_tables_when_a_row_reached_one_only() {
     // Last: it restarts the servers with a limit on drops.
     if let Err(e) = Box::pin(a_table_over_the_drop_limit(&sb)).await {
         failures.push(format!("a table larger than max_table_size_to_drop: {e}"));
+    }
+    if let Err(e) = Box::pin(an_abandon_over_the_drop_limit(&sb)).await {
+        failures.push(format!(
+            "an abandon whose new table is over max_table_size_to_drop: {e}"
+        ));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -1774,5 +1783,159 @@ async fn a_merge_that_folds_during_the_snapshot(sb: &Sandbox) -> Result<(), Stri
     check(
         rows == "30\t30\tReplacingMergeTree\n",
         format!("swapped, every row once: {rows:?}"),
+    )
+}
+
+/// A rebuild abandoned (its verification found a row it did not copy) whose new tables are over
+/// the drop limit `a_table_over_the_drop_limit` left on the servers: every pod's view is dropped
+/// first (before, the abandon stopped at the first pod's refused DROP, and the other pod's view
+/// kept writing into a new table no apply would resume), the `abandoned` receipts are written,
+/// and an event says which tables to drop by hand.
+async fn an_abandon_over_the_drop_limit(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pods = sb.pod_names();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            "rb_abandon",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let id = "rb-abandon";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    // Half as many rows again per partition as `rb_big`: each partition under the limit (twice
+    // one of rb_big's), the table over it.
+    for pod in &pods {
+        sql_on(
+            &t,
+            pod,
+            "INSERT INTO rb_abandon.t SELECT number + 1, concat(toString(cityHash64(number)), \
+             toString(cityHash64(number, 1)), toString(cityHash64(number, 2))) FROM system.numbers LIMIT 9000"
+                .to_owned(),
+        )
+        .await?;
+    }
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let meddling = Meddling::new(&t, "`rb_abandon`.`t__new`");
+    let events = Recorded::default();
+    let err = match apply(id, &v2, Some(&state), &cluster(&meddling, &clock, &events)).await {
+        Ok(outcome) => return Err(format!("the rebuild went through: {outcome:?}")),
+        Err(err) => err,
+    };
+    check(
+        err.kind == ErrorKind::RebuildFailed && err.clickhouse_code.is_none(),
+        format!("verification's mismatch, not the refused DROP: {err:?}"),
+    )?;
+    for pod in &pods {
+        let left = sql_on(
+            &t,
+            pod,
+            "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = 'rb_abandon' \
+             AND name LIKE 't\\_\\_%' ORDER BY name)"
+                .to_owned(),
+        )
+        .await?;
+        check(
+            !left.contains("t__rebuild_view"),
+            format!("no view left on {pod}: {left:?}"),
+        )?;
+        let abandoned = sql_on(
+            &t,
+            pod,
+            "SELECT count() FROM rb_abandon.clickhouse_schema_rebuild_receipts WHERE step = 'abandoned'"
+                .to_owned(),
+        )
+        .await?;
+        check(abandoned == "1\n", format!("abandoned on {pod}: {abandoned:?}"))?;
+    }
+    let said = events.messages();
+    check(
+        said.iter()
+            .any(|m| m.contains("refused to drop t__new or t__rebuild_stage")),
+        format!("an event names what to drop by hand: {said:?}"),
+    )
+}
+
+/// The product's transport, but before each read of the live table's counts (verification's) a
+/// late row (dated before the cut-over) is inserted into it: every read finds the live table
+/// ahead of the new one, the last one too.
+struct LateRowAtEachRead<'a> {
+    inner: &'a KubeTransport,
+    live_counts: &'static str,
+    db: &'static str,
+    written: Mutex<u32>,
+}
+
+impl Executor for LateRowAtEachRead<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let late = request.stdin.contains(self.live_counts).then(|| {
+            let mut n = self.written.lock().unwrap();
+            *n += 1;
+            format!("INSERT INTO {}.t VALUES ({n}, 'late{n}')", self.db)
+        });
+        let (inner, pod) = (self.inner, request.pod.clone());
+        async move {
+            if let Some(row) = late {
+                let out = inner
+                    .exec(statement_exec(&pod, &row, Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(out.exit_code, 0, "{row}: {out:?}");
+            }
+            inner.exec(request).await
+        }
+    }
+}
+
+/// Late rows keep arriving while verification reads: its reads copy those it finds, and its
+/// last read leaves the live table ahead of the new one (verification does not start over for
+/// rows that merely arrive late). The swap must copy those from the old table, comparing it with
+/// what the new table held at verification, not with what the live table held then; with
+/// `keepOld: false` the old table is dropped after.
+async fn a_late_row_before_each_read_of_verification(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            "rb_ahead",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-ahead";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query("INSERT INTO rb_ahead.t SELECT number + 1, 'k' FROM system.numbers LIMIT 100".to_owned()).await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let late = LateRowAtEachRead {
+        inner: &t,
+        live_counts: "FROM `rb_ahead`.`t` GROUP BY p",
+        db: "rb_ahead",
+        written: Mutex::new(0),
+    };
+    apply(id, &v2, Some(&state), &cluster(&late, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    let written = *late.written.lock().unwrap();
+    check(
+        written >= 3,
+        format!("verification read the live table {written} time(s)"),
+    )?;
+    let rows = query(
+        "SELECT count(), countIf(kind != 'k'), uniqExact(id, kind), (SELECT sorting_key FROM system.tables \
+         WHERE database = 'rb_ahead' AND name = 't') FROM rb_ahead.t"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        rows == format!("{}\t{written}\t{}\tkind, id\n", 100 + written, 100 + written),
+        format!("every row once, each late one too ({written} written): {rows:?}"),
     )
 }

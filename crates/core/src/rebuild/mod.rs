@@ -1203,11 +1203,13 @@ impl RebuildPlan {
     /// Drops what a rebuild that must start over left: the view first, then the new and staging
     /// tables; the receipt marks `cutover` as abandoned, so the next apply takes a new one.
     pub fn abandon_script(&self, cutover: &Cutover) -> String {
-        format!(
-            "{}{}",
-            self.discard_script(),
-            self.receipt_insert("abandoned", "", "", 0, 0, &cutover.value, &cutover.value),
-        )
+        format!("{}{}", self.discard_script(), self.abandoned_receipt(cutover))
+    }
+
+    /// The `abandoned` receipt of [`Self::abandon_script`] by itself (after a DROP the server
+    /// refused for the table's size).
+    pub fn abandoned_receipt(&self, cutover: &Cutover) -> String {
+        self.receipt_insert("abandoned", "", "", 0, 0, &cutover.value, &cutover.value)
     }
 
     /// The declared ENGINE clause.

@@ -558,10 +558,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                             copied.insert(target.clone(), (counts, sources));
                         }
                         Verified::Differs(mismatch) => {
-                            for pod in due {
-                                let at = At::new(plan, "abandon", &pod.name);
-                                self.rebuild_exec(&at, plan.abandon_script(cutover), true).await?;
-                            }
+                            Box::pin(self.abandon(plan, due, inspected, cutover)).await?;
                             return Err(mismatch);
                         }
                     }
@@ -1576,6 +1573,55 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// reports the rows it copied, `what` saying which; returns them. `retry`: run again after a
     /// transport failure, only for a copy of the difference with the table it copies into (which
     /// copies nothing more the second time).
+    /// Abandons the rebuild on the `due` pods: every view dropped first (a view is cheap to drop,
+    /// and one left would keep writing into a new table no apply resumes), then each pod's
+    /// objects (`RebuildPlan::abandon_script`). A new table or stage the server refuses to drop
+    /// for its size (`max_table_size_to_drop`) is left, with the `abandoned` receipt written all
+    /// the same and an event: the next apply refuses on it, as on any object no open receipt
+    /// vouches for, until it is dropped by hand.
+    async fn abandon(
+        &self,
+        plan: &RebuildPlan,
+        due: &[&PodInfo],
+        inspected: &BTreeMap<String, Inspection>,
+        cutover: &Cutover,
+    ) -> Result<(), ClickHouseSchemaError> {
+        for pod in due {
+            let at = At::new(plan, "abandon", &pod.name);
+            let lazy = inspected.get(&pod.name).is_some_and(Inspection::drops_lazily);
+            self.rebuild_exec(&at, plan.stop_dual_write_script(lazy), true)
+                .await?;
+        }
+        for pod in due {
+            let at = At::new(plan, "abandon", &pod.name);
+            match self.rebuild_exec(&at, plan.abandon_script(cutover), true).await {
+                Ok(_) => {}
+                Err(err) if err.clickhouse_code == Some(359) => {
+                    self.rebuild_exec(&at, plan.abandoned_receipt(cutover), true)
+                        .await?;
+                    self.rebuild_event(
+                        plan,
+                        "abandon",
+                        Some(&pod.name),
+                        None,
+                        None,
+                        format!(
+                            "{} on {}: the rebuild is abandoned, but the server refused to drop {t}{NEW_SUFFIX} or \
+                             {t}{STAGE_SUFFIX} (larger than its max_table_size_to_drop); drop them by hand (create \
+                             the server's flags/force_drop_table file first, or raise the limit): until then a \
+                             rebuild of the table is refused",
+                            plan.key(),
+                            pod.name,
+                            t = plan.table
+                        ),
+                    );
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
     /// Runs a [`RebuildPlan::counts_script`] and reads its counts.
     async fn read_counts(
         &self,
@@ -1714,8 +1760,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // rows since (rows written to the new table after the RENAME do not hide them, as
             // they would in a comparison with the new table now). With several sources (local
             // tables becoming one `Replicated` table) each source's old table is read on one of
-            // its pods and compared with its own counts: a sum over sources would let a row gone
-            // from one (a merge that folds, a TTL, a DELETE) hide a late row on another.
+            // its pods and compared with its own counts at verification (which then matched the
+            // new table's, or it fails): a sum over sources would let a row gone from one (a
+            // merge that folds, a TTL, a DELETE) hide a late row on another.
             let mut per_source: BTreeMap<String, &PodInfo> = BTreeMap::new();
             for p in pods {
                 per_source.entry(source_of(p)).or_insert(p);
@@ -1727,7 +1774,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let counts = self
                     .read_counts(At::new(plan, "swap", &p.name), counts_of(OLD_SUFFIX, replicated))
                     .await?;
-                let own = verified.1.get(source).cloned().unwrap_or_default();
+                // One source: what verification left in the new table (its last read may have
+                // found the source ahead, rows that arrived after it, which are copied now).
+                let own = if per_source.len() == 1 {
+                    verified.0.clone()
+                } else {
+                    verified.1.get(source).cloned().unwrap_or_default()
+                };
                 behind.extend(
                     rebuild::count_differences(&counts.before, &own)
                         .into_iter()
