@@ -229,6 +229,9 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(a_late_row_before_each_read_of_verification(&sb)).await {
         failures.push(format!("a late row before each read of the live table: {e}"));
     }
+    if let Err(e) = Box::pin(tables_partitioned_by_a_date_and_by_a_string(&sb)).await {
+        failures.push(format!("tables partitioned by a Date and by a String: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -297,6 +300,11 @@ async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
     }
     if let Err(e) = Box::pin(a_check_over_a_limit_is_not_a_refusal(&sb)).await {
         failures.push(format!("a conversion check over a server limit [26.9]: {e}"));
+    }
+    if let Err(e) = Box::pin(tables_partitioned_by_a_date_and_by_a_string(&sb)).await {
+        failures.push(format!(
+            "tables partitioned by a Date and by a String [26.9]: {e}"
+        ));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -1938,4 +1946,57 @@ async fn a_late_row_before_each_read_of_verification(sb: &Sandbox) -> Result<(),
         rows == format!("{}\t{written}\t{}\tkind, id\n", 100 + written, 100 + written),
         format!("every row once, each late one too ({written} written): {rows:?}"),
     )
+}
+
+/// Tables partitioned by a `Date` column, by a `String` one and by both: the server prints a
+/// one-column key's partition unquoted (`2026-11-01`, `b'c`), which the backfill used as a
+/// literal (`(d) = 2026-11-01` is a Date against a number: code 43, and `(k) = b'c` no SQL), so
+/// no such table could be rebuilt. Every row is in the rebuilt table once.
+async fn tables_partitioned_by_a_date_and_by_a_string(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    for (db, key) in [("rb_pdate", "d"), ("rb_pstring", "k"), ("rb_pboth", "(d, k)")] {
+        let props = |order: &str| {
+            rebuild_props(
+                db,
+                &format!(
+                    "(id UInt64, d Date, k String) ENGINE = MergeTree PARTITION BY {key} ORDER BY {order}"
+                ),
+                json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+            )
+        };
+        let id = format!("{db}-rebuild");
+        let v1 = validate(&id, &props("id")).map_err(|e| format!("{e:?}"))?;
+        let (state, _) = apply(&id, &v1, None, &cluster(&t, &clock, &NoEvents))
+            .await
+            .map_err(|e| format!("{db}: first apply: {e}"))?;
+        sql_on(
+            &t,
+            &pod,
+            format!(
+                "INSERT INTO {db}.t SELECT number + 1, toDate('2026-11-01') + number % 3, \
+                 arrayElement(['a', 'b''c', 'N'], number % 3 + 1) FROM system.numbers LIMIT 60"
+            ),
+        )
+        .await?;
+        let v2 = validate(&id, &props("(k, id)")).map_err(|e| format!("{e:?}"))?;
+        apply(&id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
+            .await
+            .map_err(|e| format!("{db}: the rebuild: {e}"))?;
+        let rows = sql_on(
+            &t,
+            &pod,
+            format!(
+                "SELECT count(), uniqExact(id), countIf(k = 'b''c'), (SELECT sorting_key FROM system.tables \
+                 WHERE database = '{db}' AND name = 't') FROM {db}.t"
+            ),
+        )
+        .await?;
+        check(
+            rows == "60\t60\t20\tk, id\n",
+            format!("{db}: rebuilt, every row once: {rows:?}"),
+        )?;
+    }
+    Ok(())
 }

@@ -631,23 +631,40 @@ impl RebuildPlan {
     /// [`Self::partitions_query`] for the backfill of one source: for a `Replicated` live table
     /// (`sync`) the pod's replication queue is done first, so that parts another replica wrote
     /// and this one has not fetched yet are listed and copied, not left to verification.
-    pub fn backfill_partitions_script(&self, sync: bool) -> String {
+    pub fn backfill_partitions_script(&self, live_key: &str, sync: bool) -> String {
         let sync = if sync {
             format!("SYSTEM SYNC REPLICA {};\n", self.name(""))
         } else {
             String::new()
         };
-        format!("{sync}{}", self.partitions_query())
+        format!("{sync}{}", self.partitions_query(live_key))
     }
 
-    /// The live partitions on a source pod, with their rows.
-    pub fn partitions_query(&self) -> String {
-        format!(
-            "SELECT partition_id, any(partition), sum(rows) FROM system.parts WHERE database = {} AND table = {} \
-             AND active GROUP BY partition_id ORDER BY partition_id FORMAT TSV;\n{}",
+    /// The live partitions on a source pod, with their rows, each with a literal of its value
+    /// that the server reads back (the backfill selects a partition's rows with it, see
+    /// `partition_filter`). `system.parts` prints a one-column key's value unquoted (`2026-11-01`,
+    /// `a`, on 18.16 and 26.x alike), which as SQL is arithmetic or a name; so the literal is
+    /// the key's value quoted by the server (`toString(tuple(..))`, one scan of the key's
+    /// columns), matched to the partition by the printed text, which `toString` prints alike.
+    pub fn partitions_query(&self, live_key: &str) -> String {
+        let parts = format!(
+            "SELECT partition_id, any(partition) AS text, sum(rows) AS rows FROM system.parts WHERE database = {} \
+             AND table = {} AND active GROUP BY partition_id",
             literal(&self.database),
             literal(&self.table),
+        );
+        if live_key.trim().is_empty() {
+            return format!(
+                "SELECT partition_id, text, rows FROM ({parts}) ORDER BY partition_id FORMAT TSV;\n{}",
+                end_statement()
+            );
+        }
+        format!(
+            "SELECT partition_id, if(lit = '', text, lit), rows FROM ({parts}) AS parts ANY LEFT JOIN (SELECT \
+             toString(({live_key})) AS text, any(toString(tuple(({live_key})))) AS lit FROM {live} GROUP BY text) AS lits \
+             USING text ORDER BY partition_id FORMAT TSV;\n{}",
             end_statement(),
+            live = self.name(""),
         )
     }
 
@@ -1293,10 +1310,15 @@ fn key_filter(live_key: &str, partition: &str) -> String {
     }
 }
 
-/// `(<partition key>) = <value>`, or `1` for an unpartitioned table.
+/// `(<partition key>) = <value>` (a literal from [`RebuildPlan::partitions_query`]), `1` for an
+/// unpartitioned table, and `isNull(..)` for the partition of a `Nullable` key's NULL, which
+/// `= NULL` would not match (the server prints it `(NULL)` quoted, and `\N` or `ᴺᵁᴸᴸ` when the
+/// literal is missing).
 fn partition_filter(live_key: &str, value: &str) -> String {
     if live_key.trim().is_empty() {
         "1".to_owned()
+    } else if matches!(value, "(NULL)" | "NULL" | "\\N" | "ᴺᵁᴸᴸ") {
+        format!("isNull(({live_key}))")
     } else {
         format!("({live_key}) = {value}")
     }

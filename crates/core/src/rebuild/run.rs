@@ -1051,7 +1051,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let out = self
             .rebuild_exec(
                 &at,
-                plan.backfill_partitions_script(inspection.replicas.contains_key(table)),
+                plan.backfill_partitions_script(&live_key, inspection.replicas.contains_key(table)),
                 true,
             )
             .await?;

@@ -688,7 +688,8 @@ fn every_read_script_prints_the_end_marker_last() {
     for script in [
         plan.inspect_script(),
         plan.plan_inspect_script(),
-        plan.partitions_query(),
+        plan.partitions_query("toYYYYMMDD(at)"),
+        plan.partitions_query(""),
         plan.stage_script(&partition, "toYYYYMMDD(at)", &cutover, &["id".to_owned()]),
         plan.counts_script("", "toYYYYMMDD(at)", &[], true, &cutover, None),
     ] {
@@ -823,12 +824,15 @@ fn open_swaps_and_old_partitions_are_read_whole_or_not_at_all() {
 #[test]
 fn the_backfill_of_a_replicated_source_lists_its_partitions_after_its_replication_queue() {
     let plan = events_plan("at").unwrap();
-    let synced = plan.backfill_partitions_script(true);
+    let synced = plan.backfill_partitions_script("toYYYYMMDD(at)", true);
     assert!(
         synced.starts_with("SYSTEM SYNC REPLICA `shop`.`events`;\nSELECT partition_id"),
         "{synced}"
     );
-    assert_eq!(plan.backfill_partitions_script(false), plan.partitions_query());
+    assert_eq!(
+        plan.backfill_partitions_script("toYYYYMMDD(at)", false),
+        plan.partitions_query("toYYYYMMDD(at)")
+    );
 }
 
 #[test]
@@ -1088,4 +1092,38 @@ fn the_stage_is_emptied_by_detaching_its_partitions_before_its_drop() {
         "{query}"
     );
     assert!(query.ends_with(&end_statement()));
+}
+
+#[test]
+fn a_partition_is_selected_by_the_literal_the_server_quoted() {
+    let plan = events_plan("at").unwrap();
+    // The literal comes from the data, quoted by the server, matched to system.parts by the text
+    // it prints (unquoted for a one-column key).
+    let query = plan.partitions_query("toDate(at)");
+    assert!(
+        query.contains(
+            "ANY LEFT JOIN (SELECT toString((toDate(at))) AS text, any(toString(tuple((toDate(at))))) AS lit FROM \
+             `shop`.`events` GROUP BY text) AS lits USING text"
+        ),
+        "{query}"
+    );
+    assert!(!plan.partitions_query("").contains("JOIN"));
+    let cutover = Cutover::parse(CutoverKind::Time, "1764600000").unwrap();
+    let staged = |value: &str| {
+        plan.stage_script(
+            &LivePartition {
+                id: "x".into(),
+                value: value.into(),
+                rows: 1,
+            },
+            "toDate(at)",
+            &cutover,
+            &["id".to_owned()],
+        )
+    };
+    assert!(staged("('2026-11-01')").contains("WHERE (toDate(at)) = ('2026-11-01') AND"));
+    // A Nullable key's NULL (26.x with allow_nullable_key), which `= NULL` would not match.
+    for null in ["(NULL)", "ᴺᵁᴸᴸ", "\\N"] {
+        assert!(staged(null).contains("WHERE isNull((toDate(at))) AND"), "{null}");
+    }
 }
