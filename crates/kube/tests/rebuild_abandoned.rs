@@ -127,7 +127,8 @@ through_inner!(
     CheckOverALimit,
     WriterIntoTheNewTable,
     FoldDuringSnapshot,
-    LateRowAtEachRead
+    LateRowAtEachRead,
+    CutFinish
 );
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
@@ -212,10 +213,28 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(rows_that_do_not_convert_are_refused_before_the_view(&sb)).await {
         failures.push(format!("rows that do not convert to a declared type: {e}"));
     }
-    if let Err(e) = Box::pin(a_row_that_does_not_convert_during_the_dual_write(&sb)).await {
+    if let Err(e) = Box::pin(a_row_that_does_not_convert_during_the_dual_write(
+        &sb,
+        "MergeTree",
+    ))
+    .await
+    {
         failures.push(format!(
             "a row that does not convert, written through the view: {e}"
         ));
+    }
+    if let Err(e) = Box::pin(a_row_that_does_not_convert_during_the_dual_write(
+        &sb,
+        "SummingMergeTree",
+    ))
+    .await
+    {
+        failures.push(format!(
+            "a row that does not convert, written through the view, an engine that folds rows: {e}"
+        ));
+    }
+    if let Err(e) = Box::pin(a_finish_cut_after_the_stage_was_emptied(&sb)).await {
+        failures.push(format!("a finish cut after the stage was emptied: {e}"));
     }
     if let Err(e) = Box::pin(a_check_over_a_limit_is_not_a_refusal(&sb)).await {
         failures.push(format!("a conversion check over a server limit: {e}"));
@@ -293,7 +312,12 @@ async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
     if let Err(e) = Box::pin(rows_that_do_not_convert_are_refused_before_the_view(&sb)).await {
         failures.push(format!("rows that do not convert to a declared type [26.9]: {e}"));
     }
-    if let Err(e) = Box::pin(a_row_that_does_not_convert_during_the_dual_write(&sb)).await {
+    if let Err(e) = Box::pin(a_row_that_does_not_convert_during_the_dual_write(
+        &sb,
+        "MergeTree",
+    ))
+    .await
+    {
         failures.push(format!(
             "a row that does not convert, written through the view [26.9]: {e}"
         ));
@@ -1233,33 +1257,36 @@ impl Executor for BadRowThenNoBackfill<'_> {
 /// A row that does not convert, written through the view of a rebuild an earlier apply left
 /// unfinished: the next apply refuses, and drops that rebuild's view and new table (the view fails
 /// every insert of such a value), saying so; the live table keeps its rows and its inserts.
-async fn a_row_that_does_not_convert_during_the_dual_write(sb: &Sandbox) -> Result<(), String> {
+async fn a_row_that_does_not_convert_during_the_dual_write(sb: &Sandbox, engine: &str) -> Result<(), String> {
+    // A plain engine keeps its copies; one that folds rows is abandoned (it cannot go on after a
+    // pause in the dual write).
+    let plain = engine == "MergeTree";
+    let db: &'static str = if plain { "rb_conv_view" } else { "rb_conv_fold" };
     let t = transport_of(sb).await?;
     let pod = sb.pod_names()[0].clone();
     let clock = RealClock(Instant::now());
     let props = |code: &str, order: &str| {
         rebuild_props(
-            "rb_conv_view",
-            &format!("(id UInt64, code {code}) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            db,
+            &format!("(id UInt64, code {code}) ENGINE = {engine} PARTITION BY id % 3 ORDER BY {order}"),
             json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
         )
     };
     let query = |sql: String| sql_on(&t, &pod, sql);
-    let id = "rb-conv-view";
+    let id = db;
     let v1 = validate(id, &props("String", "id")).map_err(|e| format!("{e:?}"))?;
     let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
         .await
         .map_err(|e| format!("first apply: {e}"))?;
-    query(
-        "INSERT INTO rb_conv_view.t SELECT number + 1, toString(number) FROM system.numbers LIMIT 100"
-            .to_owned(),
-    )
+    query(format!(
+        "INSERT INTO {db}.t SELECT number + 1, toString(number) FROM system.numbers LIMIT 100"
+    ))
     .await?;
     let v2 = validate(id, &props("UInt32", "(code, id)")).map_err(|e| format!("{e:?}"))?;
     let cut = BadRowThenNoBackfill {
         inner: &t,
         // The cut-over is 101: the largest id plus one.
-        row: "INSERT INTO rb_conv_view.t VALUES (500, 'alice-row-value-123')",
+        row: Box::leak(format!("INSERT INTO {db}.t VALUES (500, 'alice-row-value-123')").into_boxed_str()),
         inserted: AtomicBool::new(false),
         insert: Mutex::new(None),
     };
@@ -1276,7 +1303,7 @@ async fn a_row_that_does_not_convert_during_the_dual_write(sb: &Sandbox) -> Resu
         insert.exit_code != 0,
         format!("the view fails the insert of a value it cannot convert: {insert:?}"),
     )?;
-    let held = query("SELECT count() FROM rb_conv_view.t WHERE id = 500".to_owned()).await?;
+    let held = query(format!("SELECT count() FROM {db}.t WHERE id = 500")).await?;
     check(
         held == "1\n",
         format!("the live table took the block before the view failed: {held:?}"),
@@ -1289,6 +1316,11 @@ async fn a_row_that_does_not_convert_during_the_dual_write(sb: &Sandbox) -> Resu
         err.kind == ErrorKind::RebuildRefused
             && err.message.contains("code (UInt32)")
             && err.message.contains("was dropped")
+            && err.message.contains(if plain {
+                "copies are kept"
+            } else {
+                "the rebuild abandoned"
+            })
             && !err.message.contains("no view was created"),
         format!("refused, saying the view was dropped: {err:?}"),
     )?;
@@ -1296,33 +1328,36 @@ async fn a_row_that_does_not_convert_during_the_dual_write(sb: &Sandbox) -> Resu
         !format!("{err:?}").contains("alice-row-value"),
         format!("no row value in the error: {err:?}"),
     )?;
-    let made = query(
-        "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = 'rb_conv_view' \
-         AND name != 't' AND name NOT LIKE '%receipts%' ORDER BY name)"
-            .to_owned(),
-    )
+    let made = query(format!(
+        "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = '{db}' \
+             AND name != 't' AND name NOT LIKE '%receipts%' ORDER BY name)"
+    ))
     .await?;
     check(
-        made == "['t__new','t__rebuild_stage']\n",
-        format!("the view is gone, the new table and its copies kept: {made:?}"),
+        made == if plain {
+            "['t__new','t__rebuild_stage']\n"
+        } else {
+            "[]\n"
+        },
+        format!("the view is gone (and the new table, for an engine that folds rows): {made:?}"),
     )?;
     // With no view, an insert the new type could not hold goes into the live table as before,
     // and one dated after the cut-over that it can hold too.
-    query("INSERT INTO rb_conv_view.t VALUES (501, 'another-text')".to_owned()).await?;
-    query("INSERT INTO rb_conv_view.t VALUES (502, '502')".to_owned()).await?;
-    let counted = query("SELECT count() FROM rb_conv_view.t".to_owned()).await?;
+    query(format!("INSERT INTO {db}.t VALUES (501, 'another-text')")).await?;
+    query(format!("INSERT INTO {db}.t VALUES (502, '502')")).await?;
+    let counted = query(format!("SELECT count() FROM {db}.t")).await?;
     check(
         counted == "103\n",
         format!("the live table kept its rows and takes inserts: {counted:?}"),
     )?;
     // The rows corrected, the next deploy goes on from the kept copies, and the row the live
     // table took with no view is in the rebuilt table once.
-    query(
-        "ALTER TABLE rb_conv_view.t DELETE WHERE code IN ('alice-row-value-123', 'another-text')".to_owned(),
-    )
+    query(format!(
+        "ALTER TABLE {db}.t DELETE WHERE code IN ('alice-row-value-123', 'another-text')"
+    ))
     .await?;
     for _ in 0..100 {
-        if query("SELECT count() FROM rb_conv_view.t".to_owned()).await? == "101\n" {
+        if query(format!("SELECT count() FROM {db}.t")).await? == "101\n" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1330,9 +1365,9 @@ async fn a_row_that_does_not_convert_during_the_dual_write(sb: &Sandbox) -> Resu
     apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
         .await
         .map_err(|e| format!("the deploy after the rows were corrected: {e}"))?;
-    let rows = query(
-        "SELECT count(), uniqExact(id), sum(code), toTypeName(any(code)) FROM rb_conv_view.t".to_owned(),
-    )
+    let rows = query(format!(
+        "SELECT count(), uniqExact(id), sum(code), toTypeName(any(code)) FROM {db}.t"
+    ))
     .await?;
     check(
         rows == "101\t101\t5452\tUInt32\n",
@@ -1999,4 +2034,74 @@ async fn tables_partitioned_by_a_date_and_by_a_string(sb: &Sandbox) -> Result<()
         )?;
     }
     Ok(())
+}
+
+/// The product's transport, but the first exec of a swap's finish script (its `finished`
+/// receipt, the stage's and the old table's drops) is refused before it runs, after the finish
+/// has emptied the stage.
+struct CutFinish<'a> {
+    inner: &'a KubeTransport,
+    done: AtomicBool,
+}
+
+impl Executor for CutFinish<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let cut = request.stdin.contains("'finished'") && !self.done.swap(true, Ordering::SeqCst);
+        let inner = self.inner;
+        async move {
+            if cut {
+                return Err(TransportError::new(
+                    TransportErrorKind::Refused,
+                    "the API server refused the exec (the test cuts the finish)",
+                ));
+            }
+            inner.exec(request).await
+        }
+    }
+}
+
+/// A swap whose finish stopped after it emptied the stage (the snapshot) and before its
+/// `finished` receipt: the next apply finishes the swap comparing the old table with the whole
+/// table, not with the empty stage, against which every row of the old table would read as
+/// missing and be copied a second time (review M1 of rebuild-session-42-fixes.md).
+async fn a_finish_cut_after_the_stage_was_emptied(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            "rb_cutfin",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-cutfin";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query("INSERT INTO rb_cutfin.t SELECT number + 1, 'k' FROM system.numbers LIMIT 100".to_owned()).await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let cut = CutFinish {
+        inner: &t,
+        done: AtomicBool::new(false),
+    };
+    if let Ok(outcome) = apply(id, &v2, Some(&state), &cluster(&cut, &clock, &NoEvents)).await {
+        return Err(format!("the apply went through with its finish cut: {outcome:?}"));
+    }
+    check(cut.done.load(Ordering::SeqCst), "the finish was cut".to_owned())?;
+    apply(id, &v2, Some(&state), &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the apply after: {e}"))?;
+    let rows = query(
+        "SELECT count(), uniqExact(id), (SELECT count() FROM system.tables WHERE database = 'rb_cutfin' AND \
+         name LIKE 't\\_\\_%') FROM rb_cutfin.t"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        rows == "100\t100\t0\n",
+        format!("every row once, nothing left: {rows:?}"),
+    )
 }

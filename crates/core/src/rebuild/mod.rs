@@ -1128,10 +1128,11 @@ impl RebuildPlan {
 
     /// Empties the staging table by detaching its `partitions` (a server refuses to DROP or
     /// TRUNCATE a table larger than its `max_table_size_to_drop`, 50 GB by default, and after the
-    /// swap the stage holds a snapshot of the whole table; a DETACH is not limited, and the DROP
-    /// of [`Self::finish_script`] then removes the detached parts with the table). Its rows are
-    /// the table's, by hard links, so none is lost. Detaching a partition already gone does
-    /// nothing, so the script can run again.
+    /// swap the stage holds a snapshot of the whole table; a DETACH is limited only per
+    /// partition, by `max_partition_size_to_drop`, and the DROP of [`Self::finish_script`] then
+    /// removes the detached parts with the table). Its rows are the table's, by hard links, so
+    /// none is lost. Detaching a partition already gone does nothing, so the script can run
+    /// again.
     pub fn empty_stage_script(&self, partitions: &[String]) -> String {
         partitions
             .iter()

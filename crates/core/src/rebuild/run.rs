@@ -453,11 +453,37 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // view-less pause), and a view is cheap to drop where a table may be over the
             // server's drop limit. Every view of a target is dropped before any of its RENAMEs,
             // so a pod with a view belongs to a target whose swap has not begun.
-            for p in &viewed {
-                let at = At::new(plan, "prepare", &p.name);
-                let lazy = inspected[&p.name].drops_lazily();
-                self.rebuild_exec(&at, plan.stop_dual_write_script(lazy), true)
-                    .await?;
+            let live_engine = inspected[&pod.name]
+                .tables
+                .get(table)
+                .map(|(e, _)| e.as_str())
+                .unwrap_or("");
+            let keeps_copies = plan.copies_differences(live_engine);
+            if keeps_copies {
+                for p in &viewed {
+                    let at = At::new(plan, "prepare", &p.name);
+                    let lazy = inspected[&p.name].drops_lazily();
+                    self.rebuild_exec(&at, plan.stop_dual_write_script(lazy), true)
+                        .await?;
+                }
+            } else if !viewed.is_empty() {
+                // An engine that folds rows gets no copy of what the live table alone took during
+                // the pause (a difference of folded rows is no set of missing rows): its rebuild
+                // is abandoned, on every pod of each target that has a view (and so no RENAME).
+                let target_of = |p: &PodInfo| {
+                    inspected[&p.name]
+                        .replicas
+                        .get(&new_name)
+                        .cloned()
+                        .unwrap_or_else(|| p.name.clone())
+                };
+                let hit: BTreeSet<String> = viewed.iter().map(|p| target_of(p)).collect();
+                let pods: Vec<&PodInfo> = due
+                    .iter()
+                    .copied()
+                    .filter(|p| hit.contains(&target_of(p)))
+                    .collect();
+                Box::pin(self.abandon(plan, &pods, &inspected, &cutover)).await?;
             }
             return Err(self
                 .rebuild_error(
@@ -469,6 +495,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         plan.key(),
                         if viewed.is_empty() {
                             "no view was created, so no insert fails on them".to_owned()
+                        } else if !keeps_copies {
+                            format!(
+                                "the view of this unfinished rebuild, which fails each insert of such a value, was \
+                                 dropped on {} pod(s), and the rebuild abandoned: its engine folds rows, so it cannot \
+                                 go on from its copies after a pause; it starts over once the rows convert; the live \
+                                 table serves as before",
+                                viewed.len()
+                            )
                         } else {
                             format!(
                                 "the view of this unfinished rebuild, which fails each insert of such a value, was \
@@ -1048,6 +1082,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .get(&format!("{table}{NEW_SUFFIX}"))
             .is_some_and(|(_, new_key)| *new_key == live_key);
         let at = At::new(plan, "backfill", &pod.name);
+        // Each copy empties the stage with a TRUNCATE, which a server refuses over its
+        // max_table_size_to_drop: a swap that stopped after its snapshot left the whole table there.
+        self.empty_stage(&at).await?;
         let out = self
             .rebuild_exec(
                 &at,
@@ -1921,6 +1958,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         keep: bool,
     ) -> Result<bool, ClickHouseSchemaError> {
         let plan = at.plan;
+        // The `copying` receipt first: an apply that finishes this swap after the stage is
+        // emptied and before the `finished` receipt (a cut exec, a killed process) must not take
+        // the emptied stage for the snapshot, against which every row of the old table would
+        // read as missing and be copied again; it compares with the whole table.
+        self.rebuild_exec(at, plan.copying_receipt(cutover, pod), true)
+            .await?;
         // A partition over the server's max_partition_size_to_drop stays in the stage, whose DROP
         // then meets the same refusal as an old table's.
         let emptied = match self.empty_stage(at).await {
