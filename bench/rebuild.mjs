@@ -84,7 +84,7 @@ console.log(`verification, checksum: +${median(results.checksum.map((r) => r.ver
 
 // 3. Under writes: the same table, a writer adding batches of 20 rows as fast as one insert exec
 // allows (reported: its rows/s), for the whole apply.
-const traffic = { apply: [], dualWrite: [], rate: [] };
+const traffic = { apply: [], dualWrite: [], rate: [], restarts: 0 };
 for (let run = 0; run < RUNS; run++) {
   const name = `t_traffic_${run}`;
   const first = await apply('bench-rebuild', props(name, 'id', 'count'));
@@ -95,13 +95,24 @@ for (let run = 0; run < RUNS; run++) {
   const marks = {};
   const t0 = performance.now();
   const rows0 = writer.acknowledged();
-  await apply('bench-rebuild', props(name, '(kind, id)', 'count'), first.state, {
-    onEvent: (e) => {
-      if (e.kind !== 'rebuild') return;
-      if (e.step === 'dualWrite' && marks.dualWrite === undefined) marks.dualWrite = performance.now();
-      if (e.step === 'swap' && /: swapped;/.test(e.message)) marks.swapped = performance.now();
-    },
-  });
+  // A row dated ahead written in the instant between the copy of such rows and the view's
+  // creation makes the check before the backfill start the rebuild over (README): the deploy is
+  // run again, as a user would, and the time counts every attempt.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await apply('bench-rebuild', props(name, '(kind, id)', 'count'), first.state, {
+        onEvent: (e) => {
+          if (e.kind !== 'rebuild') return;
+          if (e.step === 'dualWrite') marks.dualWrite = performance.now();
+          if (e.step === 'swap' && /: swapped;/.test(e.message)) marks.swapped = performance.now();
+        },
+      });
+      break;
+    } catch (err) {
+      if (err.code !== 'E_REBUILD_FAILED' || attempt >= 3) throw err;
+      traffic.restarts += 1;
+    }
+  }
   const elapsed = performance.now() - t0;
   const { failed } = await writer.stop();
   traffic.apply.push(elapsed);
@@ -112,3 +123,4 @@ for (let run = 0; run < RUNS; run++) {
 }
 console.log(`under writes (${median(traffic.rate).toFixed(0)} rows/s acknowledged during the apply):`);
 console.log(`  the whole apply: ${median(traffic.apply).toFixed(0)} ms; the dual write (view created to last swap): ${median(traffic.dualWrite).toFixed(0)} ms`);
+console.log(`  deploys run again after the check before the backfill started a rebuild over: ${traffic.restarts} in ${RUNS} run(s)`);
