@@ -236,6 +236,11 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(a_finish_cut_after_the_stage_was_emptied(&sb)).await {
         failures.push(format!("a finish cut after the stage was emptied: {e}"));
     }
+    if let Err(e) = Box::pin(a_declaration_changed_back_while_a_rebuild_was_unfinished(&sb)).await {
+        failures.push(format!(
+            "a declaration changed back while a rebuild was unfinished: {e}"
+        ));
+    }
     if let Err(e) = Box::pin(a_check_over_a_limit_is_not_a_refusal(&sb)).await {
         failures.push(format!("a conversion check over a server limit: {e}"));
     }
@@ -2103,5 +2108,88 @@ async fn a_finish_cut_after_the_stage_was_emptied(sb: &Sandbox) -> Result<(), St
     check(
         rows == "100\t100\t0\n",
         format!("every row once, nothing left: {rows:?}"),
+    )
+}
+
+/// A rebuild left unfinished (its backfill failed, its view in place), then the declaration
+/// changed back to what the table is, with another change beside it (so the apply runs): the
+/// view, the new table and the staging table are dropped, with an event, and the table takes
+/// inserts as before. Before, the view kept writing every insert into a new table that no apply
+/// would resume, for good.
+async fn a_declaration_changed_back_while_a_rebuild_was_unfinished(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            "rb_back",
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let id = "rb-back";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    query("INSERT INTO rb_back.t SELECT number + 1, 'k' FROM system.numbers LIMIT 100".to_owned()).await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let cut = BadRowThenNoBackfill {
+        inner: &t,
+        // A row the view carries (the cut-over is 101).
+        row: "INSERT INTO rb_back.t VALUES (600, 'k')",
+        inserted: AtomicBool::new(false),
+        insert: Mutex::new(None),
+    };
+    if let Ok(outcome) = apply(id, &v2, Some(&state), &cluster(&cut, &clock, &NoEvents)).await {
+        return Err(format!("the rebuild went through with no copy: {outcome:?}"));
+    }
+    let objects = || {
+        query(
+            "SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = 'rb_back' \
+             AND name LIKE 't\\_\\_%' ORDER BY name)"
+                .to_owned(),
+        )
+    };
+    let before = objects().await?;
+    check(
+        before == "['t__new','t__rebuild_stage','t__rebuild_view']\n",
+        format!("the unfinished rebuild's objects: {before:?}"),
+    )?;
+    // Back to the table's definition, with a new table beside it.
+    let mut v3_props = props("id");
+    v3_props["statements"]
+        .as_array_mut()
+        .ok_or("statements")?
+        .push(json!(
+            "CREATE TABLE IF NOT EXISTS rb_back.other (id UInt64) ENGINE = MergeTree ORDER BY id"
+        ));
+    let v3 = validate(id, &v3_props).map_err(|e| format!("{e:?}"))?;
+    let events = Recorded::default();
+    apply(id, &v3, Some(&state), &cluster(&t, &clock, &events))
+        .await
+        .map_err(|e| format!("the apply of the declaration changed back: {e}"))?;
+    let after = objects().await?;
+    check(
+        after == "[]\n",
+        format!("nothing of the rebuild is left: {after:?}"),
+    )?;
+    let said = events.messages();
+    check(
+        said.iter()
+            .any(|m| m.contains("an unfinished rebuild towards another declaration left is dropped")),
+        format!("an event says so: {said:?}"),
+    )?;
+    query("INSERT INTO rb_back.t VALUES (601, 'k')".to_owned()).await?;
+    let rows = query(
+        "SELECT count(), uniqExact(id), (SELECT sorting_key FROM system.tables WHERE database = 'rb_back' AND \
+         name = 't') FROM rb_back.t"
+            .to_owned(),
+    )
+    .await?;
+    check(
+        rows == "102\t102\tid\n",
+        format!("the table as it was, with its rows: {rows:?}"),
     )
 }

@@ -1184,6 +1184,21 @@ impl RebuildPlan {
         )
     }
 
+    /// Which of the objects a rebuild makes (view, new table, staging table) exist on a pod, one
+    /// `left` line each.
+    pub fn made_objects_query(&self) -> String {
+        format!(
+            "SELECT 'left', name FROM system.tables WHERE database = {} AND name IN ({}) FORMAT TSV;\n{}",
+            literal(&self.database),
+            MADE_SUFFIXES
+                .iter()
+                .map(|suffix| literal(&format!("{}{suffix}", self.table)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            end_statement()
+        )
+    }
+
     /// The cut-overs of the swaps on `pod` that no `finished` receipt closed (of any declaration:
     /// the user may have changed it since), one `swap` line each. A `swapping` receipt counts: on a
     /// pod that holds `t__old`, its RENAME happened even when the script stopped before `swapped`.

@@ -109,6 +109,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
         for plan in plans {
             let Some(due) = survey.due.get(&plan.key()) else {
+                Box::pin(self.discard_undue(plan, &survey.holders(plan))).await?;
                 continue;
             };
             let due: Vec<&PodInfo> = due.iter().map(|(pod, _)| pod).collect();
@@ -117,6 +118,67 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             Box::pin(self.rebuild_table(plan, &due, &holders, &survey.declared)).await?;
         }
         Ok(reopened)
+    }
+
+    /// Drops what an unfinished rebuild of a table that is now as declared left on its pods (the
+    /// user changed the declaration back while the rebuild was unfinished): its view would
+    /// otherwise write every insert into a new table no apply resumes, for good. Only this
+    /// tool's objects (an open `made` receipt), and not on a pod whose swap is under way (an
+    /// old table: `finish_interrupted_swaps` has its say there). The view goes first; a table
+    /// the server refuses to drop for its size is left, with an event.
+    async fn discard_undue(
+        &self,
+        plan: &RebuildPlan,
+        holders: &[&PodInfo],
+    ) -> Result<(), ClickHouseSchemaError> {
+        for pod in holders {
+            let at = At::new(plan, "check", &pod.name);
+            let out = Box::pin(self.rebuild_exec(&at, plan.made_objects_query(), true)).await?;
+            let found = rebuild::parse_tagged(&out, "left")
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
+            if found.is_empty() {
+                continue;
+            }
+            let inspection = Box::pin(self.inspect(&at)).await?;
+            let ours = inspection.made.as_ref().is_some_and(|made| !made.is_empty());
+            if !ours
+                || inspection
+                    .tables
+                    .contains_key(&format!("{}{OLD_SUFFIX}", plan.table))
+            {
+                continue;
+            }
+            let at = At::new(plan, "abandon", &pod.name);
+            self.rebuild_exec(&at, plan.stop_dual_write_script(inspection.drops_lazily()), true)
+                .await?;
+            let dropped = match self.rebuild_exec(&at, plan.discard_script(), true).await {
+                Ok(_) => true,
+                Err(err) if err.clickhouse_code == Some(359) => false,
+                Err(err) => return Err(err),
+            };
+            self.rebuild_event(
+                plan,
+                "abandon",
+                Some(&pod.name),
+                None,
+                None,
+                format!(
+                    "{} on {}: the table is as declared, so what an unfinished rebuild towards another declaration \
+                     left is dropped ({}){}",
+                    plan.key(),
+                    pod.name,
+                    found.join(", "),
+                    if dropped {
+                        String::new()
+                    } else {
+                        "; the server refused to drop a table larger than its max_table_size_to_drop, so drop \
+                         it by hand (until then a rebuild of the table is refused)"
+                            .to_owned()
+                    }
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// Opens a ledger row on each pod due in `survey` that has none yet (not in `opened`, nor in
