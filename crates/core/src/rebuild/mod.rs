@@ -65,6 +65,11 @@ fn end_statement() -> String {
     format!("SELECT '{END}' FORMAT TSV;\n")
 }
 
+/// The code a server answers a DROP, TRUNCATE or DETACH with when the table (or partition) is
+/// larger than its `max_table_size_to_drop` (`max_partition_size_to_drop`):
+/// `TABLE_SIZE_EXCEEDS_MAX_DROP_SIZE_LIMIT`. The rebuild then leaves the object, with an event.
+pub const DROP_SIZE_LIMIT: u32 = 359;
+
 /// `stdout` before its end marker; `Err` when it has none as its last line.
 fn complete(stdout: &str) -> Result<&str, String> {
     let body = stdout.trim_end_matches('\n');

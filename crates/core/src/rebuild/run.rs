@@ -153,7 +153,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .await?;
             let dropped = match self.rebuild_exec(&at, plan.discard_script(), true).await {
                 Ok(_) => true,
-                Err(err) if err.clickhouse_code == Some(359) => false,
+                Err(err) if err.clickhouse_code == Some(rebuild::DROP_SIZE_LIMIT) => false,
                 Err(err) => return Err(err),
             };
             self.rebuild_event(
@@ -1695,7 +1695,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let at = At::new(plan, "abandon", &pod.name);
             match self.rebuild_exec(&at, plan.abandon_script(cutover), true).await {
                 Ok(_) => {}
-                Err(err) if err.clickhouse_code == Some(359) => {
+                Err(err) if err.clickhouse_code == Some(rebuild::DROP_SIZE_LIMIT) => {
                     self.rebuild_exec(&at, plan.abandoned_receipt(cutover), true)
                         .await?;
                     self.rebuild_event(
@@ -2029,7 +2029,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // A partition over the server's max_partition_size_to_drop stays in the stage, whose DROP
         // then meets the same refusal as an old table's.
         let emptied = match self.empty_stage(at).await {
-            Err(err) if err.clickhouse_code == Some(359) => false,
+            Err(err) if err.clickhouse_code == Some(rebuild::DROP_SIZE_LIMIT) => false,
             other => other.map(|()| true)?,
         };
         let kept = keep || plan.config.keep_old;
@@ -2038,9 +2038,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .await
         {
             Ok(_) => Ok(kept),
-            // TABLE_SIZE_EXCEEDS_MAX_DROP_SIZE_LIMIT: only the DROPs of the stage and the old
-            // table can meet it, after the receipts that say the swap is finished.
-            Err(err) if err.clickhouse_code == Some(359) => {
+            // Only the DROPs of the stage and the old table can meet the limit, after the receipts
+            // that say the swap is finished.
+            Err(err) if err.clickhouse_code == Some(rebuild::DROP_SIZE_LIMIT) => {
                 let left = if emptied && !kept {
                     format!("{}{OLD_SUFFIX}", plan.table)
                 } else if kept {
