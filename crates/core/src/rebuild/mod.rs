@@ -65,11 +65,6 @@ fn end_statement() -> String {
     format!("SELECT '{END}' FORMAT TSV;\n")
 }
 
-/// The code a server answers a DROP, TRUNCATE or DETACH with when the table (or partition) is
-/// larger than its `max_table_size_to_drop` (`max_partition_size_to_drop`):
-/// `TABLE_SIZE_EXCEEDS_MAX_DROP_SIZE_LIMIT`. The rebuild then leaves the object, with an event.
-pub const DROP_SIZE_LIMIT: u32 = 359;
-
 /// `stdout` before its end marker; `Err` when it has none as its last line.
 fn complete(stdout: &str) -> Result<&str, String> {
     let body = stdout.trim_end_matches('\n');
@@ -92,6 +87,11 @@ pub const STAGE_SUFFIX: &str = "__rebuild_stage";
 /// migrations, so a rebuild resumes, writes into or drops one of these only when its own `made`
 /// receipt on the pod says it made them (see [`RebuildPlan::prepare_script`]).
 pub const MADE_SUFFIXES: [&str; 3] = [VIEW_SUFFIX, NEW_SUFFIX, STAGE_SUFFIX];
+
+/// The code a server answers a DROP, TRUNCATE or DETACH with when the table (or partition) is
+/// larger than its `max_table_size_to_drop` (`max_partition_size_to_drop`):
+/// `TABLE_SIZE_EXCEEDS_MAX_DROP_SIZE_LIMIT`. The rebuild then leaves the object, with an event.
+pub const DROP_SIZE_LIMIT: u32 = 359;
 /// The table, in the rebuilt table's database, that holds a rebuild's receipts.
 pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";
 /// A backfill batch (partitions copied in one exec) closes at this many rows...
