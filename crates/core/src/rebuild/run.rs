@@ -1867,7 +1867,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 per_source.entry(source_of(p)).or_insert(p);
             }
             let verified = copied_before.get(target).cloned().unwrap_or_default();
-            let mut old = rebuild::SplitCounts::default();
+            let mut old_after = rebuild::Counts::new();
             let mut behind: BTreeSet<String> = BTreeSet::new();
             for (source, p) in &per_source {
                 let counts = self
@@ -1886,13 +1886,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         .filter(|(_, o, v)| o.0 > v.0)
                         .map(|(p, _, _)| p),
                 );
-                rebuild::add_counts(&mut old.after, &counts.after);
+                rebuild::add_counts(&mut old_after, &counts.after);
             }
             let behind: Vec<String> = behind.into_iter().collect();
             // Rows from the cut-over on that reached the old table only: an insert that began
             // between the view's drop and the RENAME (on servers whose inserts outlive a dropped
             // view). The view carried every other such row, so the difference is what it missed.
-            let after: Vec<&String> = old.after.keys().collect();
+            let after: Vec<&String> = old_after.keys().collect();
             if behind.is_empty() && after.is_empty() {
                 continue;
             }
@@ -1907,7 +1907,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 // (a plain table on the pod: no queue to wait for).
                 let missed: Vec<String> = if per_source.len() != 1 {
                     let snapshot = self.read_counts(at, counts_of(STAGE_SUFFIX, false)).await?;
-                    old.after
+                    old_after
                         .iter()
                         .filter(|(p, (n, _))| snapshot.after.get(*p).map_or(0, |s| s.0) < *n)
                         .map(|(p, _)| p.clone())
