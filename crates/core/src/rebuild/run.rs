@@ -120,23 +120,25 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         Ok(reopened)
     }
 
-    /// Drops what an unfinished rebuild of a table that is now as declared left on its pods (the
-    /// user changed the declaration back while the rebuild was unfinished): its view would
-    /// otherwise write every insert into a new table no apply resumes, for good. Only this
-    /// tool's objects (an open `made` receipt), and not on a pod whose swap is under way (an
-    /// old table: `finish_interrupted_swaps` has its say there). The view goes first; a table
-    /// the server refuses to drop for its size is left, with an event.
+    /// Drops the view of an unfinished rebuild of a table that is now as declared (the user changed
+    /// the declaration back while the rebuild was unfinished): it would otherwise write every
+    /// insert into a new table no apply resumes, for good. Only the view, which holds no row: the
+    /// new and staging tables stay (a deploy of that declaration goes on from them, and a receipt
+    /// left open by hand could otherwise vouch for someone's own table by that name), with an
+    /// event that names them. Only where this tool's `made` receipt is open, and not on a pod whose
+    /// swap is under way (an old table: `finish_interrupted_swaps` has its say there).
     async fn discard_undue(
         &self,
         plan: &RebuildPlan,
         holders: &[&PodInfo],
     ) -> Result<(), ClickHouseSchemaError> {
+        let view = format!("{}{VIEW_SUFFIX}", plan.table);
         for pod in holders {
             let at = At::new(plan, "check", &pod.name);
             let out = Box::pin(self.rebuild_exec(&at, plan.made_objects_query(), true)).await?;
             let found = rebuild::parse_tagged(&out, "left")
                 .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?;
-            if found.is_empty() {
+            if !found.contains(&view) {
                 continue;
             }
             let inspection = Box::pin(self.inspect(&at)).await?;
@@ -151,11 +153,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let at = At::new(plan, "abandon", &pod.name);
             self.rebuild_exec(&at, plan.stop_dual_write_script(inspection.drops_lazily()), true)
                 .await?;
-            let dropped = match self.rebuild_exec(&at, plan.discard_script(), true).await {
-                Ok(_) => true,
-                Err(err) if err.clickhouse_code == Some(rebuild::DROP_SIZE_LIMIT) => false,
-                Err(err) => return Err(err),
-            };
+            let kept: Vec<&String> = found.iter().filter(|name| **name != view).collect();
             self.rebuild_event(
                 plan,
                 "abandon",
@@ -163,17 +161,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 None,
                 None,
                 format!(
-                    "{} on {}: the table is as declared, so what an unfinished rebuild towards another declaration \
-                     left is dropped ({}){}",
+                    "{} on {}: the table is as declared, so the view of an unfinished rebuild towards another \
+                     declaration is dropped{}",
                     plan.key(),
                     pod.name,
-                    found.join(", "),
-                    if dropped {
+                    if kept.is_empty() {
                         String::new()
                     } else {
-                        "; the server refused to drop a table larger than its max_table_size_to_drop, so drop \
-                         it by hand (until then a rebuild of the table is refused)"
-                            .to_owned()
+                        format!(
+                            "; {} stay (a deploy of that declaration goes on from them): drop them by hand once \
+                             you no longer need them",
+                            kept.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+                        )
                     }
                 ),
             );
