@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { addonTarget, apply, destroy, plan, verify } from '../dist/index.js';
 import { assertsTheAddonBuild } from './binding.mjs';
 import { rejection } from './lib/rejection.mjs';
+import { batchStatements, runBatch } from './lib/batch.mjs';
 
 assertsTheAddonBuild(addonTarget);
 
@@ -27,7 +28,7 @@ function props(extra = {}) {
 
 /** A scripted cluster of Ready pods; `onExec` may return a result or throw. */
 function fakeCluster(names, onExec = () => undefined) {
-  const calls = { lists: [], execs: [] };
+  const calls = { lists: [], execs: [], scripts: 0 };
   const pods = names.map((name, i) => ({ name, uid: `uid-${i}`, ready: true, phase: 'Running', containers: ['clickhouse'] }));
   const executor = {
     listPods: async (namespace, selector) => {
@@ -35,6 +36,12 @@ function fakeCluster(names, onExec = () => undefined) {
       return pods.map((p) => ({ ...p }));
     },
     exec: async (request) => {
+      // A pod's script (execMode 'perPod'): its statements are answered, and recorded, one by one.
+      const batch = batchStatements(request.stdin);
+      if (batch) {
+        calls.scripts += 1;
+        return runBatch(request, batch, onExec, (one) => calls.execs.push(one));
+      }
       calls.execs.push(request);
       return (await onExec(request)) ?? { stdout: '', stderr: '', exitCode: 0 };
     },
@@ -119,7 +126,12 @@ test('an SQL failure rejects with every ClickHouseSchemaError property and no se
 // A stop of an attempt that ended without an outcome (KILL QUERY by its id, then a count of what
 // still runs), answered as a server does when nothing of it runs any more.
 const isStop = (request) => request.stdin.includes('KILL QUERY WHERE');
-const STOPPED = { stdout: 'clickhouse-schema-still-running\t0\n', stderr: '', exitCode: 0 };
+// What a stop prints in a pod whose processes it can read, when nothing of the exec is left.
+const STOPPED = {
+  stdout: 'clickhouse-schema-pod-ended\t0\nclickhouse-schema-pod-left\t0\nclickhouse-schema-still-running\t0\n',
+  stderr: '',
+  exitCode: 0,
+};
 
 test('a rejected exec is a transport failure: retried once its attempt is stopped, then reported', async () => {
   let failures = 1;
@@ -179,7 +191,7 @@ test('a pod set that never settles fails naming the uncovered pods', async () =>
     exec: async (req) => {
       pods.push({ name: `chi-${n}`, uid: `uid-new-${n}`, ready: true, phase: 'Running', containers: ['clickhouse'] });
       n += 1;
-      return { stdout: '', stderr: '', exitCode: 0 };
+      return executor.exec(req);
     },
   };
   const err = await rejection(apply('orders-schema', props({ maxReconcilePasses: 2 }), undefined, { executor: churning }));
@@ -317,8 +329,12 @@ test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing 
     return started === 2 ? new Promise(() => {}) : undefined;
   });
   const controller = new AbortController();
-  // One pod at a time, so "the second statement" is chi-0's.
-  const pending = apply('orders-schema', props({ parallelism: 1 }), undefined, { executor, signal: controller.signal });
+  // One pod at a time, so "the second statement" is chi-0's; one exec per statement, so it is an
+  // exec of its own (a pod's script is below).
+  const pending = apply('orders-schema', props({ parallelism: 1, execMode: 'perStatement' }), undefined, {
+    executor,
+    signal: controller.signal,
+  });
   while (started < 2) await new Promise((r) => setTimeout(r, 5));
   const abortedAt = Date.now();
   controller.abort();
@@ -339,6 +355,29 @@ test('an AbortSignal cancels an apply: the exec in flight is abandoned, nothing 
   assert.equal(stops[0].pod, 'chi-0');
   // This executor answers the stop with nothing, so it is not confirmed, and the error says so.
   assert.match(err.message, new RegExp(`statement 1 on pod chi-0 \\(query id ${queryId}\\) could not be confirmed stopped`));
+});
+
+test("an AbortSignal cancels a pod's script: its exec is abandoned and stopped by the script's query id", async () => {
+  let started = 0;
+  const { executor, calls } = fakeCluster(['chi-0', 'chi-1'], () => {
+    started += 1;
+    return started === 2 ? new Promise(() => {}) : undefined;
+  });
+  const controller = new AbortController();
+  const pending = apply('orders-schema', props({ parallelism: 1 }), undefined, { executor, signal: controller.signal });
+  while (started < 2) await new Promise((r) => setTimeout(r, 5));
+  controller.abort();
+  const err = await rejection(pending);
+  assert.equal(err.code, 'E_CANCELLED');
+  assert.equal(err.pod, 'chi-0');
+  // This executor hands stdout over only at the end, so no statement was seen starting.
+  assert.match(err.message, /cancelled while pod chi-0 ran statements 0 to 1 as one script; its exec was closed, and which of them ran is unknown/);
+  const stops = calls.execs.filter(isStop);
+  assert.equal(stops.length, 1, 'one stop, nothing started after the abort');
+  assert.equal(calls.scripts, 1);
+  const queryId = /--query_id='([^']+)'/.exec(calls.execs[0].command[2])[1];
+  assert.match(stops[0].stdin, new RegExp(`KILL QUERY WHERE query_id IN \\('${queryId}'\\) SYNC FORMAT Null;`));
+  assert.match(err.message, new RegExp(`statements 0 to 1 \\(one script\\) on pod chi-0 \\(query id ${queryId}\\) could not be confirmed stopped`));
 });
 
 test('an already aborted signal makes no call at all', async () => {

@@ -25,6 +25,10 @@ export type ClickHouseSchemaVerify = "fail" | "warn" | "off";
  */
 export type ClickHouseSchemaDeleteStatements = [string, ...string[]];
 /**
+ * How the statements reach a pod. 'perPod' (default): one exec per pod runs the whole list as one script, stopping at the first statement that fails, whose error still names its index; an exec costs 100-300 ms of API server, kubelet and client start on a real cluster, so this is the fast way. 'perStatement': one exec per statement, for clusters whose exec policy limits stdin, or to debug. A list holding an INSERT with its data in the text (VALUES, FORMAT) runs per statement either way. Not part of the fingerprint.
+ */
+export type ClickHouseSchemaExecMode = "perPod" | "perStatement";
+/**
  * Serialize applies and destroys of this resource across processes (a laptop and CI, two CI jobs) with a coordination.k8s.io/v1 Lease in the target namespace, named from the resource id. true takes it with the defaults; { ttlSeconds } sets how long a holder that stops renewing keeps it (default 60). Taken only when something has to run, renewed while held, released at the end; a deploy that finds it held waits within waitForPod.timeoutMs, then fails with E_LEASE_HELD. Needs get, create and update on leases. Off by default; not part of the fingerprint.
  */
 export type ClickHouseSchemaLease =
@@ -69,9 +73,10 @@ export interface ClickHouseSchemaProps {
    */
   maxReconcilePasses?: number;
   /**
-   * fanout only: how many pods are applied at once (each pod's statements always run in order, one at a time). On the first failure no new statement starts on any pod; statements already running finish. At most 256. Not part of the fingerprint.
+   * fanout only: how many pods are applied at once (each pod's statements always run in order, one at a time). On the first failure no pod starts its statements any more, and under execMode 'perStatement' no new statement starts on any pod; what already runs finishes (under 'perPod', a pod's script runs to its end or its own first failure). At most 256. Not part of the fingerprint.
    */
   parallelism?: number;
+  execMode?: ClickHouseSchemaExecMode;
   /**
    * Per-statement exec timeout in milliseconds. At most 86400000 (24 hours).
    */

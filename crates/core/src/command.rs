@@ -204,6 +204,42 @@ pub fn render_multiquery_as(
     render_with(client, settings, script_bytes, statement_timeout, &flags)
 }
 
+/// argv for a pod's whole statement list in one exec (see `reconcile::batch`): the script of
+/// `script_bytes` with `--multiquery` under `query_id`, each of its `statements` statements bounded
+/// by `statement_timeout` on the server as one statement alone is, and the pod-side `timeout` (and
+/// the read of the input) bounded by their sum. The marker queries between them are not counted:
+/// each is a constant `SELECT`.
+pub fn render_batch(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    script_bytes: usize,
+    statement_timeout: Duration,
+    statements: usize,
+    query_id: &str,
+) -> Vec<String> {
+    let flags = format!(" --multiquery --query_id={}", shell_quote(query_id));
+    let server_secs = bound_secs(statement_timeout);
+    render_bounded(
+        client,
+        settings,
+        script_bytes,
+        server_secs,
+        batch_pod_timeout_secs(statement_timeout, statements),
+        &flags,
+    )
+}
+
+/// Seconds after which `timeout` in the pod sends TERM to a batch of `statements` statements:
+/// the sum of their bounds, and one grace.
+pub(crate) fn batch_pod_timeout_secs(statement_timeout: Duration, statements: usize) -> u64 {
+    bound_secs(statement_timeout).saturating_mul(statements.max(1) as u64) + POD_GRACE_SECS
+}
+
+/// How long the caller waits for a batch of `statements` statements (see [`exec_timeout`]).
+pub(crate) fn batch_exec_timeout(statement_timeout: Duration, statements: usize) -> Duration {
+    Duration::from_secs(batch_pod_timeout_secs(statement_timeout, statements) + POD_KILL_AFTER_SECS + 1)
+}
+
 /// Labels of the lines the stop's pod part prints (see [`render_stop`]): how many processes
 /// it ended, and how many it still finds after that (`unknown` when `/proc` cannot be read).
 pub const POD_ENDED_LABEL: &str = "clickhouse-schema-pod-ended";
@@ -290,8 +326,25 @@ fn render_with(
     statement_timeout: Duration,
     flags: &str,
 ) -> Vec<String> {
-    let secs = bound_secs(statement_timeout);
-    let pod_secs = pod_timeout_secs(statement_timeout);
+    render_bounded(
+        client,
+        settings,
+        statement_bytes,
+        bound_secs(statement_timeout),
+        pod_timeout_secs(statement_timeout),
+        flags,
+    )
+}
+
+/// The command, with `secs` as the server's bound of each statement and `pod_secs` as the pod's.
+fn render_bounded(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    statement_bytes: usize,
+    secs: u64,
+    pod_secs: u64,
+    flags: &str,
+) -> Vec<String> {
     let mut client_args = format!(
         "--config-file=/dev/fd/4 --host={LOCAL_SERVER} --user={} --database={} --port={}{flags}",
         shell_quote(&client.user),
@@ -412,6 +465,31 @@ mod tests {
         assert_eq!(bound_secs(Duration::from_millis(1001)), 2);
         assert_eq!(pod_timeout_secs(Duration::from_millis(1000)), 4);
         assert_eq!(exec_timeout(Duration::from_millis(1000)), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn a_batch_bounds_each_statement_on_the_server_and_their_sum_in_the_pod() {
+        let argv = render_batch(
+            &client(),
+            &BTreeMap::new(),
+            99,
+            Duration::from_millis(1500),
+            12,
+            "chs-b0-chi-0",
+        );
+        assert!(
+            argv[2]
+                .contains("--port=9000 --multiquery --query_id='chs-b0-chi-0' --max_execution_time=2 3<&-"),
+            "{}",
+            argv[2]
+        );
+        // 12 statements of 2 s each, and the one grace.
+        assert!(argv[2].contains("t='timeout -k 2 27'"), "{}", argv[2]);
+        assert!(argv[2].contains("head -c 99 <&3"), "{}", argv[2]);
+        assert_eq!(
+            batch_exec_timeout(Duration::from_millis(1500), 12),
+            Duration::from_secs(30)
+        );
     }
 
     /// A fresh directory of its own under the system's temporary one.

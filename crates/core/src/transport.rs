@@ -537,6 +537,24 @@ pub trait PodLister: Send + Sync {
 pub trait Executor: Send + Sync {
     /// Runs `request`; an `Ok` carries the exit code, whatever it is.
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send;
+
+    /// [`Self::exec`], handing `seen` each piece of stdout as it arrives, before the exec ends, so
+    /// the caller can report progress from it (a pod's statement script prints a marker before each
+    /// statement). What it returns is what `exec` returns. An executor that cannot stream keeps
+    /// this default: the whole stdout, once, at the end.
+    fn exec_seeing(
+        &self,
+        request: ExecRequest,
+        seen: &(dyn Fn(&[u8]) + Send + Sync),
+    ) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        async move {
+            let output = self.exec(request).await;
+            if let Ok(output) = &output {
+                seen(output.stdout.as_bytes());
+            }
+            output
+        }
+    }
 }
 
 /// A `coordination.k8s.io/v1` Lease as the lease logic reads it.

@@ -44,6 +44,7 @@ fn quick_start_gets_every_default() {
         wait_for_pod: WaitForPod { timeout_ms: 120_000 },
         max_reconcile_passes: 3,
         parallelism: 8,
+        exec_mode: ExecMode::PerPod,
         statement_timeout_ms: 300_000,
         max_statement_bytes: 16 << 20,
         retry: Retry { max_attempts: 3, backoff_ms: 1_000 },

@@ -127,6 +127,9 @@ fn run(
         "parallelism": parallelism,
         // Counts statement execs only.
         "verify": "off",
+        // Statement-level interleaving across pods: one exec per statement (a pod's script runs to
+        // its end once started; `batch_scenarios.rs` has its pass).
+        "execMode": "perStatement",
         "retry": { "maxAttempts": 1 },
     }));
     let clock = FakeClock::default();

@@ -288,6 +288,8 @@ fn a_cancelled_apply_releases_the_lease() {
         S0,
         "CREATE TABLE IF NOT EXISTS orders.t (x UInt8) ENGINE = Memory"
     ]);
+    // Stopped between two statements' execs (a pod's one script would run both).
+    p["execMode"] = json!("perStatement");
     let c = Cluster {
         transport: &cluster,
         clock: &clock,

@@ -456,6 +456,8 @@ fn props(statements: usize, ttl: u32, budget_ms: u64) -> serde_json::Value {
         "target": { "namespace": "ns", "podSelector": { "app": "ch" } },
         "statements": (0..statements).map(|i| format!("CREATE DATABASE IF NOT EXISTS db{i}")).collect::<Vec<_>>(),
         "verify": "off",
+        // The statements' own execs, timed one by one, drive these clocks.
+        "execMode": "perStatement",
         "lease": { "ttlSeconds": ttl },
         "waitForPod": { "timeoutMs": budget_ms },
         "retry": { "maxAttempts": 5, "backoffMs": 1000 },

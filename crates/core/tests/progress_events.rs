@@ -116,7 +116,8 @@ fn waiting_retries_and_skipped_pods_are_reported() {
                 )))
             }
         });
-    let events = apply_with(&cluster, json!({}));
+    // A statement's own exec retried (a pod's script's retry is in `batch_scenarios.rs`).
+    let events = apply_with(&cluster, json!({ "execMode": "perStatement" }));
     let shown = messages(&events);
     assert_eq!(
         shown[0],

@@ -28,6 +28,13 @@ fn fanout_props() -> serde_json::Value {
     })
 }
 
+/// `props` with one exec per statement: the scenarios of a statement's own exec (its retries, its
+/// stop, its bounds); `batch_scenarios.rs` has those of a pod's script.
+fn per_statement(mut props: serde_json::Value) -> serde_json::Value {
+    props["execMode"] = json!("perStatement");
+    props
+}
+
 fn on_cluster_props() -> serde_json::Value {
     json!({
         "target": { "namespace": "example-observability", "podSelector": { "clickhouse.altinity.com/chi": "orders" } },
@@ -136,7 +143,13 @@ fn a_settled_cluster_costs_one_pass_two_lists() {
 #[test]
 fn statements_travel_on_stdin_never_in_argv() {
     let cluster = FakeCluster::new(three_pods());
-    run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    run_apply(
+        per_statement(fanout_props()),
+        None,
+        &cluster,
+        &FakeClock::default(),
+    )
+    .unwrap();
     for call in cluster.execs() {
         assert!(
             call.command.iter().all(|arg| !arg.contains(&call.stdin)),
@@ -571,7 +584,7 @@ fn an_sql_error_names_index_pod_code_and_is_never_retried() {
             })
         })
     });
-    let mut props = fanout_props();
+    let mut props = per_statement(fanout_props());
     props["statements"]
         .as_array_mut()
         .unwrap()
@@ -633,7 +646,7 @@ fn a_transport_failure_is_retried_with_backoff_once_the_dropped_attempt_is_stopp
         })
     });
     let clock = FakeClock::default();
-    let (state, _) = run_apply(fanout_props(), None, &cluster, &clock).unwrap();
+    let (state, _) = run_apply(per_statement(fanout_props()), None, &cluster, &clock).unwrap();
     assert_eq!(state.pod_names.len(), 1);
     assert_eq!(
         cluster.exec_attempts(),
@@ -689,7 +702,13 @@ fn an_exec_the_api_server_refused_with_a_status_is_retried_without_a_stop() {
             )
         })
     });
-    run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap();
+    run_apply(
+        per_statement(fanout_props()),
+        None,
+        &cluster,
+        &FakeClock::default(),
+    )
+    .unwrap();
     assert_eq!(cluster.exec_attempts(), 3);
     assert!(cluster.execs().iter().all(|c| !is_stop(&c.stdin)));
 }
@@ -711,7 +730,7 @@ fn a_dropped_attempt_that_still_runs_is_not_retried_beside_itself() {
         })
     });
     let clock = FakeClock::default();
-    let err = run_apply(fanout_props(), None, &cluster, &clock).unwrap_err();
+    let err = run_apply(per_statement(fanout_props()), None, &cluster, &clock).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport);
     assert_eq!(
         (err.statement_index, err.pod.as_deref()),
@@ -772,7 +791,13 @@ fn a_retry_that_fails_with_a_code_whose_exit_status_is_216_is_the_statements_fai
         "Code: 472. DB::Exception: Cannot modify 'max_threads' setting in readonly mode. (READONLY_SETTING)\n",
         216,
     );
-    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    let err = run_apply(
+        per_statement(fanout_props()),
+        None,
+        &cluster,
+        &FakeClock::default(),
+    )
+    .unwrap_err();
     assert_eq!(err.kind, ErrorKind::StatementFailed, "{}", err.message);
     assert_eq!(err.clickhouse_code, Some(472), "{}", err.message);
     assert!(
@@ -791,7 +816,13 @@ fn a_retry_the_server_refuses_because_the_first_attempt_still_runs_reports_an_un
          (QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING)\n",
         216,
     );
-    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    let err = run_apply(
+        per_statement(fanout_props()),
+        None,
+        &cluster,
+        &FakeClock::default(),
+    )
+    .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport, "{}", err.message);
     assert_eq!(err.statement_index, Some(0));
     assert!(
@@ -896,7 +927,13 @@ fn timing_out() -> FakeCluster {
 #[test]
 fn a_transport_failure_that_persists_fails_after_max_attempts() {
     let cluster = timing_out();
-    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    let err = run_apply(
+        per_statement(fanout_props()),
+        None,
+        &cluster,
+        &FakeClock::default(),
+    )
+    .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport);
     assert_eq!(err.statement_index, Some(0));
     let stops = cluster.execs().len();
@@ -1341,7 +1378,13 @@ fn a_statement_re_sent_after_an_unknown_outcome_says_so_when_it_fails() {
             }),
         })
     });
-    let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    let err = run_apply(
+        per_statement(fanout_props()),
+        None,
+        &cluster,
+        &FakeClock::default(),
+    )
+    .unwrap_err();
     assert_eq!(err.kind, ErrorKind::StatementFailed);
     assert_eq!(err.clickhouse_code, Some(57));
     assert!(
@@ -1359,7 +1402,13 @@ fn a_stopped_on_cluster_statement_says_its_queued_task_may_still_run_on_the_host
     // Every attempt times out: the statement stays tracked and is stopped at the call's end. On
     // its pod that stops the initiator only; the DDL workers run the task under ids of their own.
     let cluster = timing_out();
-    let err = run_apply(on_cluster_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+    let err = run_apply(
+        per_statement(on_cluster_props()),
+        None,
+        &cluster,
+        &FakeClock::default(),
+    )
+    .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Transport, "{}", err.message);
     assert!(
         err.message.contains(
@@ -1371,7 +1420,13 @@ fn a_stopped_on_cluster_statement_says_its_queued_task_may_still_run_on_the_host
     );
     // A fanout statement's note says nothing of the kind.
     let fanout = timing_out();
-    let err = run_apply(fanout_props(), None, &fanout, &FakeClock::default()).unwrap_err();
+    let err = run_apply(
+        per_statement(fanout_props()),
+        None,
+        &fanout,
+        &FakeClock::default(),
+    )
+    .unwrap_err();
     assert!(!err.message.contains("distributed DDL task"), "{}", err.message);
 }
 
@@ -1389,7 +1444,13 @@ fn a_statement_stopped_by_the_pods_timeout_is_reported_as_unknown_and_not_retrie
                 })
             })
         });
-        let err = run_apply(fanout_props(), None, &cluster, &FakeClock::default()).unwrap_err();
+        let err = run_apply(
+            per_statement(fanout_props()),
+            None,
+            &cluster,
+            &FakeClock::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.kind, ErrorKind::StatementFailed);
         assert_eq!(err.exit_code, Some(code));
         // `timeout` ended the client, not necessarily the server's query: it is stopped
@@ -1435,7 +1496,7 @@ fn the_statement_is_bounded_in_the_pod_and_on_the_server_and_the_caller_waits_lo
         record.lock().unwrap().push((req.timeout, req.command[2].clone()));
         None
     });
-    let mut props = fanout_props();
+    let mut props = per_statement(fanout_props());
     props["statementTimeoutMs"] = json!(1500);
     run_apply(props, None, &cluster, &FakeClock::default()).unwrap();
     let seen = seen.lock().unwrap();
@@ -1512,7 +1573,7 @@ fn a_cancelled_apply_stops_before_the_next_statement_and_records_nothing() {
         None
     });
     let clock = FakeClock::default();
-    let cfg = config(fanout_props());
+    let cfg = config(per_statement(fanout_props()));
     let c = Cluster {
         transport: &cluster,
         clock: &clock,

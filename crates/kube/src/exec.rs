@@ -37,12 +37,17 @@ pub use clickhouse_schema_core::transport::OUTPUT_CAP;
 /// statement or an error message moves in a few chunks rather than hundreds.
 const PIPE_SIZE: usize = 64 << 10;
 
-pub(crate) async fn exec(client: &kube::Client, request: ExecRequest) -> Result<ExecOutput, TransportError> {
+/// Runs `request`, handing `seen` each piece of stdout as it arrives (see `Executor::exec_seeing`).
+pub(crate) async fn exec(
+    client: &kube::Client,
+    request: ExecRequest,
+    seen: &(dyn Fn(&[u8]) + Send + Sync),
+) -> Result<ExecOutput, TransportError> {
     let timeout = request.timeout;
     // Dropping the inner future on timeout drops the AttachedProcess, which
     // aborts its message loop and closes the WebSocket: the API server then
     // ends the remote process.
-    match tokio::time::timeout(timeout, run(client, &request)).await {
+    match tokio::time::timeout(timeout, run(client, &request, seen)).await {
         Ok(result) => result,
         Err(_) => Err(TransportError::new(
             TransportErrorKind::Timeout,
@@ -51,7 +56,11 @@ pub(crate) async fn exec(client: &kube::Client, request: ExecRequest) -> Result<
     }
 }
 
-async fn run(client: &kube::Client, request: &ExecRequest) -> Result<ExecOutput, TransportError> {
+async fn run(
+    client: &kube::Client,
+    request: &ExecRequest,
+    seen: &(dyn Fn(&[u8]) + Send + Sync),
+) -> Result<ExecOutput, TransportError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &request.namespace);
     let params = AttachParams::default()
         .container(request.container.clone())
@@ -90,7 +99,7 @@ async fn run(client: &kube::Client, request: &ExecRequest) -> Result<ExecOutput,
             }
             std::future::pending::<()>().await
         };
-        let reading = async { tokio::join!(read_capped(stdout), read_capped(stderr)) };
+        let reading = async { tokio::join!(read_capped(stdout, seen), read_capped(stderr, &|_| {})) };
         let mut writing = pin!(writing);
         let mut reading = pin!(reading);
         let mut status = pin!(status);
@@ -129,8 +138,8 @@ async fn run(client: &kube::Client, request: &ExecRequest) -> Result<ExecOutput,
     })
 }
 
-/// Reads to EOF, keeping at most [`OUTPUT_CAP`] bytes.
-async fn read_capped(mut from: impl AsyncRead + Unpin) -> Vec<u8> {
+/// Reads to EOF, keeping at most [`OUTPUT_CAP`] bytes, and handing `seen` what it keeps as it comes.
+async fn read_capped(mut from: impl AsyncRead + Unpin, seen: &(dyn Fn(&[u8]) + Send + Sync)) -> Vec<u8> {
     let mut kept = Vec::new();
     let mut buf = vec![0u8; 16 << 10];
     loop {
@@ -139,6 +148,9 @@ async fn read_capped(mut from: impl AsyncRead + Unpin) -> Vec<u8> {
             Ok(n) => {
                 let room = OUTPUT_CAP.saturating_sub(kept.len());
                 kept.extend_from_slice(&buf[..n.min(room)]);
+                if room > 0 {
+                    seen(&buf[..n.min(room)]);
+                }
             }
         }
     }
@@ -267,8 +279,11 @@ mod tests {
     #[tokio::test]
     async fn read_capped_keeps_the_cap_and_drains_the_rest() {
         let data = vec![b'x'; OUTPUT_CAP + 12345];
-        let kept = read_capped(&data[..]).await;
+        let seen = std::sync::Mutex::new(0usize);
+        let kept = read_capped(&data[..], &|chunk| *seen.lock().unwrap() += chunk.len()).await;
         assert_eq!(kept.len(), OUTPUT_CAP);
+        // What is seen as it comes is what is kept, no more.
+        assert_eq!(*seen.lock().unwrap(), OUTPUT_CAP);
     }
 
     #[test]

@@ -60,7 +60,15 @@ impl PodLister for KubeTransport {
 
 impl Executor for KubeTransport {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
-        exec::exec(&self.client, request)
+        exec::exec(&self.client, request, &|_| {})
+    }
+
+    fn exec_seeing(
+        &self,
+        request: ExecRequest,
+        seen: &(dyn Fn(&[u8]) + Send + Sync),
+    ) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        exec::exec(&self.client, request, seen)
     }
 }
 

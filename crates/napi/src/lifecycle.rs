@@ -474,6 +474,26 @@ impl Executor for Transport {
             Transport::Js(t, timers) => t.exec_within(timers, request).await,
         }
     }
+
+    async fn exec_seeing(
+        &self,
+        request: clickhouse_schema_core::transport::ExecRequest,
+        seen: &(dyn Fn(&[u8]) + Send + Sync),
+    ) -> std::result::Result<
+        clickhouse_schema_core::transport::ExecOutput,
+        clickhouse_schema_core::transport::TransportError,
+    > {
+        // Only kube-rs's exec streams; the others hand the whole stdout over at the end.
+        #[cfg(not(target_family = "wasm"))]
+        if let Transport::Kube(t) = self {
+            return t.exec_seeing(request, seen).await;
+        }
+        let output = self.exec(request).await;
+        if let Ok(output) = &output {
+            seen(output.stdout.as_bytes());
+        }
+        output
+    }
 }
 
 impl LeaseApi for Transport {

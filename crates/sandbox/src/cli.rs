@@ -73,6 +73,11 @@ struct StartArgs {
     /// kubelet does (by default it is killed).
     #[arg(long)]
     keep_dropped_execs: bool,
+    /// Milliseconds every exec waits before its process starts, as a real cluster's API server,
+    /// kubelet and container runtime take (commonly 100 to 300); one pod's with
+    /// `PUT /sandbox/exec-setup`.
+    #[arg(long, default_value_t = 0)]
+    exec_setup_ms: u64,
     /// Seconds `start` waits for readiness.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
@@ -250,6 +255,7 @@ fn serve(a: StartArgs) -> Result<(), String> {
             exec_protocols: a.exec_protocols.clone(),
             engine: a.engine,
             keep_dropped_execs: a.keep_dropped_execs,
+            exec_setup_ms: a.exec_setup_ms,
             ..SandboxOptions::default()
         };
         let begun = Instant::now();

@@ -57,6 +57,7 @@ pub(crate) fn routes() -> Router<Arc<State>> {
             "/sandbox/dropped-execs",
             get(dropped_execs).put(set_dropped_execs),
         )
+        .route("/sandbox/exec-setup", get(exec_setup).put(set_exec_setup))
         .route("/sandbox/api-log", get(api_log).delete(clear_api_log))
         .route(
             "/sandbox/faults",
@@ -235,6 +236,30 @@ async fn set_dropped_execs(
     guard!(state, headers);
     state.set_keep_dropped_execs(b.keep_running);
     reply(Ok(json!({"keep_running": state.keeps_dropped_execs()})))
+}
+
+/// `PUT /sandbox/exec-setup` `{"ms": N}` delays every pod's execs by N ms before their process
+/// starts; `{"ms": N, "pod": "<name>"}` one pod's (it wins over the first).
+#[derive(serde::Deserialize)]
+struct ExecSetupBody {
+    ms: u64,
+    #[serde(default)]
+    pod: Option<String>,
+}
+
+async fn exec_setup(AxState(state): S, headers: HeaderMap) -> Response {
+    guard!(state, headers);
+    reply(Ok(json!(state.exec_setup())))
+}
+
+async fn set_exec_setup(
+    AxState(state): S,
+    headers: HeaderMap,
+    axum::Json(b): axum::Json<ExecSetupBody>,
+) -> Response {
+    guard!(state, headers);
+    state.set_exec_setup(b.pod, b.ms);
+    reply(Ok(json!(state.exec_setup())))
 }
 
 async fn api_log(AxState(state): S, headers: HeaderMap) -> Response {

@@ -369,6 +369,12 @@ impl Session {
             self.finish(None, "fault_stall");
             return;
         }
+        // The kubelet and the container runtime set the exec up before its process starts;
+        // what the client sent meanwhile waits in the connection.
+        let setup = self.state.exec_setup_for(&self.pod);
+        if !setup.is_zero() {
+            tokio::time::sleep(setup).await;
+        }
 
         let spawned = self.command().and_then(|mut cmd| {
             cmd.process_group(0)

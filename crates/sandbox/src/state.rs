@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use clickhouse_schema_sandbox_hosts::HostSpec;
 use serde::{Deserialize, Serialize};
@@ -131,12 +131,23 @@ pub(crate) struct State {
     /// Whether the process of an exec whose connection dropped keeps running, as under a real
     /// kubelet (`SandboxOptions::keep_dropped_execs`); otherwise it is killed.
     keep_dropped_execs: std::sync::atomic::AtomicBool,
+    /// How long each exec waits before its process starts, as a kubelet and a container runtime
+    /// take to set one up: everywhere, and per pod (`SandboxOptions::exec_setup_ms`).
+    exec_setup: Mutex<ExecSetup>,
     /// The shims of the images' userlands (`images.rs`).
     pub(crate) images: Images,
     exec_log: Mutex<Vec<ExecRecord>>,
     api_log: Mutex<Vec<ApiRequest>>,
     next_exec: AtomicU64,
     next_local_ip: AtomicU8,
+}
+
+/// What `State::exec_setup_for` reads.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct ExecSetup {
+    /// Every pod's, unless `pods` names it.
+    pub(crate) all_ms: u64,
+    pub(crate) pods: BTreeMap<String, u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -166,6 +177,7 @@ impl State {
             faults: Mutex::new(Faults::default()),
             exec_protocols: ExecProtocol::ALL.to_vec(),
             keep_dropped_execs: std::sync::atomic::AtomicBool::new(false),
+            exec_setup: Mutex::new(ExecSetup::default()),
             images,
             exec_log: Mutex::new(Vec::new()),
             api_log: Mutex::new(Vec::new()),
@@ -455,6 +467,28 @@ impl State {
     pub(crate) fn set_keep_dropped_execs(&self, keep: bool) {
         self.keep_dropped_execs
             .store(keep, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The exec setup delays (`PUT /sandbox/exec-setup`).
+    pub(crate) fn exec_setup(&self) -> ExecSetup {
+        lock(&self.exec_setup).clone()
+    }
+
+    /// Sets the delay of every pod's execs (`pod` `None`), or of one pod's, which then wins.
+    pub(crate) fn set_exec_setup(&self, pod: Option<String>, ms: u64) {
+        let mut setup = lock(&self.exec_setup);
+        match pod {
+            None => setup.all_ms = ms,
+            Some(pod) => {
+                setup.pods.insert(pod, ms);
+            }
+        }
+    }
+
+    /// How long an exec into `pod` waits before its process starts.
+    pub(crate) fn exec_setup_for(&self, pod: &str) -> Duration {
+        let setup = lock(&self.exec_setup);
+        Duration::from_millis(setup.pods.get(pod).copied().unwrap_or(setup.all_ms))
     }
 
     pub(crate) fn update_exec(&self, id: u64, f: impl FnOnce(&mut ExecRecord)) {

@@ -44,8 +44,8 @@
 //! - `target`, `kubeConfig`: where the DDL lands, compared separately;
 //!   kubeConfig also carries machine-local paths.
 //! - `waitForPod`, `statementTimeoutMs`, `maxReconcilePasses`, `parallelism`,
-//!   `retry`, `verify`: how the apply is driven and checked; tuning them must
-//!   not re-run DDL.
+//!   `execMode`, `retry`, `verify`: how the apply is driven and checked; tuning
+//!   them must not re-run DDL.
 //! - `readyBarrier`: an ordering edge with no effect on the statements.
 //! - `onDelete`, `deleteStatements`: they describe teardown, which never runs
 //!   during a converge. Including them would make switching to

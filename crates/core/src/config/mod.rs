@@ -82,6 +82,9 @@ pub struct ResolvedConfig {
     pub max_reconcile_passes: u32,
     /// Pods applied at once under fanout; outside the fingerprint.
     pub parallelism: u32,
+    /// How the statements reach a pod; outside the fingerprint.
+    #[serde(default)]
+    pub exec_mode: ExecMode,
     /// Per-statement exec timeout, in milliseconds.
     pub statement_timeout_ms: u64,
     /// Largest statement (UTF-8 bytes) validation accepts; outside the fingerprint.
@@ -270,6 +273,17 @@ pub enum ConvergeMode {
     Off,
     /// The ALTERs that make the declaration, where the server has them.
     Additive,
+}
+
+/// How a pod's statements are sent (see `reconcile::batch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ExecMode {
+    /// One exec per pod runs the whole list.
+    #[default]
+    PerPod,
+    /// One exec per statement.
+    PerStatement,
 }
 
 /// The Lease against concurrent applies and destroys of the same resource.
@@ -511,6 +525,8 @@ struct Props {
     max_reconcile_passes: Option<u32>,
     #[serde(default, deserialize_with = "integral")]
     parallelism: Option<u32>,
+    #[serde(default)]
+    exec_mode: Option<ExecMode>,
     #[serde(default, deserialize_with = "integral")]
     statement_timeout_ms: Option<u64>,
     #[serde(default, deserialize_with = "integral")]
@@ -666,6 +682,7 @@ pub(crate) fn resolve(props: &Value) -> Result<ResolvedConfig, String> {
         },
         max_reconcile_passes: props.max_reconcile_passes.unwrap_or(DEFAULT_MAX_RECONCILE_PASSES),
         parallelism: props.parallelism.unwrap_or(DEFAULT_PARALLELISM),
+        exec_mode: props.exec_mode.unwrap_or_default(),
         statement_timeout_ms: props.statement_timeout_ms.unwrap_or(DEFAULT_STATEMENT_TIMEOUT_MS),
         max_statement_bytes: props.max_statement_bytes.unwrap_or(DEFAULT_MAX_STATEMENT_BYTES),
         retry: Retry {

@@ -140,6 +140,7 @@ const PROP_ORDER: &[&str] = &[
     "waitForPod",
     "maxReconcilePasses",
     "parallelism",
+    "execMode",
     "statementTimeoutMs",
     "maxStatementBytes",
     "retry",

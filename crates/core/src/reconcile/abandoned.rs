@@ -78,6 +78,15 @@ const RECHECK: Duration = Duration::from_secs(5);
 /// (the timers do not count a suspend).
 const HOLD_TICK: Duration = Duration::from_secs(1);
 
+/// What [`Run::exec_tracked_seeing`] tells its watcher.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Seen<'a> {
+    /// An attempt is about to be sent: what came before belongs to an earlier one.
+    Attempt,
+    /// A piece of the current attempt's stdout.
+    Stdout(&'a [u8]),
+}
+
 /// What a confirmed stop saw of the pod's processes.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum PodLook {
@@ -192,6 +201,20 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         query_id: &str,
         retry: Option<Call<'_>>,
     ) -> Tracked {
+        self.exec_tracked_seeing(request, what, query_id, retry, None)
+            .await
+    }
+
+    /// [`Self::exec_tracked`], telling `watch` when each attempt starts and handing it the
+    /// attempt's stdout as it arrives (see `Executor::exec_seeing`).
+    pub(crate) async fn exec_tracked_seeing(
+        &self,
+        request: &ExecRequest,
+        what: &str,
+        query_id: &str,
+        retry: Option<Call<'_>>,
+        watch: Option<&(dyn Fn(Seen<'_>) + Send + Sync)>,
+    ) -> Tracked {
         let max_attempts = if retry.is_some() {
             self.retry.max_attempts.max(1)
         } else {
@@ -213,7 +236,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 queued_for_hosts: crate::sql::ddl_status::has_on_cluster(&request.stdin),
                 script: request.command.iter().any(|a| a.contains(" --multiquery")),
             });
-            let Some(result) = self.unless_cancelled(self.transport.exec(request.clone())).await else {
+            let result = match watch {
+                None => self.unless_cancelled(self.transport.exec(request.clone())).await,
+                Some(watch) => {
+                    watch(Seen::Attempt);
+                    let seen = |chunk: &[u8]| watch(Seen::Stdout(chunk));
+                    self.unless_cancelled(self.transport.exec_seeing(request.clone(), &seen))
+                        .await
+                }
+            };
+            let Some(result) = result else {
                 return Tracked::CancelledDuring;
             };
             // The exit status is the code modulo 256 (472 READONLY_SETTING exits 216, 380
@@ -341,7 +373,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     )),
                     Err(why) => {
                         hold_until = hold_until.max(Some(statement.ends_by));
-                        let bound = command::exec_timeout(self.statement_timeout).as_secs();
+                        let bound = statement.ends_by.saturating_sub(statement.sent).as_secs();
                         notes.push(format!(
                             "{what} on pod {pod} (query id {id}) could not be confirmed stopped ({why}); \
                              its client ends at the latest at its pod-side bound, {bound} s after it was sent, \

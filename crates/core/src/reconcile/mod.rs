@@ -24,10 +24,11 @@ use std::task::Poll;
 use std::time::Duration;
 
 mod abandoned;
+mod batch;
 mod messages;
 
 use crate::command;
-use crate::config::{ClientConfig, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
+use crate::config::{ClientConfig, ExecMode, ResolvedConfig, Retry, SettingValue, Target, VerifyMode};
 use crate::coordination::ledger::LedgerWrite;
 use crate::error::ClickHouseSchemaError;
 use crate::live_schema::VerifyPlan;
@@ -58,6 +59,8 @@ pub(crate) struct Run<'a, T, C> {
     pub max_passes: u32,
     /// Pods applied at once in a fanout pass (at least 1).
     pub parallelism: usize,
+    /// One exec per pod for its statements, or one per statement (see `batch`).
+    pub exec_mode: ExecMode,
     pub cancel: &'a dyn Cancel,
     /// Checks each pod's objects after its statements ran (apply only).
     pub verification: Option<Verification<'a>>,
@@ -135,6 +138,7 @@ impl<'a, T, C> Run<'a, T, C> {
             statement_timeout: Duration::from_millis(config.statement_timeout_ms),
             max_passes: config.max_reconcile_passes,
             parallelism: config.parallelism.max(1) as usize,
+            exec_mode: config.exec_mode,
             cancel: &NeverCancelled,
             verification: None,
             events: &NoEvents,
@@ -517,7 +521,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             self.write_ledger_opening(ledger, pod_info).await?;
         }
-        for (index, statement) in statements.iter().enumerate() {
+        let batched = self.exec_mode == ExecMode::PerPod
+            && statements.len() > 1
+            && statements.iter().all(|s| batch::batchable(s));
+        if batched {
+            if stopped() {
+                return Err(Failure::Stopped);
+            }
+            self.apply_batch(statements, pod, pass).await?;
+        }
+        for (index, statement) in statements.iter().enumerate().filter(|_| !batched) {
             if stopped() {
                 return Err(Failure::Stopped);
             }
@@ -556,24 +569,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     self.statement_failed(index, statement, pod, &output, unknown),
                 ));
             }
-            // Distributed DDL under `distributed_ddl_output_mode` 'never_throw' or
-            // 'null_status_on_timeout' exits 0 with a host's failure only in its status table.
-            let hosts = crate::sql::ddl_status::problems(statement, &output.stdout, self.null_status());
-            if !hosts.is_empty() {
-                return Err(Failure::Error(self.hosts_failed(index, statement, pod, &hosts)));
-            }
-            if self.null_status() == crate::sql::ddl_status::NullStatus::Inactive {
-                // What is left NULL there is a host that was down: read as unfinished, it is named.
-                let down = crate::sql::ddl_status::problems(
-                    statement,
-                    &output.stdout,
-                    crate::sql::ddl_status::NullStatus::Unfinished,
-                );
-                self.hosts_left_down
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(down.into_iter().map(|h| h.host));
-            }
+            self.read_hosts(index, statement, pod, &output.stdout)?;
         }
         if let Some(verification) = self.verification {
             if stopped() {
@@ -596,6 +592,29 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 pods_total: total,
                 message: format!("{pod} done ({done} of {total} pods done)"),
             });
+        }
+        Ok(())
+    }
+
+    /// What statement `index` printed (`stdout`) says of the hosts of a distributed DDL statement:
+    /// under `distributed_ddl_output_mode` 'never_throw' or 'null_status_on_timeout' it exits 0 with
+    /// a host's failure only in its status table.
+    fn read_hosts(&self, index: usize, statement: &str, pod: &str, stdout: &str) -> Result<(), Failure> {
+        let hosts = crate::sql::ddl_status::problems(statement, stdout, self.null_status());
+        if !hosts.is_empty() {
+            return Err(Failure::Error(self.hosts_failed(index, statement, pod, &hosts)));
+        }
+        if self.null_status() == crate::sql::ddl_status::NullStatus::Inactive {
+            // What is left NULL there is a host that was down: read as unfinished, it is named.
+            let down = crate::sql::ddl_status::problems(
+                statement,
+                stdout,
+                crate::sql::ddl_status::NullStatus::Unfinished,
+            );
+            self.hosts_left_down
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(down.into_iter().map(|h| h.host));
         }
         Ok(())
     }
@@ -733,6 +752,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             Call::Check { pod } => (format!("the live-schema check on {pod}"), Some(pod), None),
             Call::Ledger { pod } => (format!("the ledger on {pod}"), Some(pod), None),
             Call::Rebuild { pod } => (format!("a rebuild step on {pod}"), Some(pod), None),
+            Call::Batch { pod, count } => (
+                format!(
+                    "the script of statements 0 to {} on {pod}",
+                    count.saturating_sub(1)
+                ),
+                Some(pod),
+                None,
+            ),
             Call::List => ("the pod list".to_owned(), None, None),
             Call::Lease => ("the lease".to_owned(), None, None),
         };
@@ -802,10 +829,24 @@ pub(crate) enum Tracked {
 #[derive(Clone, Copy)]
 pub(crate) enum Call<'a> {
     List,
-    Statement { pod: &'a str, index: usize },
-    Check { pod: &'a str },
-    Ledger { pod: &'a str },
-    Rebuild { pod: &'a str },
+    Statement {
+        pod: &'a str,
+        index: usize,
+    },
+    Check {
+        pod: &'a str,
+    },
+    Ledger {
+        pod: &'a str,
+    },
+    Rebuild {
+        pod: &'a str,
+    },
+    /// A pod's whole statement list in one exec (see `batch`).
+    Batch {
+        pod: &'a str,
+        count: usize,
+    },
     Lease,
 }
 

@@ -115,6 +115,43 @@ pub(crate) struct ExecCall {
     pub uid: Option<String>,
     pub command: Vec<String>,
     pub stdin: String,
+    /// Which exec attempt (from 1) carried it: the statements of one pod's batch share it.
+    pub exec: usize,
+}
+
+/// A statement's output ending with this ends a batch's output there, with exit 0 and no end
+/// marker: what an output the transport's cap cut (or a client ended without an error) looks like.
+pub(crate) const OUTPUT_CUT: &str = "<the output was cut here>";
+
+/// The nonce and statements of a pod's batch script (see `reconcile::batch` in the core), when
+/// `stdin` is one: a `SELECT '<24 hex>:<n>';` line before each statement, `:end` after the last.
+pub(crate) fn batch_statements(stdin: &str) -> Option<(String, Vec<String>)> {
+    fn marker(line: &str) -> Option<(&str, &str)> {
+        let inner = line.strip_prefix("SELECT '")?.strip_suffix("';")?;
+        let (nonce, what) = inner.split_once(':')?;
+        (nonce.len() == 24 && nonce.bytes().all(|b| b.is_ascii_hexdigit())).then_some((nonce, what))
+    }
+    let mut lines = stdin.split_inclusive('\n');
+    let (nonce, first) = marker(lines.next()?.trim_end_matches('\n'))?;
+    if first != "0" {
+        return None;
+    }
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    for line in lines {
+        match marker(line.trim_end_matches('\n')) {
+            Some((n, _)) if n == nonce => {
+                let text = current
+                    .strip_suffix("\n;\n")
+                    .or_else(|| current.strip_suffix('\n'))
+                    .unwrap_or(&current);
+                statements.push(text.to_owned());
+                current.clear();
+            }
+            _ => current.push_str(line),
+        }
+    }
+    Some((nonce.to_owned(), statements))
 }
 
 type ListScript = Box<dyn FnMut(usize, &mut Vec<PodInfo>) + Send>;
@@ -346,6 +383,10 @@ impl Executor for FakeCluster {
                 TransportError::new(TransportErrorKind::Refused, gone).with_http_status(404)
             ));
         };
+        let exec = world.exec_attempts;
+        if let Some((nonce, statements)) = batch_statements(&request.stdin) {
+            return std::future::ready(world.run_batch(&request, uid, exec, &nonce, &statements));
+        }
         let mut script = world.exec_script.take();
         let scripted = script.as_mut().and_then(|s| s(&request, &mut world.pods));
         world.exec_script = script;
@@ -366,8 +407,60 @@ impl Executor for FakeCluster {
                 uid,
                 command: request.command.clone(),
                 stdin: request.stdin.clone(),
+                exec,
             });
         }
         std::future::ready(result)
+    }
+}
+
+impl World {
+    /// A batch as both clients run it: each statement's marker, then the statement (the exec
+    /// script sees it as a request of its own, with the batch's command), stopping at the first
+    /// that fails, and the end marker after the last. A transport failure the script gives for a
+    /// statement is the whole exec's, after the statements before it ran.
+    fn run_batch(
+        &mut self,
+        request: &ExecRequest,
+        uid: Option<String>,
+        exec: usize,
+        nonce: &str,
+        statements: &[String],
+    ) -> Result<ExecOutput, TransportError> {
+        let mut stdout = String::new();
+        for (index, statement) in statements.iter().enumerate() {
+            stdout.push_str(&format!("{nonce}:{index}\n"));
+            let one = ExecRequest {
+                stdin: statement.clone(),
+                ..request.clone()
+            };
+            let mut script = self.exec_script.take();
+            let scripted = script.as_mut().and_then(|s| s(&one, &mut self.pods));
+            self.exec_script = script;
+            let output = scripted.unwrap_or_else(|| Ok(ExecOutput::default()))?;
+            self.execs.push(ExecCall {
+                pod: request.pod.clone(),
+                uid: uid.clone(),
+                command: request.command.clone(),
+                stdin: statement.clone(),
+                exec,
+            });
+            if let Some(before) = output.stdout.strip_suffix(OUTPUT_CUT) {
+                stdout.push_str(before);
+                return Ok(ExecOutput {
+                    stdout,
+                    ..ExecOutput::default()
+                });
+            }
+            stdout.push_str(&output.stdout);
+            if output.exit_code != 0 {
+                return Ok(ExecOutput { stdout, ..output });
+            }
+        }
+        stdout.push_str(&format!("{nonce}:end\n"));
+        Ok(ExecOutput {
+            stdout,
+            ..ExecOutput::default()
+        })
     }
 }

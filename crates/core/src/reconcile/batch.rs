@@ -1,0 +1,488 @@
+//! One exec per pod: a pod's whole statement list sent as one `--multiquery` script.
+//!
+//! An exec costs far more than most DDL statements: on a real cluster the API server, the kubelet
+//! and the container runtime set each one up (commonly 100 to 300 ms), then clickhouse-client
+//! starts (about 60 ms), and an API server rate-limits them. One exec per statement made a list of
+//! 20 statements on 8 pods cost 160 execs. Here a pod's list is one script, and the error of a
+//! statement that fails still names it:
+//!
+//! - Before statement `i` the script runs `SELECT '<nonce>:<i>'`, and after the last one
+//!   `SELECT '<nonce>:end'`. Both clients print each query's result as it ends (measured on 18.16:
+//!   a line per query, flushed), in order, and stop at the first statement that fails
+//!   (`--multiquery` without `--ignore-error`), with that statement's error on stderr and its code
+//!   as the exit status, as a single statement's client does. So the statement that failed is the
+//!   one after the last marker printed, and a run whose output lacks the end marker did not finish,
+//!   whatever its exit status.
+//! - The nonce is new for every script and is not in its argv: no statement's output (a SELECT, a
+//!   status table of `ON CLUSTER`) can print a line that reads as a marker, so nothing a statement
+//!   prints moves the attribution. Markers are only read in order (`<nonce>:0`, then `:1`, ...).
+//! - Each statement's own output is what is printed between its marker and the next one: the
+//!   status table of a distributed DDL statement is read from there as it was from its own exec.
+//! - A statement's trailing `;` (validation allows one) is left as it is; one without gets a `;` on
+//!   a line of its own, so a trailing line comment cannot swallow it.
+//! - Not batched: an `INSERT` whose data follows it in the text (`VALUES`, `FORMAT`). 18.16's client
+//!   ends such data at the first newline in a multi-statement input (it reads a whole input as the
+//!   data otherwise), so a multi-line `VALUES` list would be cut. A list holding one runs one exec
+//!   per statement (see `Run::apply_all_in`).
+
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::abandoned::Seen;
+use super::{Call, Failure, PassContext, Run, Tracked};
+use crate::command;
+use crate::sql::lexer::{TokenKind, significant, tokenize};
+use crate::transport::{
+    Clock, Event, ExecOutput, ExecRequest, Executor, OUTPUT_CAP, PodLister, TransportErrorKind,
+};
+
+/// A pod's statement list as one script, and how to read what it printed.
+#[derive(Debug, Clone)]
+pub(crate) struct Batch {
+    nonce: String,
+    script: String,
+    count: usize,
+}
+
+/// What a batch's output says about how far it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reading<'o> {
+    /// What each statement whose marker was printed printed itself, in order: statement `i` was
+    /// sent exactly when `i < outputs.len()`.
+    pub outputs: Vec<&'o str>,
+    /// The end marker was printed: every statement ended without an error.
+    pub ended: bool,
+}
+
+impl Reading<'_> {
+    /// How many statements were sent (their marker printed).
+    pub(crate) fn started(&self) -> usize {
+        self.outputs.len()
+    }
+}
+
+impl Batch {
+    /// The script running `statements` in order, its markers carrying a nonce made from `seed`
+    /// (something of the run no statement can know: see the module header).
+    pub(crate) fn new(statements: &[String], seed: &str) -> Self {
+        let nonce = hex::encode(&Sha256::digest(format!("batch|{seed}").as_bytes())[..12]);
+        let mut script = String::new();
+        for (index, statement) in statements.iter().enumerate() {
+            script.push_str(&format!("SELECT '{nonce}:{index}';\n"));
+            script.push_str(statement);
+            if ends_with_semicolon(statement) {
+                script.push('\n');
+            } else {
+                script.push_str("\n;\n");
+            }
+        }
+        script.push_str(&format!("SELECT '{nonce}:end';\n"));
+        Self {
+            nonce,
+            script,
+            count: statements.len(),
+        }
+    }
+
+    /// What the exec sends on stdin.
+    pub(crate) fn script(&self) -> &str {
+        &self.script
+    }
+
+    /// The markers in `stdout`, in order: how far the script got, and each statement's own output.
+    pub(crate) fn read<'o>(&self, stdout: &'o str) -> Reading<'o> {
+        let mut outputs: Vec<&'o str> = Vec::new();
+        // Where the output of the statement whose marker came last starts.
+        let mut from: Option<usize> = None;
+        let mut at = 0usize;
+        let mut ended = false;
+        for line in stdout.split_inclusive('\n') {
+            let start = at;
+            at += line.len();
+            // The marker expected next: the first statement's, the next one's, or the end.
+            let next = outputs.len() + usize::from(from.is_some());
+            let expected = if next < self.count {
+                format!("{}:{next}", self.nonce)
+            } else {
+                format!("{}:end", self.nonce)
+            };
+            if line.strip_suffix('\n').unwrap_or(line) != expected {
+                continue;
+            }
+            if let Some(begin) = from.take() {
+                outputs.push(&stdout[begin..start]);
+            }
+            if next >= self.count {
+                ended = true;
+                break;
+            }
+            from = Some(at);
+        }
+        if let Some(begin) = from {
+            outputs.push(&stdout[begin..]);
+        }
+        Reading { outputs, ended }
+    }
+}
+
+/// Whether `statement` can run in a batch (see the module header): not an `INSERT` with its data
+/// in the text.
+pub(crate) fn batchable(statement: &str) -> bool {
+    let mut tokens = significant(statement);
+    let Some(first) = tokens.next() else {
+        return true;
+    };
+    if !first.is_keyword(statement, "INSERT") {
+        return true;
+    }
+    !significant(statement).any(|t| t.is_keyword(statement, "VALUES") || t.is_keyword(statement, "FORMAT"))
+}
+
+/// Whether the last significant token of `statement` is a `;` (comments may follow it).
+fn ends_with_semicolon(statement: &str) -> bool {
+    significant(statement)
+        .last()
+        .is_some_and(|t| t.is_punct(statement, ";"))
+        // A comment left open would swallow what follows; the statement is then ended anyway
+        // (the server refuses what the comment hid, naming it).
+        && !tokenize(statement)
+            .last()
+            .is_some_and(|t| t.unterminated && t.kind == TokenKind::BlockComment)
+}
+
+/// A value no statement can know, for the nonce (with the script's query id): the standard
+/// library's per-process random hash keys.
+fn unguessable() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let state = RandomState::new();
+    format!("{:016x}{:016x}", state.hash_one(1u8), state.hash_one(2u8))
+}
+
+/// The statement events of one pod's batch, sent as its markers arrive.
+struct Progress<'b> {
+    batch: &'b Batch,
+    pod: &'b str,
+    state: Mutex<ProgressState>,
+}
+
+#[derive(Default)]
+struct ProgressState {
+    /// The current attempt's stdout so far (up to the transport's cap).
+    stdout: Vec<u8>,
+    /// Statements whose start was reported in this attempt.
+    reported: usize,
+    /// The end marker was reported.
+    ended: bool,
+    /// When the statement reported last started.
+    since: Duration,
+}
+
+impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
+    /// `statements` on `pod` in one exec (see the module header): each statement's events as its
+    /// marker arrives, and a failure named by its index, as [`Run::apply_all_in`]'s loop names it.
+    pub(super) async fn apply_batch(
+        &self,
+        statements: &[String],
+        pod: &str,
+        pass: Option<&PassContext>,
+    ) -> Result<(), Failure> {
+        let count = statements.len();
+        let last = count.saturating_sub(1);
+        let query_id = self.script_query_id("st", pod);
+        let batch = Batch::new(statements, &format!("{query_id}|{}", unguessable()));
+        let request = ExecRequest {
+            namespace: self.target.namespace.clone(),
+            pod: pod.to_owned(),
+            container: self.target.container.clone(),
+            command: command::render_batch(
+                self.client,
+                self.settings,
+                batch.script().len(),
+                self.statement_timeout,
+                count,
+                &query_id,
+            ),
+            stdin: batch.script().to_owned(),
+            timeout: command::batch_exec_timeout(self.statement_timeout, count),
+        };
+        let progress = Progress {
+            batch: &batch,
+            pod,
+            state: Mutex::new(ProgressState::default()),
+        };
+        let watch = |seen: Seen<'_>| {
+            let mut state = progress.state.lock().unwrap_or_else(|e| e.into_inner());
+            match seen {
+                Seen::Attempt => *state = ProgressState::default(),
+                Seen::Stdout(chunk) => {
+                    let room = OUTPUT_CAP.saturating_sub(state.stdout.len());
+                    state.stdout.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    self.report(&progress, &mut state, pass);
+                }
+            }
+        };
+        let what = format!("statements 0 to {last} (one script)");
+        let call = Call::Batch { pod, count };
+        let tracked = self
+            .exec_tracked_seeing(&request, &what, &query_id, Some(call), Some(&watch))
+            .await;
+        let reported = progress.state.lock().unwrap_or_else(|e| e.into_inner()).reported;
+        // The statement the script was at when it ended: the one after the last marker.
+        let at = reported.saturating_sub(1);
+        let (output, unknown) = match tracked {
+            Tracked::Output { output, unknown } => (output, unknown),
+            Tracked::CancelledBefore => {
+                return Err(Failure::Error(
+                    self.cancelled(&format!("before statements 0 to {last} were sent to pod {pod}"))
+                        .with_statement_index(0)
+                        .with_pod(pod),
+                ));
+            }
+            Tracked::CancelledDuring => {
+                let whence = if reported == 0 {
+                    // An executor that does not stream shows no marker before the end.
+                    "which of them ran is unknown".to_owned()
+                } else {
+                    let done = match at {
+                        0 => String::new(),
+                        _ => format!(" (statements 0 to {} completed)", at - 1),
+                    };
+                    format!(
+                        "statement {at} was the last seen starting{done}, and whether statements {at} to {last} ran is unknown"
+                    )
+                };
+                return Err(Failure::Error(
+                    self.cancelled(&format!(
+                        "while pod {pod} ran statements 0 to {last} as one script; its exec was closed, and {whence}"
+                    ))
+                    .with_statement_index(at)
+                    .with_pod(pod),
+                ));
+            }
+            Tracked::EarlierRunning { attempt } => {
+                let mut err = self.earlier_attempt_running(at, pod, &query_id, attempt);
+                err.message.push_str(&self.batch_note(count, attempt - 1));
+                return Err(Failure::Error(err));
+            }
+            Tracked::Failed { err, .. }
+                if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) =>
+            {
+                return Err(Failure::Vanished);
+            }
+            Tracked::Failed {
+                err,
+                attempts,
+                not_retried,
+            } => {
+                let mut failed = self.exec_transport_failed(at, batch.script(), pod, &err, attempts);
+                failed.message.push_str(&self.batch_note(count, attempts));
+                if let Some(why) = not_retried {
+                    failed.message.push_str(&format!(
+                        " It was not retried: that attempt could not be confirmed stopped ({why}), and a \
+                         retry would run beside it."
+                    ));
+                }
+                return Err(Failure::Error(failed));
+            }
+        };
+        // An executor that does not stream hands the whole stdout over only now.
+        let reading = batch.read(&output.stdout);
+        {
+            let mut state = progress.state.lock().unwrap_or_else(|e| e.into_inner());
+            if state.reported < reading.started() || (reading.ended && !state.ended) {
+                state.stdout = output.stdout.as_bytes().to_vec();
+                self.report(&progress, &mut state, pass);
+            }
+        }
+        if output.exit_code == 0 && reading.ended {
+            for (index, printed) in reading.outputs.iter().enumerate() {
+                self.read_hosts(index, &statements[index], pod, printed)?;
+            }
+            return Ok(());
+        }
+        let at = reading.started().saturating_sub(1);
+        let since = progress.state.lock().unwrap_or_else(|e| e.into_inner()).since;
+        let duration_ms =
+            u64::try_from(self.clock.now().saturating_sub(since).as_millis()).unwrap_or(u64::MAX);
+        self.events.emit(Event::StatementFinished {
+            pod: pod.to_owned(),
+            index: at,
+            count,
+            exit_code: output.exit_code,
+            duration_ms,
+            message: format!(
+                "statement {at} on {pod} failed (exit code {}) after {duration_ms} ms",
+                output.exit_code
+            ),
+        });
+        // The statement's own output only, redacted against its own literals.
+        let own = ExecOutput {
+            stdout: reading
+                .outputs
+                .get(at)
+                .map(|s| (*s).to_owned())
+                .unwrap_or_default(),
+            stderr: output.stderr.clone(),
+            exit_code: output.exit_code,
+        };
+        let mut err = self.statement_failed(at, &statements[at], pod, &own, 0);
+        if output.exit_code == 0 {
+            // Exited 0 without its end marker: cut short (the output's cap), not a statement's error.
+            err.message.push_str(&format!(
+                "\nThe script of statements 0 to {last} exited 0, but its output ended without the marker that \
+                 follows its last statement (statement {at} was the last seen starting), so statements {at} to \
+                 {last} may or may not have run."
+            ));
+        }
+        if unknown > 0 {
+            err.message.push_str(&self.batch_note(count, unknown));
+        }
+        Err(Failure::Error(err))
+    }
+
+    /// What an error of a batch adds when attempts of it ended without an outcome.
+    fn batch_note(&self, count: usize, unknown: u32) -> String {
+        let last = count.saturating_sub(1);
+        if unknown == 0 {
+            return format!(" The pod's statements 0 to {last} ran as one script (execMode 'perPod').");
+        }
+        format!(
+            " The pod's statements 0 to {last} ran as one script (execMode 'perPod'), and {unknown} attempt(s) of \
+             it ended without a known outcome: statements 0 to {last} may have run, each at most once per \
+             attempt (statements are re-runnable by contract)."
+        )
+    }
+
+    /// Reports what `state.stdout` shows that was not reported yet: a statement finished when the
+    /// next one's marker arrives, a statement started with its own marker.
+    fn report(&self, progress: &Progress<'_>, state: &mut ProgressState, pass: Option<&PassContext>) {
+        let text = String::from_utf8_lossy(&state.stdout).into_owned();
+        let reading = progress.batch.read(&text);
+        let count = progress.batch.count;
+        let pod = progress.pod;
+        let finished = |index: usize, since: Duration| {
+            let duration_ms =
+                u64::try_from(self.clock.now().saturating_sub(since).as_millis()).unwrap_or(u64::MAX);
+            self.events.emit(Event::StatementFinished {
+                pod: pod.to_owned(),
+                index,
+                count,
+                exit_code: 0,
+                duration_ms,
+                message: format!("statement {index} on {pod} done in {duration_ms} ms"),
+            });
+        };
+        while state.reported < reading.started() {
+            let index = state.reported;
+            if index > 0 {
+                finished(index - 1, state.since);
+            }
+            let (done, total) = pass.map_or((0, 1), |p| (p.done.load(Ordering::SeqCst), p.total));
+            self.events.emit(Event::StatementStarted {
+                pod: pod.to_owned(),
+                index,
+                count,
+                pods_done: done,
+                pods_total: total,
+                message: format!("statement {index} ({count} in all) on {pod} ({done} of {total} pods done)"),
+            });
+            state.since = self.clock.now();
+            state.reported += 1;
+        }
+        if reading.ended && !state.ended {
+            finished(count - 1, state.since);
+            state.ended = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statements(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_script_puts_a_marker_before_each_statement_and_one_at_the_end() {
+        let batch = Batch::new(
+            &statements(&["CREATE DATABASE a", "CREATE TABLE a.t (x UInt8) ENGINE = Log;"]),
+            "s",
+        );
+        let n = &batch.nonce;
+        assert_eq!(
+            batch.script(),
+            format!(
+                "SELECT '{n}:0';\nCREATE DATABASE a\n;\nSELECT '{n}:1';\nCREATE TABLE a.t (x UInt8) ENGINE = Log;\n\
+                 SELECT '{n}:end';\n"
+            )
+        );
+        assert_eq!(n.len(), 24);
+        assert_ne!(Batch::new(&statements(&["SELECT 1"]), "t").nonce, *n);
+    }
+
+    #[test]
+    fn a_trailing_line_comment_does_not_swallow_the_separator() {
+        let batch = Batch::new(&statements(&["CREATE DATABASE a -- note"]), "s");
+        assert!(
+            batch.script().contains("CREATE DATABASE a -- note\n;\n"),
+            "{}",
+            batch.script()
+        );
+        let batch = Batch::new(&statements(&["CREATE DATABASE a; -- note"]), "s");
+        assert!(
+            batch.script().contains("CREATE DATABASE a; -- note\nSELECT"),
+            "{}",
+            batch.script()
+        );
+    }
+
+    #[test]
+    fn a_complete_run_gives_each_statement_its_own_output() {
+        let batch = Batch::new(&statements(&["a", "b", "c"]), "s");
+        let n = &batch.nonce;
+        let stdout = format!("{n}:0\n{n}:1\nhost\t9000\t0\t\t0\t0\n{n}:2\n{n}:end\n");
+        let reading = batch.read(&stdout);
+        assert!(reading.ended);
+        assert_eq!(reading.outputs, vec!["", "host\t9000\t0\t\t0\t0\n", ""]);
+    }
+
+    #[test]
+    fn a_run_that_stopped_names_the_statement_after_the_last_marker() {
+        let batch = Batch::new(&statements(&["a", "b", "c"]), "s");
+        let n = &batch.nonce;
+        let stdout = format!("{n}:0\n{n}:1\npartial");
+        let reading = batch.read(&stdout);
+        assert!(!reading.ended);
+        assert_eq!(reading.started(), 2);
+        assert_eq!(reading.outputs, vec!["", "partial"]);
+        assert_eq!(batch.read("").started(), 0);
+    }
+
+    #[test]
+    fn lines_that_imitate_markers_move_nothing() {
+        let batch = Batch::new(&statements(&["a", "b"]), "s");
+        let n = &batch.nonce;
+        // Another nonce, a marker out of order, an end before the last statement, a marker inside a line.
+        let stdout = format!("{n}:0\n0123:1\n{n}:end\n{n}:0\nx {n}:1\n{n}:1\n");
+        let reading = batch.read(&stdout);
+        assert!(!reading.ended);
+        assert_eq!(
+            reading.outputs,
+            vec![format!("0123:1\n{n}:end\n{n}:0\nx {n}:1\n").as_str(), ""]
+        );
+    }
+
+    #[test]
+    fn an_insert_with_its_data_in_the_text_is_not_batched() {
+        assert!(!batchable("INSERT INTO a.t VALUES (1)"));
+        assert!(!batchable("insert into a.t format CSV\n1\n"));
+        assert!(batchable("INSERT INTO a.t SELECT * FROM a.s"));
+        assert!(batchable("CREATE TABLE a.t (values UInt8) ENGINE = Log"));
+        assert!(batchable("-- only a comment"));
+    }
+}

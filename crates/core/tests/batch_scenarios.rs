@@ -1,0 +1,433 @@
+//! A pod's statement list in one exec (`execMode: 'perPod'`, the default), on scripted pods whose
+//! client runs a script as both real clients do (see `reconcile_support`): what a converge costs in
+//! execs, which statement a failure names, what a dropped script re-runs, and the progress events.
+
+mod reconcile_support;
+
+use std::sync::Mutex;
+
+use clickhouse_schema_core::ErrorKind;
+use clickhouse_schema_core::lifecycle::{apply, plan};
+use clickhouse_schema_core::state::SchemaState;
+use clickhouse_schema_core::transport::{
+    Cluster, Event, Events, ExecOutput, NeverCancelled, TransportError, TransportErrorKind,
+};
+use reconcile_support::{FakeClock, FakeCluster, OUTPUT_CUT, block_on, config, pod};
+use serde_json::json;
+
+/// Twelve statements, the list a failure is tried at every position of.
+fn twelve() -> Vec<String> {
+    let mut list = vec!["CREATE DATABASE IF NOT EXISTS orders".to_owned()];
+    list.extend((1..12).map(|i| {
+        format!("CREATE TABLE IF NOT EXISTS orders.t{i} (id UInt64, note String DEFAULT 'n{i}') ENGINE = MergeTree ORDER BY id")
+    }));
+    list
+}
+
+fn props(statements: &[String]) -> serde_json::Value {
+    json!({
+        "target": { "namespace": "ns", "podSelector": { "app": "ch" } },
+        "statements": statements,
+        // Counts the statements' execs only: the check and the ledger have their own tests.
+        "verify": "off",
+        "retry": { "maxAttempts": 3, "backoffMs": 10 },
+    })
+}
+
+fn three_pods() -> Vec<clickhouse_schema_core::transport::PodInfo> {
+    vec![pod("chi-0", "u0"), pod("chi-1", "u1"), pod("chi-2", "u2")]
+}
+
+#[derive(Default)]
+struct Recorded(Mutex<Vec<Event>>);
+
+impl Events for Recorded {
+    fn emit(&self, event: Event) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+fn run(
+    props: serde_json::Value,
+    previous: Option<&SchemaState>,
+    cluster: &FakeCluster,
+    events: &Recorded,
+) -> Result<SchemaState, clickhouse_schema_core::ClickHouseSchemaError> {
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: cluster,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &NeverCancelled,
+        events,
+    };
+    block_on(apply("orders-schema", &config(props), previous, &c)).map(|(state, _)| state)
+}
+
+fn is_stop(stdin: &str) -> bool {
+    stdin.contains("KILL QUERY WHERE")
+}
+
+/// What a stop prints in a pod whose processes it can read and where nothing of the exec is left.
+fn nothing_left() -> ExecOutput {
+    ExecOutput {
+        stdout: "clickhouse-schema-pod-ended\t0\nclickhouse-schema-pod-left\t0\nclickhouse-schema-still-running\t0\n"
+            .to_owned(),
+        ..ExecOutput::default()
+    }
+}
+
+/// The distinct execs (by attempt number) that carried statements to `pod`.
+fn statement_execs(cluster: &FakeCluster, pod: &str) -> Vec<usize> {
+    let mut execs: Vec<usize> = cluster
+        .execs()
+        .iter()
+        .filter(|c| c.pod == pod && !is_stop(&c.stdin))
+        .map(|c| c.exec)
+        .collect();
+    execs.dedup();
+    execs
+}
+
+#[test]
+fn a_converge_costs_one_exec_per_pod_and_an_unchanged_one_none() {
+    let list = twelve();
+    let cluster = FakeCluster::new(three_pods());
+    let state = run(props(&list), None, &cluster, &Recorded::default()).expect("applies");
+    assert_eq!(cluster.exec_attempts(), 3, "one exec per pod for 12 statements");
+    for (name, uid) in [("chi-0", "u0"), ("chi-1", "u1"), ("chi-2", "u2")] {
+        assert_eq!(
+            cluster.statements_on(name, uid),
+            list,
+            "every statement, in order, on {name}"
+        );
+        assert_eq!(statement_execs(&cluster, name).len(), 1);
+    }
+    let call = &cluster.execs()[0];
+    let argv = call.command.join(" ");
+    assert!(
+        argv.contains(" --multiquery --query_id='clickhouse-schema-"),
+        "{argv}"
+    );
+    for statement in &list {
+        assert!(!argv.contains(statement.as_str()), "no statement in argv: {argv}");
+    }
+    // Each statement bounded on the server by statementTimeoutMs (300 s), the script in the pod by
+    // their sum and one grace.
+    assert!(argv.contains("--max_execution_time=300 "), "{argv}");
+    assert!(argv.contains(&format!("timeout -k 2 {}", 12 * 300 + 3)), "{argv}");
+
+    let again = FakeCluster::new(three_pods());
+    run(props(&list), Some(&state), &again, &Recorded::default()).expect("unchanged");
+    assert_eq!(
+        (again.lists(), again.exec_attempts()),
+        (1, 0),
+        "one pod list and no exec"
+    );
+}
+
+#[test]
+fn per_statement_mode_and_an_insert_of_inline_data_keep_an_exec_per_statement() {
+    let list = twelve();
+    let mut per_statement = props(&list);
+    per_statement["execMode"] = json!("perStatement");
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]);
+    run(per_statement, None, &cluster, &Recorded::default()).expect("applies");
+    assert_eq!(cluster.exec_attempts(), 12);
+
+    // 18.16's client ends inline data at a newline in a script: such a list is not batched.
+    let with_insert = vec![
+        list[0].clone(),
+        list[1].clone(),
+        "INSERT INTO orders.t1 (id) VALUES\n(1),\n(2)".to_owned(),
+    ];
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]);
+    run(props(&with_insert), None, &cluster, &Recorded::default()).expect("applies");
+    assert_eq!(cluster.exec_attempts(), 3);
+    assert_eq!(cluster.statements_on("chi-0", "u0"), with_insert);
+}
+
+#[test]
+fn a_failure_at_each_position_names_that_statement_and_runs_none_after_it() {
+    let list = twelve();
+    for failing in 0..list.len() {
+        let bad = list[failing].clone();
+        let cluster = FakeCluster::new(three_pods()).on_exec(move |req, _| {
+            (req.pod == "chi-1" && req.stdin == bad).then(|| {
+                Ok(ExecOutput {
+                    stdout: String::new(),
+                    stderr: format!(
+                        "Received exception from server (version 18.16.1):\nCode: 57. DB::Exception: Received from \
+                         localhost:9000. DB::Exception: Table orders.t{failing} already exists with note 'n{failing}'.\n"
+                    ),
+                    exit_code: 57,
+                })
+            })
+        });
+        let err = run(props(&list), None, &cluster, &Recorded::default()).expect_err("fails");
+        assert_eq!(err.kind, ErrorKind::StatementFailed);
+        assert_eq!(err.statement_index, Some(failing), "{}", err.message);
+        assert_eq!(err.pod.as_deref(), Some("chi-1"));
+        assert_eq!((err.clickhouse_code, err.exit_code), (Some(57), Some(57)));
+        assert!(
+            err.message.starts_with(&format!(
+                "ClickHouseSchema 'orders-schema': statement {failing} failed on pod chi-1\n"
+            )),
+            "{}",
+            err.message
+        );
+        // Redacted against that statement's own literals.
+        if failing > 0 {
+            assert!(!err.message.contains(&format!("'n{failing}'")), "{}", err.message);
+        }
+        assert_eq!(
+            cluster.statements_on("chi-1", "u1"),
+            list[..=failing],
+            "nothing after statement {failing} ran"
+        );
+        assert_eq!(
+            statement_execs(&cluster, "chi-1").len(),
+            1,
+            "a statement's error is not retried"
+        );
+    }
+}
+
+#[test]
+fn output_that_imitates_a_marker_moves_no_attribution() {
+    let list = twelve();
+    let bad = list[7].clone();
+    let imitating = list[3].clone();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        if req.stdin == imitating {
+            // Lines shaped like markers, of another nonce and of none.
+            return Some(Ok(ExecOutput {
+                stdout: (4..12)
+                    .map(|i| format!("0123456789abcdef01234567:{i}\n:{i}\n"))
+                    .chain(["0123456789abcdef01234567:end\nend\n".to_owned()])
+                    .collect(),
+                ..ExecOutput::default()
+            }));
+        }
+        (req.stdin == bad).then(|| {
+            Ok(ExecOutput {
+                stderr: "Code: 60. DB::Exception: Table orders.x doesn't exist.\n".to_owned(),
+                exit_code: 60,
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let err = run(props(&list), None, &cluster, &Recorded::default()).expect_err("fails");
+    assert_eq!(err.statement_index, Some(7), "{}", err.message);
+}
+
+#[test]
+fn a_script_whose_output_ends_without_its_end_marker_is_not_success() {
+    let list = twelve();
+    let cut = list[5].clone();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        (req.stdin == cut).then(|| {
+            Ok(ExecOutput {
+                stdout: format!("some output{OUTPUT_CUT}"),
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let err = run(props(&list), None, &cluster, &Recorded::default()).expect_err("not success");
+    assert_eq!(err.statement_index, Some(5));
+    assert!(
+        err.message
+            .contains("exited 0, but its output ended without the marker")
+            && err.message.contains("statements 5 to 11 may or may not have run"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_dropped_script_is_stopped_then_run_again_whole_and_reported() {
+    let list: Vec<String> = twelve().into_iter().take(3).collect();
+    let second = list[1].clone();
+    let mut dropped = false;
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        if is_stop(&req.stdin) {
+            return Some(Ok(nothing_left()));
+        }
+        // The connection drops while statement 1 runs, the first time only.
+        (req.stdin == second && !dropped).then(|| {
+            dropped = true;
+            Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "websocket closed mid-exec",
+            ))
+        })
+    });
+    let events = Recorded::default();
+    run(props(&list), None, &cluster, &events).expect("the retry succeeds");
+    // Statement 0 ran in the dropped attempt and again in the retry; the stop ran between them.
+    let sent: Vec<String> = cluster
+        .execs()
+        .iter()
+        .map(|c| {
+            if is_stop(&c.stdin) {
+                "stop".to_owned()
+            } else {
+                c.stdin[..24].to_owned()
+            }
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            &list[0][..24],
+            "stop",
+            "stop",
+            &list[0][..24],
+            &list[1][..24],
+            &list[2][..24]
+        ],
+        "the whole list again, after the stop (it looks twice: the attempt had just been sent)"
+    );
+    let retry: Vec<String> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Retry { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        retry,
+        ["the script of statements 0 to 2 on chi-0: attempt 1 failed in transport; trying again in 10 ms"]
+    );
+}
+
+#[test]
+fn a_drop_that_persists_says_which_statements_may_have_run() {
+    let list: Vec<String> = twelve().into_iter().take(4).collect();
+    let third = list[2].clone();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        if is_stop(&req.stdin) {
+            return Some(Ok(nothing_left()));
+        }
+        (req.stdin == third).then(|| {
+            Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "connection reset",
+            ))
+        })
+    });
+    let err = run(props(&list), None, &cluster, &Recorded::default()).expect_err("fails");
+    assert_eq!(err.kind, ErrorKind::Transport);
+    assert_eq!(err.pod.as_deref(), Some("chi-0"));
+    assert!(
+        err.message.contains("after 3 attempt(s)")
+            && err
+                .message
+                .contains("3 attempt(s) of it ended without a known outcome: statements 0 to 3 may have run"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_retry_refused_because_the_dropped_script_still_runs_says_what_may_have_run() {
+    let list: Vec<String> = twelve().into_iter().take(2).collect();
+    let mut attempts = 0;
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        if is_stop(&req.stdin) {
+            return Some(Ok(nothing_left()));
+        }
+        if req.stdin != list[0] {
+            return None;
+        }
+        attempts += 1;
+        Some(if attempts == 1 {
+            Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "connection reset",
+            ))
+        } else {
+            Ok(ExecOutput {
+                stderr: "Code: 216. DB::Exception: Query with id = x is already running.\n".to_owned(),
+                exit_code: 216,
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let err = run(props(&twelve()[..2]), None, &cluster, &Recorded::default()).expect_err("fails");
+    assert_eq!(err.kind, ErrorKind::Transport);
+    assert!(
+        err.message
+            .contains("an earlier attempt still runs on the server under the same query id")
+            && err.message.contains("statements 0 to 1 may have run"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn each_statement_is_reported_as_its_marker_arrives() {
+    let list: Vec<String> = twelve().into_iter().take(3).collect();
+    let bad = list[2].clone();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        (req.stdin == bad).then(|| {
+            Ok(ExecOutput {
+                stderr: "Code: 62. DB::Exception: Syntax error.\n".to_owned(),
+                exit_code: 62,
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let events = Recorded::default();
+    run(props(&list), None, &cluster, &events).expect_err("fails");
+    let shown: Vec<String> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::StatementStarted { index, .. } => Some(format!("started {index}")),
+            Event::StatementFinished { index, exit_code, .. } => {
+                Some(format!("finished {index} ({exit_code})"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "started 0",
+            "finished 0 (0)",
+            "started 1",
+            "finished 1 (0)",
+            "started 2",
+            "finished 2 (62)"
+        ]
+    );
+}
+
+#[test]
+fn plan_lists_the_same_statements_whatever_the_exec_mode() {
+    let list = twelve();
+    let cluster = FakeCluster::new(three_pods());
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: &cluster,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &NeverCancelled,
+        events: &Recorded::default(),
+    };
+    let batched = block_on(plan("orders-schema", &config(props(&list)), None, &c)).expect("plans");
+    let mut per_statement = props(&list);
+    per_statement["execMode"] = json!("perStatement");
+    let each = block_on(plan("orders-schema", &config(per_statement), None, &c)).expect("plans");
+    assert_eq!(
+        serde_json::to_value(&batched).unwrap(),
+        serde_json::to_value(&each).unwrap()
+    );
+    assert_eq!(cluster.exec_attempts(), 0, "a plan runs nothing");
+}
