@@ -1,9 +1,10 @@
-// Parallel fanout against the sandbox (real ClickHouse servers behind a test
-// Kubernetes API): 20 statements applied to 1, 3, 8 and 16 pods, with pods
-// one after another (parallelism 1) and in parallel (the default, 8), and
-// what progress events cost. Every run changes the statements' fingerprint,
-// so every statement runs on every pod. The live-schema check is off here:
-// bench/e2e.mjs measures it.
+// Parallel fanout against the sandbox (real ClickHouse servers behind a test Kubernetes API): 20
+// statements applied to 1, 3 and 8 pods, one exec per statement (execMode 'perStatement', what the
+// product did before) against one exec per pod (execMode 'perPod', the default), with no exec setup
+// time and with 150 ms per exec (the sandbox's exec setup delay, what a real cluster's API server,
+// kubelet and container runtime add to each exec), and the execs each converge made (the sandbox's
+// exec log). Every run changes the statements' fingerprint, so every statement runs on every pod;
+// the live-schema check is off (bench/e2e.mjs measures it). Pods in parallel (the default, 8).
 // Run: node bench/fanout.mjs   (after `npm run build` and `cargo build --release -p clickhouse-schema-sandbox`)
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,7 +13,7 @@ import { apply } from '../dist/index.js';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 
 const dir = join(fileURLToPath(new URL('..', import.meta.url)), '.sandbox-bench');
-const RUNS = Number(process.env.BENCH_RUNS ?? 7);
+const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 process.on('exit', () => stopSandbox(dir));
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -22,51 +23,51 @@ const twenty = (tag) => [
   ...Array.from({ length: 19 }, (_, i) => `CREATE TABLE IF NOT EXISTS bench.t${i} (id UInt64, v String) ENGINE = MergeTree ORDER BY id /* ${tag} */`),
 ];
 
-async function timed(pods, kubeconfig, parallelism, options) {
+/** Median time of a converge of 20 statements, and the execs the last one made. */
+async function timed(sandbox, pods, execMode) {
   const times = [];
   let state;
+  let execs = 0;
   for (let i = 0; i < RUNS + 1; i++) {
+    await sandbox.control('DELETE', '/sandbox/exec-log');
     const t0 = process.hrtime.bigint();
     const r = await apply(
       'bench-fanout',
       {
         target: { namespace: 'sandbox', podSelector: { 'clickhouse.altinity.com/chi': 'sandbox' } },
-        statements: twenty(`${parallelism} ${i} ${Math.random()}`),
-        kubeConfig: { kubeconfigPath: kubeconfig },
-        parallelism,
+        statements: twenty(`${execMode} ${i} ${Math.random()}`),
+        kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
+        execMode,
         verify: 'off',
       },
       state,
-      options,
     );
     // The first run creates the tables; the others find them (IF NOT EXISTS), as a redeploy does.
     if (i > 0) times.push(ms(t0));
     state = r.state;
     if (r.appliedTo.length !== pods) throw new Error(`applied to ${r.appliedTo.length} pods, expected ${pods}`);
+    execs = (await sandbox.control('GET', '/sandbox/exec-log')).length;
   }
-  return median(times);
+  return { ms: median(times), execs };
 }
 
 const rows = [];
-let onePod;
-for (const pods of [1, 3, 8, 16]) {
-  const { kubeconfig } = startSandbox(dir, pods);
-  const sequential = await timed(pods, kubeconfig, 1);
-  const parallel = await timed(pods, kubeconfig, 8);
-  if (pods === 1) onePod = sequential;
-  const row = { pods, sequential, parallel };
-  if (pods === 3) {
-    row.withEvents = await timed(pods, kubeconfig, 8, { onEvent: () => {} });
+for (const pods of [1, 3, 8]) {
+  const sandbox = startSandbox(dir, pods);
+  for (const setup of [0, 150]) {
+    await sandbox.control('PUT', '/sandbox/exec-setup', { ms: setup });
+    const before = await timed(sandbox, pods, 'perStatement');
+    const after = await timed(sandbox, pods, 'perPod');
+    rows.push({ pods, setup, before, after });
   }
-  rows.push(row);
   stopSandbox(dir);
 }
 
-console.log(`20 statements per pod, median of ${RUNS} runs (ms); one pod: ${onePod.toFixed(0)} ms`);
+console.log(`20 statements per pod, pods in parallel (8 at once), median of ${RUNS} runs`);
 for (const r of rows) {
   console.log(
-    `${String(r.pods).padStart(2)} pod(s): parallelism 1 ${r.sequential.toFixed(0)} ms, parallelism 8 ${r.parallel.toFixed(0)} ms ` +
-      `(${(r.parallel / onePod).toFixed(2)}x one pod)` +
-      (r.withEvents === undefined ? '' : `; with onEvent ${r.withEvents.toFixed(0)} ms`),
+    `${String(r.pods).padStart(2)} pod(s), exec setup ${String(r.setup).padStart(3)} ms: ` +
+      `an exec per statement ${r.before.ms.toFixed(0)} ms (${r.before.execs} execs), ` +
+      `an exec per pod ${r.after.ms.toFixed(0)} ms (${r.after.execs} execs): ${(r.before.ms / r.after.ms).toFixed(1)}x`,
   );
 }

@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 import { sandboxDir } from './lib/sandbox-dir.mjs';
+import { batchStatements, runBatch, statementLog } from './lib/batch.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 // Alchemy's local state lives under process.cwd() as it is when alchemy is
@@ -148,7 +149,8 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     assert.ok(settled.length >= 1, 'a settle line');
     for (const line of settled) assert.match(line, /\[orders-schema\] created — applied to 3 pod\(s\)/);
     assert.deepEqual(result.podNames, [...pods].sort());
-    assert.equal(execs.length, 2 * pods.length);
+    assert.equal(execs.length, pods.length, 'one exec per pod');
+    assert.equal(statementLog(execs).length, 2 * pods.length);
     for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['events']);
     const state = stateOf(NAME, ID);
     assert.equal(state.status, 'created');
@@ -175,8 +177,9 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     const { result, execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1] }), STAGE));
     assert.deepEqual(
       execs.map((e) => e.pod),
-      [newPod, newPod],
+      [newPod],
     );
+    assert.deepEqual(statementLog(execs).map((e) => e.stdin), [S0, S1]);
     assert.deepEqual(sandbox.tablesOn(newPod, 'orders'), ['events']);
     assert.deepEqual(result.podNames, [...pods, newPod].sort());
     pods = [...pods, newPod];
@@ -184,9 +187,9 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
 
   test('a statement added: every pod runs the whole list', { timeout }, async () => {
     const { execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1, S2] }), STAGE));
-    assert.equal(execs.length, 3 * pods.length);
+    assert.equal(execs.length, pods.length, 'one exec per pod');
     for (const pod of pods) {
-      assert.equal(execs.filter((e) => e.pod === pod).length, 3, pod);
+      assert.equal(statementLog(execs).filter((e) => e.pod === pod).length, 3, pod);
       assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['customers', 'events']);
     }
     assert.equal(stateOf(NAME, ID).attr.statementCount, 3);
@@ -215,7 +218,8 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
   test('recovery: the fixed statement deploys, on every pod', { timeout }, async () => {
     const before = stateOf(NAME, ID);
     const { execs } = await measured(() => deployStack(stack(NAME, ID, { statements: [S0, S1, S2, FIXED] }), STAGE));
-    assert.equal(execs.length, 4 * pods.length);
+    assert.equal(execs.length, pods.length, 'one exec per pod');
+    assert.equal(statementLog(execs).length, 4 * pods.length);
     for (const pod of pods) assert.deepEqual(sandbox.tablesOn(pod, 'orders'), ['customers', 'events', 'fixed']);
     const after = stateOf(NAME, ID);
     assert.equal(after.status, 'updated');
@@ -248,11 +252,11 @@ describe('clickHouseSchema through Alchemy deploy/destroy (fanout, sandbox)', ()
     const { outcome, text } = await logged(() => measured(() => destroyStack(stack('e2e-run', 'scratch-schema', props), STAGE)));
     assert.ifError(outcome.error);
     const { execs } = outcome.value;
-    assert.equal(execs.length, 2 * pods.length);
+    assert.equal(execs.length, pods.length, 'one exec per pod');
     assert.match(text, new RegExp(`\\[scratch-schema\\] deleted — ran deleteStatements on ${pods.length} pod\\(s\\)`));
     for (const pod of pods) {
       assert.deepEqual(
-        execs.filter((e) => e.pod === pod).map((e) => e.stdin.trim()),
+        statementLog(execs).filter((e) => e.pod === pod).map((e) => e.stdin.trim()),
         props.deleteStatements,
       );
       assert.equal(sandbox.query(pod, "SELECT count() FROM system.databases WHERE name = 'scratch'"), '0');
@@ -307,7 +311,8 @@ describe('alchemy drift sees the live schema (fanout, sandbox)', () => {
     // The repair's read looks at every pod (one check each); the statements ran on the victim only.
     const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
     assert.deepEqual([...new Set(execs.filter((e) => !isCheck(e)).map((e) => e.pod))], [victim], 'only the pod that lacked the table');
-    assert.equal(execs.filter((e) => !isCheck(e)).length, statements.length);
+    assert.equal(execs.filter((e) => !isCheck(e)).length, 1, 'one exec for its list');
+    assert.equal(statementLog(execs.filter((e) => !isCheck(e))).length, statements.length);
     assert.deepEqual(sandbox.tablesOn(victim, 'drifted'), ['customers', 'events']);
     assert.deepEqual(stateOf(NAME, ID).attr.podNames, recordedPods, 'the repaired state covers every pod again');
     assert.equal(actionOf(await driftStack(NAME, STAGE, providers())), 'unchanged');
@@ -317,7 +322,7 @@ describe('alchemy drift sees the live schema (fanout, sandbox)', () => {
 describe('clickHouseSchema through Alchemy with an injected executor (no cluster)', () => {
   /** A fake cluster: `pods` may change between deploys; `failNextList` makes the next listPods reject. */
   function fakeCluster(names) {
-    const cluster = { pods: names.map((name) => ({ name, uid: `${name}-uid` })), lists: 0, execs: [], failNextList: false };
+    const cluster = { pods: names.map((name) => ({ name, uid: `${name}-uid` })), lists: 0, execs: [], scripts: 0, failNextList: false };
     cluster.executor = {
       listPods: async () => {
         cluster.lists += 1;
@@ -328,6 +333,12 @@ describe('clickHouseSchema through Alchemy with an injected executor (no cluster
         return cluster.pods.map((p) => ({ ...p, ready: true, phase: 'Running', containers: ['clickhouse'] }));
       },
       exec: async (request) => {
+        // A pod's script (execMode 'perPod'): counted per statement, as it runs them, and per exec.
+        const batch = batchStatements(request.stdin);
+        if (batch) {
+          cluster.scripts += 1;
+          return runBatch(request, batch, () => undefined, (one) => cluster.execs.push(one.pod));
+        }
         cluster.execs.push(request.pod);
         return { stdout: '', stderr: '', exitCode: 0 };
       },
@@ -357,6 +368,7 @@ describe('clickHouseSchema through Alchemy with an injected executor (no cluster
     const cluster = fakeCluster(['p-0', 'p-1']);
     await deployStack(fakeStack('fake-runtime', cluster), STAGE);
     assert.deepEqual(cluster.execs.sort(), ['p-0', 'p-0', 'p-1', 'p-1']);
+    assert.equal(cluster.scripts, 2, 'one exec per pod');
     const state = stateOf('fake-runtime', 'fake-schema');
     assert.equal('executor' in state.props, false);
     assert.deepEqual(state.attr.podNames, ['p-0', 'p-1']);

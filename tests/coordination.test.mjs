@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 import { sandboxDir } from './lib/sandbox-dir.mjs';
+import { statementLog } from './lib/batch.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 // Alchemy's local state goes under the cwd as it is when alchemy is first imported.
@@ -66,7 +67,8 @@ function props(extra = {}) {
 const execLog = () => sandbox.control('GET', '/sandbox/exec-log');
 const apiLog = () => sandbox.control('GET', '/sandbox/api-log');
 const leaseCalls = (api) => api.filter((r) => r.path.includes('/leases'));
-const statementRuns = (execs, statement) => execs.filter((e) => e.stdin === statement);
+// A pod's script (execMode 'perPod') counts once for each statement it carries.
+const statementRuns = (execs, statement) => statementLog(execs).filter((e) => e.stdin === statement);
 /** kubectl's JSON for `args` against the sandbox (admin), or undefined when it fails (not found). */
 function kubectlJson(args) {
   try {
@@ -216,7 +218,7 @@ test('a holder that works longer than its TTL keeps the lease by renewing it; th
   assert.deepEqual(b.appliedTo, [], 'the second found it all in the ledger');
   const waited = events.find((e) => e.kind === 'leaseTaken');
   assert.ok(waited.waitedMs >= 10_000, `the second waited for the whole first apply (${waited.waitedMs} ms)`);
-  const sleeps = (await execLog()).filter((e) => e.stdin === 'SELECT sleep(2)');
+  const sleeps = statementRuns(await execLog(), 'SELECT sleep(2)');
   assert.equal(sleeps.length, 3 * sandbox.info.pods.length, 'each ran once per pod');
 });
 
@@ -346,17 +348,20 @@ test('a deploy interrupted through Alchemy stops, releases the lease and records
   const controller = new AbortController();
   const deploying = deployStack(cancelStack, STAGE, { signal: controller.signal });
   // Interrupted (as Ctrl-C interrupts the CLI) while the sleep runs on the first pod, the lease
-  // held: the first statement ran there, and the next exec is running.
+  // held: the first statement ran there, and the pod's script is at the sleep.
   const first = sandbox.info.pods[0];
-  const inFlight = (execs) => {
-    const at = execs.findIndex((e) => e.pod === first && e.stdin === S0_CANCEL);
-    return at >= 0 ? execs.slice(at + 1).find((e) => e.pod === first && e.outcome === 'running') : undefined;
+  const sleeping = async () =>
+    Number(await sandbox.queryAsync(first, "SELECT count() FROM system.processes WHERE query LIKE '%sleep(3)%' AND query NOT LIKE '%system.processes%'"));
+  // The statements' script by its query id (its stdin is logged when it ends): `-st<n>-`.
+  const inFlight = async (execs) => {
+    const script = execs.find((e) => e.pod === first && e.outcome === 'running' && /--query_id='clickhouse-schema-[0-9a-f]{16}-st\d+-/.test(e.argv[2]));
+    return script && (await sleeping()) === 1 ? script : undefined;
   };
   let running;
-  for (let i = 0; i < 600 && !(running = inFlight(await execLog())); i++) {
+  for (let i = 0; i < 600 && !(running = await inFlight(await execLog())); i++) {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  assert.ok(running, 'the exec after the first statement was seen running');
+  assert.ok(running, "the pod's script was seen at the sleep, after its first statement");
   controller.abort();
   const aborted = Date.now();
   const outcome = await deploying.then(
@@ -381,7 +386,7 @@ test('a deploy interrupted through Alchemy stops, releases the lease and records
   const recorded = existsSync(stateFile('cancel', id)) ? readFileSync(stateFile('cancel', id), 'utf8') : '';
   assert.ok(!recorded.includes(fingerprint(slow, id)), `no outputs recorded: ${recorded}`);
   const execs = await execLog();
-  assert.equal(statementRuns(execs, last).length, 0, 'the last statement never ran');
+  for (const pod of sandbox.info.pods) assert.deepEqual(sandbox.tablesOn(pod, 'coord_cancel'), [], `the last statement never ran on ${pod}`);
   // The exec in flight was closed, not waited for. (On a busy machine the abort can
   // come before the exec's stdin arrived: the log then holds it with no statement,
   // which is as good, so the exec is found by its id.)
@@ -452,7 +457,9 @@ test1816(
       assert.equal(err.code, 'E_CANCELLED', err.message);
       assert.equal(err.statementIndex, 1);
       assert.equal(err.pod, first);
-      assert.match(err.message, /statement 1 on pod \S+ \(query id clickhouse-schema-[0-9a-f]{16}-1-\S+\) was stopped with KILL QUERY and is not running any more/);
+      // Statement 1's marker had arrived (kube-rs streams the script's output): the error names it.
+      assert.match(err.message, /cancelled while pod \S+ ran statements 0 to 1 as one script; its exec was closed, and statement 1 was the last seen starting/);
+      assert.match(err.message, /statements 0 to 1 \(one script\) on pod \S+ \(query id clickhouse-schema-[0-9a-f]{16}-st\d+-\S+\) was stopped with KILL QUERY and is not running any more/);
       assert.match(err.message, /The lease was released after that\./);
       assert.equal(kubectlJson(['get', 'lease', name, '-n', 'sandbox', '-o', 'json']).spec.holderIdentity, undefined, 'released');
       // Nothing of the run is left running: not on the server, not in the pod.
@@ -618,13 +625,14 @@ test('an apply stopped between statements leaves its started row; a deploy with 
     (e) => e,
   );
   const pod = sandbox.info.pods[0];
-  // The exec after the DROP on the first pod, running (its stdin may not be logged yet).
-  const sleepingIn = (execs) => {
-    const at = execs.findIndex((e) => e.pod === pod && e.stdin === 'DROP TABLE IF EXISTS coord_started.t');
-    return at >= 0 ? execs.slice(at + 1).find((e) => e.pod === pod && e.outcome === 'running') : undefined;
+  // The first pod's script at the sleep, after the DROP.
+  const sleepingIn = async (execs) => {
+    const script = execs.find((e) => e.pod === pod && e.outcome === 'running');
+    const at = await sandbox.queryAsync(pod, "SELECT count() FROM system.processes WHERE query LIKE '%sleep(3)%' AND query NOT LIKE '%system.processes%'");
+    return script && at === '1' ? script : undefined;
   };
   let sleeping;
-  for (let i = 0; i < 600 && !(sleeping = sleepingIn(await execLog())); i++) {
+  for (let i = 0; i < 600 && !(sleeping = await sleepingIn(await execLog())); i++) {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   assert.ok(sleeping, 'the sleep was seen running on the first pod');

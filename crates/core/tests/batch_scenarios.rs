@@ -431,3 +431,35 @@ fn plan_lists_the_same_statements_whatever_the_exec_mode() {
     );
     assert_eq!(cluster.exec_attempts(), 0, "a plan runs nothing");
 }
+
+#[test]
+fn a_script_the_pods_timeout_stopped_names_the_statement_it_was_at_and_is_not_retried() {
+    let list: Vec<String> = twelve().into_iter().take(5).collect();
+    let slow = list[3].clone();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        if is_stop(&req.stdin) {
+            return Some(Ok(nothing_left()));
+        }
+        (req.stdin == slow).then(|| {
+            Ok(ExecOutput {
+                stderr: "Terminated\n".to_owned(),
+                exit_code: 124,
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let err = run(props(&list), None, &cluster, &Recorded::default()).expect_err("fails");
+    assert_eq!(err.kind, ErrorKind::StatementFailed);
+    assert_eq!(err.statement_index, Some(3));
+    assert!(
+        err.message
+            .contains("statement 3 on pod chi-0 was stopped in the pod")
+            && err
+                .message
+                .contains("bounds the script of statements 0 to 4 by 5 x statementTimeoutMs")
+            && err.message.contains("whether statements 3 to 4 ran is unknown"),
+        "{}",
+        err.message
+    );
+    assert_eq!(statement_execs(&cluster, "chi-0").len(), 1, "not retried");
+}

@@ -128,6 +128,15 @@ impl Batch {
     }
 }
 
+/// `statement a` or `statements a to b`, for messages.
+fn span(first: usize, last: usize) -> String {
+    if first == last {
+        format!("statement {first}")
+    } else {
+        format!("statements {first} to {last}")
+    }
+}
+
 /// Whether `statement` can run in a batch (see the module header): not an `INSERT` with its data
 /// in the text.
 pub(crate) fn batchable(statement: &str) -> bool {
@@ -248,10 +257,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 } else {
                     let done = match at {
                         0 => String::new(),
-                        _ => format!(" (statements 0 to {} completed)", at - 1),
+                        _ => format!(" ({} completed)", span(0, at - 1)),
                     };
                     format!(
-                        "statement {at} was the last seen starting{done}, and whether statements {at} to {last} ran is unknown"
+                        "statement {at} was the last seen starting{done}, and whether {} ran is unknown",
+                        span(at, last)
                     )
                 };
                 return Err(Failure::Error(
@@ -329,12 +339,24 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             exit_code: output.exit_code,
         };
         let mut err = self.statement_failed(at, &statements[at], pod, &own, 0);
+        let seen = match reading.started() {
+            0 => "no statement was seen starting".to_owned(),
+            _ => format!("statement {at} was the last seen starting"),
+        };
         if output.exit_code == 0 {
             // Exited 0 without its end marker: cut short (the output's cap), not a statement's error.
             err.message.push_str(&format!(
                 "\nThe script of statements 0 to {last} exited 0, but its output ended without the marker that \
-                 follows its last statement (statement {at} was the last seen starting), so statements {at} to \
-                 {last} may or may not have run."
+                 follows its last statement ({seen}), so {} may or may not have run.",
+                span(at, last)
+            ));
+        } else if err.clickhouse_code.is_none() && command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code)
+        {
+            // The pod's bound of a script is the sum of its statements' bounds.
+            err.message.push_str(&format!(
+                "\nThe pod's `timeout` bounds the script of statements 0 to {last} by {count} x statementTimeoutMs \
+                 ({seen}); whether {} ran is unknown.",
+                span(at, last)
             ));
         }
         if unknown > 0 {

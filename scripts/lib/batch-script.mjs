@@ -1,0 +1,37 @@
+// A pod's statement list in one exec (execMode 'perPod', the default): its script puts
+// `SELECT '<24 hex>:<n>';` before statement n and `SELECT '<24 hex>:end';` after the last
+// (crates/core/src/reconcile/batch.rs). These helpers read such a script from the sandbox's exec log
+// the way the demo and the tests count what ran: statement by statement. They parse the script's
+// text; they do not reuse the product's code.
+
+/** `{ nonce, statements }` when `stdin` is a batch script, else undefined. */
+export function batchStatements(stdin) {
+  const marker = (line) => /^SELECT '([0-9a-f]{24}):(\d+|end)';$/.exec(line);
+  const lines = stdin.split(/(?<=\n)/);
+  const first = lines.length > 0 ? marker(lines[0].replace(/\n$/, '')) : null;
+  if (!first || first[2] !== '0') return undefined;
+  const nonce = first[1];
+  const statements = [];
+  let current = '';
+  for (const line of lines.slice(1)) {
+    const m = marker(line.replace(/\n$/, ''));
+    if (m && m[1] === nonce) {
+      statements.push(current.endsWith('\n;\n') ? current.slice(0, -3) : current.replace(/\n$/, ''));
+      current = '';
+    } else {
+      current += line;
+    }
+  }
+  return { nonce, statements };
+}
+
+/**
+ * The sandbox's exec log with each batch exec spread into one entry per statement (each keeps the
+ * exec's other fields and gains `batch`, the exec's id), so a test reads which statements ran where.
+ */
+export function statementLog(execs) {
+  return execs.flatMap((e) => {
+    const batch = batchStatements(e.stdin);
+    return batch ? batch.statements.map((stdin) => ({ ...e, stdin, batch: e.id })) : [e];
+  });
+}
