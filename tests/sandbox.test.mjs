@@ -132,8 +132,11 @@ describe('fanout against real ClickHouse', () => {
     const before = state.pods.find((p) => p.name === victim).uid;
     await control('POST', `/sandbox/pods/${victim}/replace`);
     assert.deepEqual(tablesOn(victim, 'shop'), [], 'the replacement has an empty disk');
+    await clearLogs();
     const result = await apply('shop-schema', props(statements), state);
     assert.deepEqual(result.appliedTo, [victim]);
+    const scripts = (await execLog()).filter((r) => batchStatements(r.stdin));
+    assert.deepEqual(scripts.map((r) => r.pod), [victim], 'one exec carries the list, on the replaced pod only');
     const after = result.state.pods.find((p) => p.name === victim).uid;
     assert.notEqual(after, before);
     assert.deepEqual(tablesOn(victim, 'shop'), ['orders', 'orders_daily', 'orders_mv']);
@@ -160,9 +163,11 @@ describe('fanout against real ClickHouse', () => {
       "CREATE TABLE shop.s3src (x String) ENGINE = URL('http://127.0.0.1:1/x', 'AKIAIOSFODNN7EXAMPLE', 'wJalrXUtn''FEMI/K7MDENG') FORMAT",
       "CREATE USER shop_writer IDENTIFIED BY 'pa$$-w0rd-Xyzzy'",
     ];
-    for (const statement of leaky) {
-      const err = await rejection(apply('shop-schema', props([statement]), state));
+    // Alone (an exec of its own) and after another statement (in the pod's script).
+    for (const [list, index] of leaky.flatMap((s) => [[[s], 0], [[statements[0], s], 1]])) {
+      const err = await rejection(apply('shop-schema', props(list), state));
       assert.equal(err.code, 'E_STATEMENT_FAILED');
+      assert.equal(err.statementIndex, index);
       assert.ok(err.clickHouseCode > 0, 'the code survives redaction');
       const everything = `${err.message}\n${err.stack}\n${JSON.stringify(err)}`;
       for (const secret of secrets) {
