@@ -182,8 +182,10 @@ async fn scenarios(sb: &Sandbox) -> Result<(), String> {
     if let Err(e) = Box::pin(one_id_for_a_script(&t, &pod)).await {
         failures.push(format!("one id for a script: {e}"));
     }
-    if let Err(e) = Box::pin(a_process_carrying_the_id_is_ended_in_the_pod(&t, &pod)).await {
-        failures.push(format!("process in the pod: {e}"));
+    for per_pod in [false, true] {
+        if let Err(e) = Box::pin(a_process_carrying_the_id_is_ended_in_the_pod(&t, &pod, per_pod)).await {
+            failures.push(format!("process in the pod (per pod: {per_pod}): {e}"));
+        }
     }
     if let Err(e) = Box::pin(convergence(&t, &pod)).await {
         failures.push(format!("convergence: {e}"));
@@ -434,25 +436,37 @@ async fn one_id_for_a_script(t: &KubeTransport, pod: &str) -> Result<(), String>
 /// client would send its next statement after `KILL QUERY` found nothing between two of them. The
 /// stop therefore kills, in the pod, every process that carries the id. Here a stand-in process
 /// carrying the cancelled statement's id runs in the pod beside it (a sandbox pod ends a closed
-/// exec's own processes itself): the stop must end it before the lease is released.
-async fn a_process_carrying_the_id_is_ended_in_the_pod(t: &KubeTransport, pod: &str) -> Result<(), String> {
+/// exec's own processes itself): the stop must end it before the lease is released. `per_pod`: the
+/// statements go in the pod's one script (execMode 'perPod'), which then carries the id; else the
+/// sleep's own exec does.
+async fn a_process_carrying_the_id_is_ended_in_the_pod(
+    t: &KubeTransport,
+    pod: &str,
+    per_pod: bool,
+) -> Result<(), String> {
     fn is_sleep(stdin: &str) -> bool {
         stdin.starts_with("SELECT sleep(2)")
     }
+    fn is_script_with_sleep(stdin: &str) -> bool {
+        stdin.starts_with("SELECT '") && stdin.contains("\nSELECT sleep(2)\n")
+    }
+    let picked: fn(&str) -> bool = if per_pod { is_script_with_sleep } else { is_sleep };
     let statements = [
         "CREATE DATABASE IF NOT EXISTS cancel_pod".to_owned(),
         "SELECT sleep(2)".to_owned(),
     ];
+    let mode = if per_pod { "perPod" } else { "perStatement" };
     let clock = RealClock(Instant::now());
-    let (watched, flag) = Watched::new(t, is_sleep);
+    let (watched, flag) = Watched::new(t, picked);
     let cluster = watched.cluster(&clock, &flag);
-    let config = validate("cancel-pod", &props(&statements, json!({}))).map_err(|e| format!("{e:?}"))?;
+    let config = validate("cancel-pod", &props(&statements, json!({ "execMode": mode })))
+        .map_err(|e| format!("{e:?}"))?;
     let deploying = apply("cancel-pod", &config, None, &cluster);
     // Once the statement is sent: a process carrying its id, as its client's would.
     let stand_in = async {
         let query_id = loop {
             let seen = watched.sent().into_iter().find_map(|s| match s {
-                Sent::Exec { stdin, argv, .. } if is_sleep(&stdin) => argv
+                Sent::Exec { stdin, argv, .. } if picked(&stdin) => argv
                     .split_whitespace()
                     .find_map(|w| Some(w.strip_prefix("--query_id='")?.strip_suffix('\'')?.to_owned())),
                 _ => None,
@@ -483,10 +497,15 @@ async fn a_process_carrying_the_id_is_ended_in_the_pod(t: &KubeTransport, pod: &
         stand_in.exit_code == 137 && lasted < Duration::from_secs(30),
         format!("the stand-in was killed (exit 137) well before its 60 s: {stand_in:?} after {lasted:?}"),
     )?;
+    let what = if per_pod {
+        "statements 0 to 1 (one script)"
+    } else {
+        "statement 1"
+    };
     check(
         err.kind == ErrorKind::Cancelled
             && err.message.contains(&format!(
-                "statement 1 on pod {pod} (query id {query_id}) was stopped with KILL QUERY and is not running any \
+                "{what} on pod {pod} (query id {query_id}) was stopped with KILL QUERY and is not running any \
                  more (not in system.processes, and no process of it left in the pod)"
             )),
         format!("{err:?}"),
