@@ -1,12 +1,12 @@
 // A pod's statement list in one exec (execMode 'perPod', the default): its script puts
-// `SELECT '<24 hex>:<n>';` before statement n and `SELECT '<24 hex>:end';` after the last
+// `SELECT '<24 hex>:<n>' FORMAT TabSeparated;` before statement n and the same with `end` after the last
 // (crates/core/src/reconcile/batch.rs). These helpers read such a script from the sandbox's exec log
 // the way the demo and the tests count what ran: statement by statement. They parse the script's
 // text; they do not reuse the product's code.
 
 /** `{ nonce, statements }` when `stdin` is a batch script, else undefined. */
 export function batchStatements(stdin) {
-  const marker = (line) => /^SELECT '([0-9a-f]{24}):(\d+|end)';$/.exec(line);
+  const marker = (line) => /^SELECT '([0-9a-f]{24}):(\d+|end)' FORMAT TabSeparated;$/.exec(line);
   const lines = stdin.split(/(?<=\n)/);
   const first = lines.length > 0 ? marker(lines[0].replace(/\n$/, '')) : null;
   if (!first || first[2] !== '0') return undefined;

@@ -4,6 +4,7 @@
 
 mod reconcile_support;
 
+use std::future::Future;
 use std::sync::Mutex;
 
 use clickhouse_schema_core::ErrorKind;
@@ -462,4 +463,180 @@ fn a_script_the_pods_timeout_stopped_names_the_statement_it_was_at_and_is_not_re
         err.message
     );
     assert_eq!(statement_execs(&cluster, "chi-0").len(), 1, "not retried");
+}
+
+#[test]
+fn a_syntax_error_quoting_the_next_statements_carries_none_of_their_literals() {
+    let list = vec![
+        "CREATE DATABASE IF NOT EXISTS orders".to_owned(),
+        "CREATE TABLE orders.t (id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS broken =".to_owned(),
+        "CREATE USER IF NOT EXISTS writer IDENTIFIED BY 'hunter2-next-statement'".to_owned(),
+    ];
+    let (bad, next) = (list[1].clone(), list[2].clone());
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        // 18.16 quotes the text after the failing position, which runs on into the script.
+        (req.stdin == bad).then(|| {
+            Ok(ExecOutput {
+                stderr: format!(
+                    "Code: 62. DB::Exception: Syntax error: failed at position 80 (end of query): \n;\nSELECT \
+                     '0123456789abcdef01234567:2' FORMAT TabSeparated;\n{next}\n. Expected one of: literal\n"
+                ),
+                exit_code: 62,
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let err = run(props(&list), None, &cluster, &Recorded::default()).expect_err("fails");
+    assert_eq!(err.statement_index, Some(1));
+    assert_eq!(err.clickhouse_code, Some(62));
+    assert!(!err.message.contains("hunter2-next-statement"), "{}", err.message);
+}
+
+#[test]
+fn output_past_the_transports_cap_names_no_statement_it_cannot_see() {
+    let list = twelve();
+    let (loud, bad) = (list[2].clone(), list[5].clone());
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |req, _| {
+        if req.stdin == loud {
+            return Some(Ok(ExecOutput {
+                stdout: "x".repeat(clickhouse_schema_core::transport::OUTPUT_CAP + 10),
+                ..ExecOutput::default()
+            }));
+        }
+        (req.stdin == bad).then(|| {
+            Ok(ExecOutput {
+                stderr: "Code: 60. DB::Exception: Table orders.x doesn't exist.\n".to_owned(),
+                exit_code: 60,
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let err = run(props(&list), None, &cluster, &Recorded::default()).expect_err("fails");
+    assert_eq!(err.statement_index, Some(2), "the last statement seen starting");
+    assert!(
+        err.message
+            .contains("reached the transport's cap (1024 KiB) after statement 2 was the last seen starting")
+            && err.message.contains("statement 2 or a later one")
+            && err.message.contains("execMode 'perStatement'"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_statement_that_changes_the_session_keeps_an_exec_per_statement() {
+    // In one client `USE` would move every later statement to another database.
+    let list = vec![
+        "CREATE DATABASE IF NOT EXISTS shop".to_owned(),
+        "USE shop".to_owned(),
+        "CREATE TABLE IF NOT EXISTS events (id UInt64) ENGINE = Memory".to_owned(),
+    ];
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]);
+    run(props(&list), None, &cluster, &Recorded::default()).expect("applies");
+    assert_eq!(cluster.exec_attempts(), 3);
+}
+
+/// The fake cluster, handing a script's stdout over line by line while its exec is under way, as
+/// kube-rs's exec does, and counting the statement events already emitted at each line.
+struct Streaming<'a> {
+    inner: &'a FakeCluster,
+    events: &'a Recorded,
+    started_at_each_line: Mutex<Vec<usize>>,
+}
+
+impl clickhouse_schema_core::transport::PodLister for Streaming<'_> {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        selector: &std::collections::BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<clickhouse_schema_core::transport::PodInfo>, TransportError>> + Send
+    {
+        self.inner.list_pods(namespace, selector)
+    }
+}
+
+impl clickhouse_schema_core::transport::LeaseApi for Streaming<'_> {
+    fn get_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<clickhouse_schema_core::transport::LeaseRecord>, TransportError>> + Send
+    {
+        self.inner.get_lease(namespace, name)
+    }
+
+    fn create_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &clickhouse_schema_core::transport::LeaseSpec,
+    ) -> impl Future<Output = Result<clickhouse_schema_core::transport::LeaseRecord, TransportError>> + Send
+    {
+        self.inner.create_lease(namespace, name, spec)
+    }
+
+    fn replace_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        spec: &clickhouse_schema_core::transport::LeaseSpec,
+    ) -> impl Future<Output = Result<clickhouse_schema_core::transport::LeaseRecord, TransportError>> + Send
+    {
+        self.inner.replace_lease(namespace, name, resource_version, spec)
+    }
+}
+
+impl clickhouse_schema_core::transport::Executor for Streaming<'_> {
+    fn exec(
+        &self,
+        request: clickhouse_schema_core::transport::ExecRequest,
+    ) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        self.inner.exec(request)
+    }
+
+    async fn exec_seeing(
+        &self,
+        request: clickhouse_schema_core::transport::ExecRequest,
+        seen: &(dyn Fn(&[u8]) + Send + Sync),
+    ) -> Result<ExecOutput, TransportError> {
+        let output = self.inner.exec(request).await?;
+        for line in output.stdout.split_inclusive('\n') {
+            seen(line.as_bytes());
+            let started = self
+                .events
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|e| matches!(e, Event::StatementStarted { .. }))
+                .count();
+            self.started_at_each_line.lock().unwrap().push(started);
+        }
+        Ok(output)
+    }
+}
+
+#[test]
+fn statement_events_come_as_the_markers_stream_in_not_at_the_end() {
+    let list: Vec<String> = twelve().into_iter().take(3).collect();
+    let inner = FakeCluster::new(vec![pod("chi-0", "u0")]);
+    let events = Recorded::default();
+    let streaming = Streaming {
+        inner: &inner,
+        events: &events,
+        started_at_each_line: Mutex::new(Vec::new()),
+    };
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: &streaming,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &NeverCancelled,
+        events: &events,
+    };
+    block_on(apply("orders-schema", &config(props(&list)), None, &c)).expect("applies");
+    // The script's output is its three markers and the end marker: each statement's start was
+    // reported as its marker's line arrived, before the exec had returned.
+    assert_eq!(*streaming.started_at_each_line.lock().unwrap(), vec![1, 2, 3, 3]);
 }

@@ -20,10 +20,28 @@
 //!   status table of a distributed DDL statement is read from there as it was from its own exec.
 //! - A statement's trailing `;` (validation allows one) is left as it is; one without gets a `;` on
 //!   a line of its own, so a trailing line comment cannot swallow it.
-//! - Not batched: an `INSERT` whose data follows it in the text (`VALUES`, `FORMAT`). 18.16's client
-//!   ends such data at the first newline in a multi-statement input (it reads a whole input as the
-//!   data otherwise), so a multi-line `VALUES` list would be cut. A list holding one runs one exec
-//!   per statement (see `Run::apply_all_in`).
+//! - A list runs one exec per statement (see `Run::apply_all_in`, and [`batchable`]) when one of
+//!   its statements:
+//!   - is an `INSERT` whose data follows it in the text (`VALUES`, `FORMAT`): 18.16's client ends
+//!     such data at the first newline in a multi-statement input (it reads a whole input as the
+//!     data otherwise), so a multi-line `VALUES` list would be cut;
+//!   - is only a comment (an empty query to the client);
+//!   - changes the session (`USE`, `SET`, a transaction, a `TEMPORARY` table): each statement had
+//!     a client of its own, so `USE shop` changed nothing for the next one, and in one script it
+//!     would move every later statement to another database;
+//!   - can be split otherwise by a client than by this crate's lexer: a comment or string left
+//!     open, a block comment inside another (18.16 ends the outer one at the first `*/`, so a
+//!     `;` after it would separate a statement hidden in the comment, which 18.16 refused in an
+//!     exec of its own), a `#` or `//` comment or a heredoc (18.16 has neither);
+//!   - runs `ON CLUSTER`: under `distributed_ddl_output_mode` `never_throw` or
+//!     `null_status_on_timeout` (set by the settings or by a server profile) a host's failure is
+//!     only in the statement's status table, read after its exec, and a script would have sent
+//!     the next statements to the whole cluster by then; the tables of a large cluster also count
+//!     towards the output's 1 MiB cap.
+//! - Each marker is `SELECT '<nonce>:<i>' FORMAT TabSeparated`, so a `--format` or default format
+//!   setting does not change how it prints, and it is read at the end of a line (after a `\r` a
+//!   CRLF setting adds is taken off): a statement whose output ends without a newline
+//!   (`FORMAT Values`) leaves the next marker on its last line.
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
@@ -34,6 +52,7 @@ use sha2::{Digest, Sha256};
 use super::abandoned::Seen;
 use super::{Call, Failure, PassContext, Run, Tracked};
 use crate::command;
+use crate::config::ExecMode;
 use crate::sql::lexer::{TokenKind, significant, tokenize};
 use crate::transport::{
     Clock, Event, ExecOutput, ExecRequest, Executor, OUTPUT_CAP, PodLister, TransportErrorKind,
@@ -71,7 +90,7 @@ impl Batch {
         let nonce = hex::encode(&Sha256::digest(format!("batch|{seed}").as_bytes())[..12]);
         let mut script = String::new();
         for (index, statement) in statements.iter().enumerate() {
-            script.push_str(&format!("SELECT '{nonce}:{index}';\n"));
+            script.push_str(&format!("SELECT '{nonce}:{index}' FORMAT TabSeparated;\n"));
             script.push_str(statement);
             if ends_with_semicolon(statement) {
                 script.push('\n');
@@ -79,7 +98,7 @@ impl Batch {
                 script.push_str("\n;\n");
             }
         }
-        script.push_str(&format!("SELECT '{nonce}:end';\n"));
+        script.push_str(&format!("SELECT '{nonce}:end' FORMAT TabSeparated;\n"));
         Self {
             nonce,
             script,
@@ -109,11 +128,14 @@ impl Batch {
             } else {
                 format!("{}:end", self.nonce)
             };
-            if line.strip_suffix('\n').unwrap_or(line) != expected {
+            let text = line.strip_suffix('\n').unwrap_or(line);
+            let text = text.strip_suffix('\r').unwrap_or(text);
+            // At the end of the line: what a statement printed without a final newline comes first.
+            let Some(before) = text.strip_suffix(expected.as_str()) else {
                 continue;
-            }
+            };
             if let Some(begin) = from.take() {
-                outputs.push(&stdout[begin..start]);
+                outputs.push(&stdout[begin..start + before.len()]);
             }
             if next >= self.count {
                 ended = true;
@@ -140,14 +162,33 @@ fn span(first: usize, last: usize) -> String {
 /// Whether `statement` can run in a batch (see the module header): not an `INSERT` with its data
 /// in the text.
 pub(crate) fn batchable(statement: &str) -> bool {
-    let mut tokens = significant(statement);
-    let Some(first) = tokens.next() else {
-        return true;
-    };
-    if !first.is_keyword(statement, "INSERT") {
-        return true;
+    let tokens = tokenize(statement);
+    let text = |t: &crate::sql::lexer::Token| t.text(statement);
+    // What the clients' splitters could read otherwise than this lexer does.
+    let ambiguous = tokens.iter().any(|t| {
+        t.unterminated
+            || t.kind == TokenKind::HereDoc
+            || (t.kind == TokenKind::LineComment && !text(t).starts_with("--"))
+            || (t.kind == TokenKind::BlockComment && text(t)[2..].contains("/*"))
+    });
+    if ambiguous {
+        return false;
     }
-    !significant(statement).any(|t| t.is_keyword(statement, "VALUES") || t.is_keyword(statement, "FORMAT"))
+    let keyword = |k: &str| significant(statement).any(|t| t.is_keyword(statement, k));
+    // Only a comment: a client may answer its empty query with an error of its own.
+    let Some(first) = significant(statement).next() else {
+        return false;
+    };
+    let first_is = |k: &str| first.is_keyword(statement, k);
+    // The session: one client runs the whole script, where each statement had a client of its own.
+    let session = first_is("USE")
+        || first_is("SET")
+        || first_is("BEGIN")
+        || first_is("COMMIT")
+        || first_is("ROLLBACK")
+        || keyword("TEMPORARY");
+    let inline_data = first_is("INSERT") && (keyword("VALUES") || keyword("FORMAT"));
+    !(session || inline_data || crate::sql::ddl_status::has_on_cluster(statement))
 }
 
 /// Whether the last significant token of `statement` is a `;` (comments may follow it).
@@ -190,6 +231,12 @@ struct ProgressState {
 }
 
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
+    /// Whether `statements` go to a pod in one exec: under `execMode: 'perPod'`, more than one,
+    /// each [`batchable`].
+    pub(super) fn batches(&self, statements: &[String]) -> bool {
+        self.exec_mode == ExecMode::PerPod && statements.len() > 1 && statements.iter().all(|s| batchable(s))
+    }
+
     /// `statements` on `pod` in one exec (see the module header): each statement's events as its
     /// marker arrives, and a failure named by its index, as [`Run::apply_all_in`]'s loop names it.
     pub(super) async fn apply_batch(
@@ -314,19 +361,28 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             return Ok(());
         }
         let at = reading.started().saturating_sub(1);
+        // The transport keeps the first OUTPUT_CAP bytes: markers past them are not there to read.
+        let capped = output.stdout.len() >= OUTPUT_CAP;
         let since = progress.state.lock().unwrap_or_else(|e| e.into_inner()).since;
         let duration_ms =
             u64::try_from(self.clock.now().saturating_sub(since).as_millis()).unwrap_or(u64::MAX);
+        let outcome = if reading.ended {
+            format!("ended, then the client exited {}", output.exit_code)
+        } else if output.exit_code == 0 || capped {
+            format!(
+                "did not end as its script's output shows (exit code {})",
+                output.exit_code
+            )
+        } else {
+            format!("failed (exit code {})", output.exit_code)
+        };
         self.events.emit(Event::StatementFinished {
             pod: pod.to_owned(),
             index: at,
             count,
             exit_code: output.exit_code,
             duration_ms,
-            message: format!(
-                "statement {at} on {pod} failed (exit code {}) after {duration_ms} ms",
-                output.exit_code
-            ),
+            message: format!("statement {at} on {pod} {outcome} after {duration_ms} ms"),
         });
         // The statement's own output only, redacted against its own literals.
         let own = ExecOutput {
@@ -338,13 +394,27 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             stderr: output.stderr.clone(),
             exit_code: output.exit_code,
         };
-        let mut err = self.statement_failed(at, &statements[at], pod, &own, 0);
+        let mut err = self.statement_failed_among(at, &statements[at], statements, pod, &own, 0);
         let seen = match reading.started() {
             0 => "no statement was seen starting".to_owned(),
             _ => format!("statement {at} was the last seen starting"),
         };
-        if output.exit_code == 0 {
-            // Exited 0 without its end marker: cut short (the output's cap), not a statement's error.
+        if reading.ended {
+            err.message.push_str(&format!(
+                "\nEvery statement of the script of statements 0 to {last} ended (the marker after the last one \
+                 arrived); the client exited {} after that.",
+                output.exit_code
+            ));
+        } else if capped {
+            err.message.push_str(&format!(
+                "\nThe script's output reached the transport's cap ({} KiB) after {seen}, so which statement failed, \
+                 if any, is not known: statement {at} or a later one, and {} may or may not have run. A list whose \
+                 statements print this much runs with execMode 'perStatement' (each exec has the cap to itself).",
+                OUTPUT_CAP / 1024,
+                span(at, last)
+            ));
+        } else if output.exit_code == 0 {
+            // Exited 0 without its end marker: ended early without an error, not a statement's error.
             err.message.push_str(&format!(
                 "\nThe script of statements 0 to {last} exited 0, but its output ended without the marker that \
                  follows its last statement ({seen}), so {} may or may not have run.",
@@ -439,8 +509,8 @@ mod tests {
         assert_eq!(
             batch.script(),
             format!(
-                "SELECT '{n}:0';\nCREATE DATABASE a\n;\nSELECT '{n}:1';\nCREATE TABLE a.t (x UInt8) ENGINE = Log;\n\
-                 SELECT '{n}:end';\n"
+                "SELECT '{n}:0' FORMAT TabSeparated;\nCREATE DATABASE a\n;\nSELECT '{n}:1' FORMAT TabSeparated;\n\
+                 CREATE TABLE a.t (x UInt8) ENGINE = Log;\nSELECT '{n}:end' FORMAT TabSeparated;\n"
             )
         );
         assert_eq!(n.len(), 24);
@@ -489,14 +559,55 @@ mod tests {
     fn lines_that_imitate_markers_move_nothing() {
         let batch = Batch::new(&statements(&["a", "b"]), "s");
         let n = &batch.nonce;
-        // Another nonce, a marker out of order, an end before the last statement, a marker inside a line.
-        let stdout = format!("{n}:0\n0123:1\n{n}:end\n{n}:0\nx {n}:1\n{n}:1\n");
+        // Another nonce, a marker out of order, an end before the last statement, a marker with
+        // text after it, another nonce's marker ending a line.
+        let stdout = format!("{n}:0\n0123:1\n{n}:end\n{n}:0\n{n}:1 x\nx 0123:1\n{n}:1\n");
         let reading = batch.read(&stdout);
         assert!(!reading.ended);
         assert_eq!(
             reading.outputs,
-            vec![format!("0123:1\n{n}:end\n{n}:0\nx {n}:1\n").as_str(), ""]
+            vec![
+                format!("0123:1\n{n}:end\n{n}:0\n{n}:1 x\nx 0123:1\n").as_str(),
+                ""
+            ]
         );
+    }
+
+    #[test]
+    fn a_marker_after_output_without_a_newline_or_before_a_carriage_return_is_read() {
+        let batch = Batch::new(&statements(&["a", "b"]), "s");
+        let n = &batch.nonce;
+        let stdout = format!("{n}:0\r\n(1),(2){n}:1\r\nx\n{n}:end\n");
+        let reading = batch.read(&stdout);
+        assert!(reading.ended);
+        assert_eq!(reading.outputs, vec!["(1),(2)", "x\n"]);
+    }
+
+    #[test]
+    fn what_a_client_could_split_or_run_otherwise_is_not_batched() {
+        for statement in [
+            "USE shop",
+            "SET max_threads = 1",
+            "CREATE TEMPORARY TABLE t (x UInt8)",
+            "BEGIN TRANSACTION",
+            "CREATE TABLE a.t (x UInt8) ENGINE = Log /* open",
+            "CREATE TABLE a.t (x UInt8) ENGINE = Log /* a /* b */ ; DROP TABLE x; -- */",
+            "CREATE TABLE a.t (x UInt8) ENGINE = Log # note",
+            "CREATE TABLE a.t (x UInt8) ENGINE = Log // note",
+            "CREATE FUNCTION f AS (x) -> $$a;b$$",
+            "SELECT 'open",
+            "CREATE DATABASE a ON CLUSTER c",
+        ] {
+            assert!(!batchable(statement), "{statement}");
+        }
+        for statement in [
+            "CREATE TABLE a.t (x UInt8) ENGINE = Log -- note",
+            "CREATE TABLE a.t (x UInt8) ENGINE = Log /* note */",
+            "CREATE TABLE a.settings (x UInt8) ENGINE = Log",
+            "ALTER TABLE a.t MODIFY SETTING index_granularity = 8192",
+        ] {
+            assert!(batchable(statement), "{statement}");
+        }
     }
 
     #[test]
@@ -505,6 +616,6 @@ mod tests {
         assert!(!batchable("insert into a.t format CSV\n1\n"));
         assert!(batchable("INSERT INTO a.t SELECT * FROM a.s"));
         assert!(batchable("CREATE TABLE a.t (values UInt8) ENGINE = Log"));
-        assert!(batchable("-- only a comment"));
+        assert!(!batchable("-- only a comment"));
     }
 }

@@ -181,6 +181,20 @@ impl<T, C> Run<'_, T, C> {
         output: &ExecOutput,
         unknown_attempts: u32,
     ) -> ClickHouseSchemaError {
+        self.statement_failed_among(index, statement, &[], pod, output, unknown_attempts)
+    }
+
+    /// [`Self::statement_failed`] for a statement that ran in one client beside `others` (a pod's
+    /// script): their text and values are redacted from the output too.
+    pub(super) fn statement_failed_among(
+        &self,
+        index: usize,
+        statement: &str,
+        others: &[String],
+        pod: &str,
+        output: &ExecOutput,
+        unknown_attempts: u32,
+    ) -> ClickHouseSchemaError {
         let raw = if output.stderr.trim().is_empty() {
             output.stdout.clone()
         } else if output.stdout.trim().is_empty() {
@@ -188,7 +202,7 @@ impl<T, C> Run<'_, T, C> {
         } else {
             format!("{}\n{}", output.stderr, output.stdout)
         };
-        let redacted = redact_clickhouse_output(&raw, statement);
+        let redacted = crate::sql::redact::redact_clickhouse_output_among(&raw, statement, others);
         let what = match (redacted.clickhouse_code, redacted.clickhouse_exception.as_deref()) {
             (Some(code), Some(class)) => format!("with ClickHouse code {code} ({class}) "),
             (Some(code), None) => format!("with ClickHouse code {code} "),

@@ -521,9 +521,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             self.write_ledger_opening(ledger, pod_info).await?;
         }
-        let batched = self.exec_mode == ExecMode::PerPod
-            && statements.len() > 1
-            && statements.iter().all(|s| batch::batchable(s));
+        let batched = self.batches(statements);
         if batched {
             if stopped() {
                 return Err(Failure::Stopped);

@@ -121,6 +121,19 @@ pub fn redact_clickhouse_output(output: &str, statement: &str) -> Redacted {
     }
 }
 
+/// [`redact_clickhouse_output`] of output printed while `statement` ran beside `others` in one
+/// client (a pod's script, `reconcile::batch`): a syntax error quotes the text after the failing
+/// position, which runs on into the next statements, and logs sent to the client
+/// (`send_logs_level`) quote the earlier ones, so their text and values are removed too.
+pub fn redact_clickhouse_output_among(output: &str, statement: &str, others: &[String]) -> Redacted {
+    let mut redacted = redact_clickhouse_output(output, statement);
+    for other in others.iter().filter(|o| o.as_str() != statement) {
+        let text = replace_statement(&redacted.text, other);
+        redacted.text = redact_values(&text, other, &value_tokens(other));
+    }
+    redacted
+}
+
 /// Removes the values of rows from redacted server text (see [`redact_clickhouse_output`]), for
 /// statements that read a table's rows: a failed conversion or constraint names the row's value
 /// (`Cannot parse string '<value>' as UInt32`, `Column values: x = <value>`), and production data

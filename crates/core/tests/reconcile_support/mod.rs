@@ -124,10 +124,13 @@ pub(crate) struct ExecCall {
 pub(crate) const OUTPUT_CUT: &str = "<the output was cut here>";
 
 /// The nonce and statements of a pod's batch script (see `reconcile::batch` in the core), when
-/// `stdin` is one: a `SELECT '<24 hex>:<n>';` line before each statement, `:end` after the last.
+/// `stdin` is one: a `SELECT '<24 hex>:<n>' FORMAT TabSeparated;` line before each statement,
+/// `:end` after the last.
 pub(crate) fn batch_statements(stdin: &str) -> Option<(String, Vec<String>)> {
     fn marker(line: &str) -> Option<(&str, &str)> {
-        let inner = line.strip_prefix("SELECT '")?.strip_suffix("';")?;
+        let inner = line
+            .strip_prefix("SELECT '")?
+            .strip_suffix("' FORMAT TabSeparated;")?;
         let (nonce, what) = inner.split_once(':')?;
         (nonce.len() == 24 && nonce.bytes().all(|b| b.is_ascii_hexdigit())).then_some((nonce, what))
     }
@@ -417,8 +420,9 @@ impl Executor for FakeCluster {
 impl World {
     /// A batch as both clients run it: each statement's marker, then the statement (the exec
     /// script sees it as a request of its own, with the batch's command), stopping at the first
-    /// that fails, and the end marker after the last. A transport failure the script gives for a
-    /// statement is the whole exec's, after the statements before it ran.
+    /// that fails, and the end marker after the last; the stdout kept up to the transports' cap.
+    /// A transport failure the script gives for a statement is the whole exec's, after the
+    /// statements before it ran.
     fn run_batch(
         &mut self,
         request: &ExecRequest,
@@ -454,13 +458,26 @@ impl World {
             }
             stdout.push_str(&output.stdout);
             if output.exit_code != 0 {
-                return Ok(ExecOutput { stdout, ..output });
+                return Ok(ExecOutput {
+                    stdout: capped(stdout),
+                    ..output
+                });
             }
         }
         stdout.push_str(&format!("{nonce}:end\n"));
         Ok(ExecOutput {
-            stdout,
+            stdout: capped(stdout),
             ..ExecOutput::default()
         })
     }
+}
+
+/// What a transport keeps of an output: its first `OUTPUT_CAP` bytes.
+fn capped(mut output: String) -> String {
+    let mut at = output.len().min(clickhouse_schema_core::transport::OUTPUT_CAP);
+    while !output.is_char_boundary(at) {
+        at -= 1;
+    }
+    output.truncate(at);
+    output
 }
