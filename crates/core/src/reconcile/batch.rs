@@ -44,7 +44,6 @@
 //!   (`FORMAT Values`) leaves the next marker on its last line.
 
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -54,9 +53,7 @@ use super::{Call, Failure, PassContext, Run, Tracked};
 use crate::command;
 use crate::config::ExecMode;
 use crate::sql::lexer::{TokenKind, significant, tokenize};
-use crate::transport::{
-    Clock, Event, ExecOutput, ExecRequest, Executor, OUTPUT_CAP, PodLister, TransportErrorKind,
-};
+use crate::transport::{Clock, ExecOutput, ExecRequest, Executor, OUTPUT_CAP, PodLister, TransportErrorKind};
 
 /// A pod's statement list as one script, and how to read what it printed.
 #[derive(Debug, Clone)]
@@ -364,8 +361,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // The transport keeps the first OUTPUT_CAP bytes: markers past them are not there to read.
         let capped = output.stdout.len() >= OUTPUT_CAP;
         let since = progress.state.lock().unwrap_or_else(|e| e.into_inner()).since;
-        let duration_ms =
-            u64::try_from(self.clock.now().saturating_sub(since).as_millis()).unwrap_or(u64::MAX);
         let outcome = if reading.ended {
             format!("ended, then the client exited {}", output.exit_code)
         } else if output.exit_code == 0 || capped {
@@ -376,14 +371,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         } else {
             format!("failed (exit code {})", output.exit_code)
         };
-        self.events.emit(Event::StatementFinished {
-            pod: pod.to_owned(),
-            index: at,
-            count,
-            exit_code: output.exit_code,
-            duration_ms,
-            message: format!("statement {at} on {pod} {outcome} after {duration_ms} ms"),
-        });
+        self.report_finished(pod, at, count, output.exit_code, since, Some(&outcome));
         // The statement's own output only, redacted against its own literals.
         let own = ExecOutput {
             stdout: reading
@@ -455,37 +443,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let reading = progress.batch.read(&text);
         let count = progress.batch.count;
         let pod = progress.pod;
-        let finished = |index: usize, since: Duration| {
-            let duration_ms =
-                u64::try_from(self.clock.now().saturating_sub(since).as_millis()).unwrap_or(u64::MAX);
-            self.events.emit(Event::StatementFinished {
-                pod: pod.to_owned(),
-                index,
-                count,
-                exit_code: 0,
-                duration_ms,
-                message: format!("statement {index} on {pod} done in {duration_ms} ms"),
-            });
-        };
         while state.reported < reading.started() {
             let index = state.reported;
             if index > 0 {
-                finished(index - 1, state.since);
+                self.report_finished(pod, index - 1, count, 0, state.since, None);
             }
-            let (done, total) = pass.map_or((0, 1), |p| (p.done.load(Ordering::SeqCst), p.total));
-            self.events.emit(Event::StatementStarted {
-                pod: pod.to_owned(),
-                index,
-                count,
-                pods_done: done,
-                pods_total: total,
-                message: format!("statement {index} ({count} in all) on {pod} ({done} of {total} pods done)"),
-            });
+            self.report_started(pod, index, count, pass);
             state.since = self.clock.now();
             state.reported += 1;
         }
         if reading.ended && !state.ended {
-            finished(count - 1, state.since);
+            self.report_finished(pod, count - 1, count, 0, state.since, None);
             state.ended = true;
         }
     }

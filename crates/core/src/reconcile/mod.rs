@@ -532,36 +532,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if stopped() {
                 return Err(Failure::Stopped);
             }
-            let (done, total) = pass.map_or((0, 1), |p| (p.done.load(Ordering::SeqCst), p.total));
-            self.events.emit(Event::StatementStarted {
-                pod: pod.to_owned(),
-                index,
-                count,
-                pods_done: done,
-                pods_total: total,
-                // Numbered as errors number statements (`statementIndex`, from 0), so the
-                // statement a progress line shows failing is the one the error names.
-                message: format!("statement {index} ({count} in all) on {pod} ({done} of {total} pods done)"),
-            });
+            self.report_started(pod, index, count, pass);
             let started = self.clock.now();
             let (output, unknown) = self.exec(index, statement, pod).await?;
-            let duration_ms =
-                u64::try_from(self.clock.now().saturating_sub(started).as_millis()).unwrap_or(u64::MAX);
-            self.events.emit(Event::StatementFinished {
-                pod: pod.to_owned(),
-                index,
-                count,
-                exit_code: output.exit_code,
-                duration_ms,
-                message: if output.exit_code == 0 {
-                    format!("statement {index} on {pod} done in {duration_ms} ms")
-                } else {
-                    format!(
-                        "statement {index} on {pod} failed (exit code {}) after {duration_ms} ms",
-                        output.exit_code
-                    )
-                },
-            });
+            let failed = (output.exit_code != 0).then(|| format!("failed (exit code {})", output.exit_code));
+            self.report_finished(pod, index, count, output.exit_code, started, failed.as_deref());
             if output.exit_code != 0 {
                 return Err(Failure::Error(
                     self.statement_failed(index, statement, pod, &output, unknown),
@@ -592,6 +567,47 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             });
         }
         Ok(())
+    }
+
+    /// Reports that statement `index` of `count` starts on `pod`.
+    fn report_started(&self, pod: &str, index: usize, count: usize, pass: Option<&PassContext>) {
+        let (done, total) = pass.map_or((0, 1), |p| (p.done.load(Ordering::SeqCst), p.total));
+        self.events.emit(Event::StatementStarted {
+            pod: pod.to_owned(),
+            index,
+            count,
+            pods_done: done,
+            pods_total: total,
+            // Numbered as errors number statements (`statementIndex`, from 0), so the
+            // statement a progress line shows failing is the one the error names.
+            message: format!("statement {index} ({count} in all) on {pod} ({done} of {total} pods done)"),
+        });
+    }
+
+    /// Reports that statement `index` of `count`, started at `started` (`Clock::now`), ended on
+    /// `pod`: done, or `failed` (what ended it, as a message says it).
+    fn report_finished(
+        &self,
+        pod: &str,
+        index: usize,
+        count: usize,
+        exit_code: i32,
+        started: Duration,
+        failed: Option<&str>,
+    ) {
+        let duration_ms =
+            u64::try_from(self.clock.now().saturating_sub(started).as_millis()).unwrap_or(u64::MAX);
+        self.events.emit(Event::StatementFinished {
+            pod: pod.to_owned(),
+            index,
+            count,
+            exit_code,
+            duration_ms,
+            message: match failed {
+                None => format!("statement {index} on {pod} done in {duration_ms} ms"),
+                Some(what) => format!("statement {index} on {pod} {what} after {duration_ms} ms"),
+            },
+        });
     }
 
     /// What statement `index` printed (`stdout`) says of the hosts of a distributed DDL statement:
