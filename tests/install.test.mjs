@@ -434,8 +434,8 @@ describe('the alchemy CLI on Node 22 in the native project', { timeout }, () => 
     assert.ok(ok, text);
     for (const pod of pods) assert.deepEqual(table(pod), ['totals'], pod);
     // A pod's statements go in one exec, so their progress lines follow each other within
-    // milliseconds: the live view shows the ones it catches, and each pod done as the count moves.
-    assert.match(text, /statement [01] (\(2 in all\) )?on chi-sandbox-sandbox-0-[01]-0/);
+    // milliseconds and a frame of the live view may catch none of them; the count of pods done
+    // moves once per pod.
     assert.match(text, /chi-sandbox-sandbox-0-[01]-0 done \(1 of 2 pods done\)/);
     assert.match(text, /✓ orders-schema \(ClickHouse\.Schema\) · applied to 2 pod\(s\) created/);
     assert.doesNotMatch(text, /INFO|ClickHouseSchema 'orders-schema': applied/, 'no log line drawn across the live view');
@@ -446,8 +446,8 @@ describe('the alchemy CLI on Node 22 in the native project', { timeout }, () => 
     writeFileSync(file(), readme.replace("ORDER BY day',", "ORDER BY day',\n        'CREATE TABLE IF NOT EXISTS orders.broken (id UInt64 NOT)',"));
     const { ok, text } = await alchemy('deploy --yes', { terminal: true });
     assert.ok(!ok, text);
-    // A progress line of the pod's script, numbered as the error numbers statements.
-    assert.match(text, /statement [0-2] (\(3 in all\) )?on chi-sandbox-sandbox-0-0-0/);
+    // The progress lines a frame catches of the pod's script (it may catch none: the script
+    // fails within milliseconds) are numbered as the error numbers statements: no statement 3 below.
     assert.match(text, /error: ClickHouseSchema 'orders-schema': statement 2 failed on pod chi-sandbox-sandbox-0-0-0\n\s*with ClickHouse code 62/);
     // The live view's failed row shows the error's first line: who failed
     // where, whole, on one line of the terminal, without the server's words.
