@@ -4,7 +4,9 @@
 // time and with 150 ms per exec (the sandbox's exec setup delay, what a real cluster's API server,
 // kubelet and container runtime add to each exec), and the execs each converge made (the sandbox's
 // exec log). Every run changes the statements' fingerprint, so every statement runs on every pod;
-// the live-schema check is off (bench/e2e.mjs measures it). Pods in parallel (the default, 8).
+// the live-schema check is off in the first table, and on (the default) in the second, where it runs
+// in the statements' exec under 'perPod' and in one of its own under 'perStatement'. Pods in
+// parallel (the default, 8).
 // Run: node bench/fanout.mjs   (after `npm run build` and `cargo build --release -p clickhouse-schema-sandbox`)
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,7 +26,7 @@ const twenty = (tag) => [
 ];
 
 /** Median time of a converge of 20 statements, and the execs the last one made. */
-async function timed(sandbox, pods, execMode) {
+async function timed(sandbox, pods, execMode, verify = 'off') {
   const times = [];
   let state;
   let execs = 0;
@@ -38,7 +40,7 @@ async function timed(sandbox, pods, execMode) {
         statements: twenty(`${execMode} ${i} ${Math.random()}`),
         kubeConfig: { kubeconfigPath: sandbox.kubeconfig },
         execMode,
-        verify: 'off',
+        verify,
       },
       state,
     );
@@ -52,6 +54,7 @@ async function timed(sandbox, pods, execMode) {
 }
 
 const rows = [];
+const checked = [];
 for (const pods of [1, 3, 8]) {
   const sandbox = startSandbox(dir, pods);
   for (const setup of [0, 150]) {
@@ -59,6 +62,9 @@ for (const pods of [1, 3, 8]) {
     const before = await timed(sandbox, pods, 'perStatement');
     const after = await timed(sandbox, pods, 'perPod');
     rows.push({ pods, setup, before, after });
+    const checkedBefore = await timed(sandbox, pods, 'perStatement', 'fail');
+    const checkedAfter = await timed(sandbox, pods, 'perPod', 'fail');
+    checked.push({ pods, setup, before: checkedBefore, after: checkedAfter });
   }
   stopSandbox(dir);
 }
@@ -68,6 +74,14 @@ for (const r of rows) {
   console.log(
     `${String(r.pods).padStart(2)} pod(s), exec setup ${String(r.setup).padStart(3)} ms: ` +
       `an exec per statement ${r.before.ms.toFixed(0)} ms (${r.before.execs} execs), ` +
+      `an exec per pod ${r.after.ms.toFixed(0)} ms (${r.after.execs} execs): ${(r.before.ms / r.after.ms).toFixed(1)}x`,
+  );
+}
+console.log('The same with the live-schema check on (verify: \'fail\', the default)');
+for (const r of checked) {
+  console.log(
+    `${String(r.pods).padStart(2)} pod(s), exec setup ${String(r.setup).padStart(3)} ms: ` +
+      `an exec per statement and one per check ${r.before.ms.toFixed(0)} ms (${r.before.execs} execs), ` +
       `an exec per pod ${r.after.ms.toFixed(0)} ms (${r.after.execs} execs): ${(r.before.ms / r.after.ms).toFixed(1)}x`,
   );
 }

@@ -59,10 +59,14 @@ async function measured(step) {
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
   const sent = statements.reduce((n, e) => n + carried(e), 0);
   const ledger = execs.filter(isLedger).length;
+  // A pod's script also carries its live-schema check, after its statements.
+  const inScripts = statements.filter((e) => batchStatements(e.stdin)?.check).length;
+  const checks = execs.filter(isCheck).length + inScripts;
+  const checksSaid = inScripts ? `${checks} live-schema check(s) (${inScripts} in the statements' exec)` : `${checks} live-schema check(s)`;
   say(
     `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${statements.length} statement exec(s) carrying ` +
       `${sent} statement(s) [${where}], ` +
-      `${execs.filter(isCheck).length} live-schema check(s)${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}` +
+      `${checksSaid}${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}` +
       `${execs.some(isRebuild) ? `, ${execs.filter(isRebuild).length} rebuild script(s)` : ''}` +
       `${execs.some(isConverge) ? `, ${execs.filter(isConverge).length} convergence exec(s)` : ''}`,
   );
@@ -102,8 +106,9 @@ detail(`the state now covers: ${recorded().attr.podNames.join(', ')}`);
 say(
   '4. One exec per pod. On a real cluster the API server, the kubelet and the container runtime take 100 to 300 ms\n' +
     '   to set up each exec before clickhouse-client starts; the sandbox now adds 150 ms to every exec, as they would.\n' +
-    "   A schema of 20 statements goes to the 4 pods twice: first with execMode: 'perStatement' (an exec per statement),\n" +
-    '   then with the default: each pod gets its whole list in one exec, and the progress events still come per statement',
+    "   A schema of 20 statements goes to the 4 pods twice: first with execMode: 'perStatement' (an exec per statement,\n" +
+    '   and one more per pod for the live-schema check), then with the default: each pod gets its whole list and the\n' +
+    '   check after it in one exec, and the progress events still come per statement',
 );
 await control('PUT', '/sandbox/exec-setup', { ms: 150 });
 const twenty = (tag) => ({
@@ -113,7 +118,6 @@ const twenty = (tag) => ({
     ...Array.from({ length: 19 }, (_, i) => `CREATE TABLE IF NOT EXISTS wide.t${i} (id UInt64) ENGINE = MergeTree ORDER BY id /* ${tag} */`),
   ],
   kubeConfig: { kubeconfigPath: kubeconfig },
-  verify: 'off',
 });
 const each = await measured(() => apply('wide-schema', { ...twenty('one'), execMode: 'perStatement' }));
 const eachMs = lastMs;

@@ -308,11 +308,13 @@ describe('alchemy drift sees the live schema (fanout, sandbox)', () => {
 
     const { result, execs } = await measured(() => driftStack(NAME, STAGE, providers(), true));
     assert.equal(actionOf(result), 'repaired');
-    // The repair's read looks at every pod (one check each); the statements ran on the victim only.
+    // The repair's read looks at every pod (one check each); the statements ran on the victim only,
+    // in one exec with the check after them.
     const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
     assert.deepEqual([...new Set(execs.filter((e) => !isCheck(e)).map((e) => e.pod))], [victim], 'only the pod that lacked the table');
     assert.equal(execs.filter((e) => !isCheck(e)).length, 1, 'one exec for its list');
-    assert.equal(statementLog(execs.filter((e) => !isCheck(e))).length, statements.length);
+    const ran = statementLog(execs.filter((e) => !isCheck(e)));
+    assert.deepEqual(ran.map((e) => isCheck(e)), [...statements.map(() => false), true], 'its statements, then its check');
     assert.deepEqual(sandbox.tablesOn(victim, 'drifted'), ['customers', 'events']);
     assert.deepEqual(stateOf(NAME, ID).attr.podNames, recordedPods, 'the repaired state covers every pod again');
     assert.equal(actionOf(await driftStack(NAME, STAGE, providers())), 'unchanged');

@@ -40,14 +40,15 @@ test('pods are applied in parallel, each in order, and every step is reported as
   const pods = sandbox.info.pods;
   assert.deepEqual(result.appliedTo, pods);
 
-  // The exec log: each pod got the list in order, in one exec of its own (execMode 'perPod').
-  const log = (await sandbox.control('GET', '/sandbox/exec-log')).filter(
-    (e) => !e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_'),
-  );
+  // The exec log: each pod got the list in order, and the live-schema check after it, in one exec
+  // of its own (execMode 'perPod').
+  const log = await sandbox.control('GET', '/sandbox/exec-log');
+  const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
   const execs = statementLog(log);
   for (const pod of pods) {
-    assert.deepEqual(execs.filter((e) => e.pod === pod).map((e) => e.stdin), statements, pod);
-    assert.equal(log.filter((e) => e.pod === pod && batchStatements(e.stdin)).length, 1, `one exec for ${pod}'s list`);
+    assert.deepEqual(execs.filter((e) => e.pod === pod && !isCheck(e)).map((e) => e.stdin), statements, pod);
+    assert.equal(execs.filter((e) => e.pod === pod && isCheck(e) && e.batch !== undefined).length, 1, `${pod}'s check`);
+    assert.equal(log.filter((e) => e.pod === pod).length, 1, `one exec for ${pod}'s list and its check`);
   }
 
   const at = (kind, pod) => events.findIndex((e) => e.kind === kind && e.pod === pod);

@@ -11,6 +11,7 @@ import { rejection } from './lib/rejection.mjs';
 import { sandboxProps } from './lib/sandbox-props.mjs';
 import { startSandbox, stopSandbox } from '../scripts/lib/sandbox-client.mjs';
 import { sandboxDir } from './lib/sandbox-dir.mjs';
+import { statementLog } from './lib/batch.mjs';
 
 /** A column name as the pods' server prints it in a definition: 26.x quotes it, 18.16 does not. */
 const q = (name) => (modern ? `\`${name}\`` : name);
@@ -58,10 +59,11 @@ describe('the live schema on real servers', () => {
     assert.deepEqual(result.appliedTo, pods);
     state = result.state;
     const execs = await sandbox.control('GET', '/sandbox/exec-log');
-    // One exec per pod for its statements (execMode 'perPod'), plus one verification exec per pod.
-    assert.equal(execs.length, 2 * pods.length);
-    const checks = execs.filter((e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_'));
+    // One exec per pod (execMode 'perPod'): its statements, then the live-schema check.
+    assert.equal(execs.length, pods.length);
+    const checks = statementLog(execs).filter((e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_'));
     assert.deepEqual(checks.map((e) => e.pod).sort(), pods);
+    assert.ok(checks.every((e) => e.batch !== undefined), 'each check ran in its pod\'s statements\' exec');
     for (const pod of pods) assert.equal(scratchDatabases(pod), '', `no scratch database left on ${pod}`);
 
     await sandbox.clearLogs();

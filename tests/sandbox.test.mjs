@@ -68,10 +68,14 @@ describe('fanout against real ClickHouse', () => {
   ];
   let state;
   let createLog;
+  // What a converge costs in execs is counted with the live-schema check on (the default): it runs
+  // in the exec of each pod's statements.
+  const checked = (list, extra = {}) => props(list, { verify: 'fail', ...extra });
+  const isCheck = (stdin) => stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
 
   test('create applies every statement to every pod', { timeout }, async () => {
     await clearLogs();
-    const result = await apply('shop-schema', props(statements));
+    const result = await apply('shop-schema', checked(statements));
     createLog = await execLog();
     assert.equal(result.changed, true);
     assert.deepEqual(result.appliedTo, info.pods);
@@ -91,9 +95,10 @@ describe('fanout against real ClickHouse', () => {
   });
 
   test('no exec argv ever contains a statement; every statement arrived on stdin', { timeout }, async () => {
-    assert.equal(createLog.length, 3, 'one exec per pod (execMode perPod)');
+    assert.equal(createLog.length, 3, 'one exec per pod (execMode perPod), the check in it');
     for (const record of createLog) {
       assert.deepEqual(batchStatements(record.stdin)?.statements, statements, `stdin carries the list: ${record.stdin}`);
+      assert.ok(isCheck(batchStatements(record.stdin).check), `and the check after it: ${record.stdin}`);
       for (const arg of record.argv) {
         for (const s of statements) assert.ok(!arg.includes(s), `statement in argv: ${arg}`);
       }
@@ -103,7 +108,7 @@ describe('fanout against real ClickHouse', () => {
 
   test('an unchanged converge costs one pod list and no exec', { timeout }, async () => {
     await clearLogs();
-    const result = await apply('shop-schema', props(statements), state);
+    const result = await apply('shop-schema', checked(statements), state);
     assert.equal(result.changed, false);
     assert.deepEqual(result.state, state);
     const api = await control('GET', '/sandbox/api-log');
@@ -118,11 +123,13 @@ describe('fanout against real ClickHouse', () => {
     const added = await control('POST', '/sandbox/pods', {});
     assert.deepEqual(tablesOn(added.name, 'shop'), [], 'a new replica starts empty');
     await clearLogs();
-    const result = await apply('shop-schema', props(statements), state);
+    const result = await apply('shop-schema', checked(statements), state);
+    // Read before the query below, which the sandbox runs as an exec of its own.
+    const log = await execLog();
     assert.deepEqual(result.appliedTo, [added.name]);
     assert.deepEqual(tablesOn(added.name, 'shop'), ['orders', 'orders_daily', 'orders_mv']);
-    const pods = new Set((await execLog()).map((r) => r.pod));
-    assert.deepEqual([...pods], [added.name]);
+    assert.deepEqual(log.map((r) => r.pod), [added.name], 'one exec, on the new pod only');
+    assert.ok(isCheck(batchStatements(log[0].stdin).check), 'its check in it');
     assert.equal(result.state.podNames.length, 4);
     state = result.state;
   });
@@ -133,10 +140,11 @@ describe('fanout against real ClickHouse', () => {
     await control('POST', `/sandbox/pods/${victim}/replace`);
     assert.deepEqual(tablesOn(victim, 'shop'), [], 'the replacement has an empty disk');
     await clearLogs();
-    const result = await apply('shop-schema', props(statements), state);
+    const result = await apply('shop-schema', checked(statements), state);
     assert.deepEqual(result.appliedTo, [victim]);
-    const scripts = (await execLog()).filter((r) => batchStatements(r.stdin));
-    assert.deepEqual(scripts.map((r) => r.pod), [victim], 'one exec carries the list, on the replaced pod only');
+    const log = await execLog();
+    assert.deepEqual(log.map((r) => r.pod), [victim], 'one exec carries the list and its check, on the replaced pod only');
+    assert.ok(isCheck(batchStatements(log[0].stdin).check));
     const after = result.state.pods.find((p) => p.name === victim).uid;
     assert.notEqual(after, before);
     assert.deepEqual(tablesOn(victim, 'shop'), ['orders', 'orders_daily', 'orders_mv']);
@@ -199,7 +207,12 @@ describe('fanout against real ClickHouse', () => {
       onDelete: 'run',
       deleteStatements: ['DROP TABLE IF EXISTS shop.orders_mv', 'DROP DATABASE IF EXISTS shop'],
     });
+    await clearLogs();
     await destroy('shop-schema', runProps, state);
+    // One exec per pod for the delete statements (a destroy checks nothing).
+    const log = await execLog();
+    assert.deepEqual(log.map((r) => r.pod).sort(), [...info.pods].sort());
+    for (const record of log) assert.deepEqual(batchStatements(record.stdin)?.statements, runProps.deleteStatements);
     for (const pod of info.pods) {
       assert.equal(query(pod, "SELECT count() FROM system.databases WHERE name = 'shop'"), '0', pod);
     }

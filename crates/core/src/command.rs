@@ -209,6 +209,12 @@ pub fn render_multiquery_as(
 /// by `statement_timeout` on the server as one statement alone is, and the pod-side `timeout` (and
 /// the read of the input) bounded by their sum. The marker queries between them are not counted:
 /// each is a constant `SELECT`.
+///
+/// With `check` (the byte count of the live-schema check's script, which then follows the
+/// statements' script in the input), a second client runs the check as [`render_script`] runs it,
+/// under the same query id, once the first exited 0, and [`STATEMENTS_ENDED_LABEL`] is printed
+/// between them: a check cannot run after a failed statement, and its output cannot pass for the
+/// statements' (nothing prints the label but the shell, after the first client ended).
 pub fn render_batch(
     client: &ClientConfig,
     settings: &BTreeMap<String, SettingValue>,
@@ -216,18 +222,30 @@ pub fn render_batch(
     statement_timeout: Duration,
     statements: usize,
     query_id: &str,
+    check: Option<usize>,
 ) -> Vec<String> {
-    let flags = format!(" --multiquery --query_id={}", shell_quote(query_id));
-    let server_secs = bound_secs(statement_timeout);
-    render_bounded(
+    let quoted = shell_quote(query_id);
+    let flags = format!(" --multiquery --query_id={quoted}");
+    let check_flags = format!(" --multiquery --ignore-error --query_id={quoted}");
+    let then = check.map(|bytes| Then {
+        first_bytes: script_bytes - bytes,
+        flags: &check_flags,
+        pod_secs: pod_timeout_secs(statement_timeout),
+    });
+    render_runs(
         client,
         settings,
         script_bytes,
-        server_secs,
+        bound_secs(statement_timeout),
         batch_pod_timeout_secs(statement_timeout, statements),
         &flags,
+        then,
     )
 }
+
+/// What the shell prints between a batch's statements and its live-schema check (see
+/// [`render_batch`]).
+pub const STATEMENTS_ENDED_LABEL: &str = "clickhouse-schema-statements-ended";
 
 /// Seconds after which `timeout` in the pod sends TERM to a batch of `statements` statements:
 /// the sum of their bounds, and one grace.
@@ -235,9 +253,17 @@ pub(crate) fn batch_pod_timeout_secs(statement_timeout: Duration, statements: us
     bound_secs(statement_timeout).saturating_mul(statements.max(1) as u64) + POD_GRACE_SECS
 }
 
-/// How long the caller waits for a batch of `statements` statements (see [`exec_timeout`]).
-pub(crate) fn batch_exec_timeout(statement_timeout: Duration, statements: usize) -> Duration {
-    Duration::from_secs(batch_pod_timeout_secs(statement_timeout, statements) + POD_KILL_AFTER_SECS + 1)
+/// How long the caller waits for a batch of `statements` statements (see [`exec_timeout`]), and
+/// for the live-schema check after them when it is `checked`.
+pub(crate) fn batch_exec_timeout(statement_timeout: Duration, statements: usize, checked: bool) -> Duration {
+    let check = if checked {
+        pod_timeout_secs(statement_timeout) + POD_KILL_AFTER_SECS
+    } else {
+        0
+    };
+    Duration::from_secs(
+        batch_pod_timeout_secs(statement_timeout, statements) + check + POD_KILL_AFTER_SECS + 1,
+    )
 }
 
 /// Labels of the lines the stop's pod part prints (see [`render_stop`]): how many processes
@@ -345,7 +371,26 @@ fn render_bounded(
     pod_secs: u64,
     flags: &str,
 ) -> Vec<String> {
-    let mut client_args = format!(
+    render_runs(client, settings, statement_bytes, secs, pod_secs, flags, None)
+}
+
+/// A second client run in the same exec, after the first exited 0 (see [`render_batch`]): the
+/// input past its first `first_bytes` bytes, with `flags`, bounded in the pod by `pod_secs`.
+struct Then<'f> {
+    first_bytes: usize,
+    flags: &'f str,
+    pod_secs: u64,
+}
+
+/// The client's arguments after `--config-file`: where it connects, `flags`, the settings, and
+/// the server's bound `secs` unless the settings set one.
+fn client_args(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    secs: u64,
+    flags: &str,
+) -> String {
+    let mut args = format!(
         "--config-file=/dev/fd/4 --host={LOCAL_SERVER} --user={} --database={} --port={}{flags}",
         shell_quote(&client.user),
         shell_quote(&client.database),
@@ -353,26 +398,76 @@ fn render_bounded(
     );
     for (name, value) in settings {
         // Names are [a-z_][a-z0-9_]* and never a client option, by validation; the value is quoted.
-        client_args.push_str(&format!(" --{name}={}", shell_quote(&value.render())));
+        args.push_str(&format!(" --{name}={}", shell_quote(&value.render())));
     }
     if !settings.contains_key(SERVER_TIME_LIMIT_SETTING) {
-        client_args.push_str(&format!(" --{SERVER_TIME_LIMIT_SETTING}={secs}"));
+        args.push_str(&format!(" --{SERVER_TIME_LIMIT_SETTING}={secs}"));
     }
+    args
+}
+
+/// [`render_bounded`], and when `then` is given a second client run after the first one exited
+/// 0, with [`STATEMENTS_ENDED_LABEL`] printed between them. Each run gets its part of the one
+/// input that was read and counted: `head -c` and `tail -c +` cut it by the byte count in argv,
+/// which a shell's pattern removal could do only in time quadratic in the input's size.
+fn render_runs(
+    client: &ClientConfig,
+    settings: &BTreeMap<String, SettingValue>,
+    statement_bytes: usize,
+    secs: u64,
+    pod_secs: u64,
+    flags: &str,
+    then: Option<Then<'_>>,
+) -> Vec<String> {
+    let first_args = client_args(client, settings, secs, flags);
+    // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
+    let config = format!(
+        "{{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
+         printf '%s' \"${{{env}:-}}\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
+         printf '</password></yandex>\\n'; }}",
+        env = client.password_env,
+    );
+    let (bounds, kill_bounds, runs) = match &then {
+        None => (
+            format!("t='timeout {pod_secs}'"),
+            format!("t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'"),
+            format!(
+                "{config} | \
+                 {{ exec 4<&0; printf '%s' \"$s\" 4<&- | exec $t clickhouse-client {first_args} 3<&-; }}"
+            ),
+        ),
+        Some(then) => {
+            let second_args = client_args(client, settings, secs, then.flags);
+            let (first, second) = (then.first_bytes, then.first_bytes + 1);
+            (
+                format!("t='timeout {pod_secs}'; u='timeout {}'", then.pod_secs),
+                format!(
+                    "t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; u='timeout -k {POD_KILL_AFTER_SECS} {}'",
+                    then.pod_secs
+                ),
+                format!(
+                    "{config} | \
+                     {{ exec 4<&0; printf '%s' \"$s\" 4<&- | head -c {first} 3<&- 4<&- | \
+                     exec $t clickhouse-client {first_args} 3<&-; }}; \
+                     r=$?; if [ $r -ne 0 ]; then exit $r; fi; echo {STATEMENTS_ENDED_LABEL}; \
+                     {config} | \
+                     {{ exec 4<&0; printf '%s' \"$s\" 4<&- | tail -c +{second} 3<&- 4<&- | \
+                     exec $u clickhouse-client {second_args} 3<&-; }}"
+                ),
+            )
+        }
+    };
+    let unset = if then.is_some() { "t=; u=;" } else { "t=;" };
     let script = format!(
         "exec 3<&0; \
-         t=; if timeout -k {POD_KILL_AFTER_SECS} 1 true >/dev/null 2>&1; \
-         then t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; \
-         elif timeout 1 true >/dev/null 2>&1; then t='timeout {pod_secs}'; fi; \
+         {unset} if timeout -k {POD_KILL_AFTER_SECS} 1 true >/dev/null 2>&1; \
+         then {kill_bounds}; \
+         elif timeout 1 true >/dev/null 2>&1; then {bounds}; fi; \
          s=$($t head -c {statement_bytes} <&3; echo .); s=${{s%.}}; n=$(printf '%s' \"$s\" | wc -c); \
          if [ $((n)) -ne {statement_bytes} ]; then \
          echo \"{INPUT_CUT_MARKER}: the exec's input ended after $((n)) of {statement_bytes} bytes; nothing was run\" >&2; \
          exit {INPUT_CUT_EXIT_CODE}; fi; \
-         {{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
-         printf '%s' \"${{{env}:-}}\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
-         printf '</password></yandex>\\n'; }} | \
-         {{ exec 4<&0; printf '%s' \"$s\" 4<&- | exec $t clickhouse-client {client_args} 3<&-; }}",
-        // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
-        env = client.password_env,
+         {runs}"
     );
     vec!["sh".to_owned(), "-c".to_owned(), script]
 }
@@ -476,6 +571,7 @@ mod tests {
             Duration::from_millis(1500),
             12,
             "chs-b0-chi-0",
+            None,
         );
         assert!(
             argv[2]
@@ -487,9 +583,123 @@ mod tests {
         assert!(argv[2].contains("t='timeout -k 2 27'"), "{}", argv[2]);
         assert!(argv[2].contains("head -c 99 <&3"), "{}", argv[2]);
         assert_eq!(
-            batch_exec_timeout(Duration::from_millis(1500), 12),
+            batch_exec_timeout(Duration::from_millis(1500), 12, false),
             Duration::from_secs(30)
         );
+        // The check after them: its own statement's bound and grace in the pod, and the kill's.
+        assert_eq!(
+            batch_exec_timeout(Duration::from_millis(1500), 12, true),
+            Duration::from_secs(30 + 5 + 2)
+        );
+        // Without a check, one client run, as any other command of this module.
+        assert!(!argv[2].contains(STATEMENTS_ENDED_LABEL));
+        assert_eq!(argv[2].matches("clickhouse-client").count(), 1);
+    }
+
+    /// Runs `argv` with a stand-in `clickhouse-client` that prints its arguments and the
+    /// configuration it reads on fd 4 to stderr, its input to stdout, and exits with the code
+    /// `CODE_<n>` holds for its n-th run (0 without it); stdout, stderr and exit status.
+    fn run_with_stand_in(argv: &[String], stdin: &str, env: &[(&str, &str)]) -> (String, String, i32) {
+        let dir = scratch_dir("runs");
+        let fake = dir.join("clickhouse-client");
+        let count = dir.join("count");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\n\
+                 n=$(( $(cat {c} 2>/dev/null || echo 0) + 1 )); echo $n > {c}\n\
+                 echo \"run $n: $*\" >&2; echo \"config $n: $(cat /dev/fd/4)\" >&2\n\
+                 cat\n\
+                 eval \"exit \\${{CODE_$n:-0}}\"\n",
+                c = count.display()
+            ),
+        )
+        .expect("fake client");
+        let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
+        assert!(chmod.is_ok_and(|s| s.success()));
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("sh runs");
+        {
+            use std::io::Write;
+            let mut input = child.stdin.take().expect("stdin");
+            input.write_all(stdin.as_bytes()).expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("the command finishes");
+        let _ = std::fs::remove_dir_all(&dir);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.status.code().unwrap_or(-1),
+        )
+    }
+
+    #[test]
+    fn a_checked_batch_runs_the_check_with_the_rest_of_the_input_only_after_the_statements_succeeded() {
+        // Multi-byte text at the cut: the parts are cut by bytes, as the input is counted.
+        let statements = "CREATE TABLE é;\nSELECT 'ü';\n";
+        let check = "CREATE DATABASE s;\nSELECT 'end';\n";
+        let input = format!("{statements}{check}");
+        let argv = render_batch(
+            &client(),
+            &BTreeMap::new(),
+            input.len(),
+            Duration::from_millis(1500),
+            2,
+            "chs-b0-chi-0",
+            Some(check.len()),
+        );
+        let secret = [("CLICKHOUSE_PASSWORD", "p<&>w")];
+        let (stdout, stderr, code) = run_with_stand_in(&argv, &input, &secret);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(stdout, format!("{statements}{STATEMENTS_ENDED_LABEL}\n{check}"));
+        assert!(
+            stderr.contains(
+                "run 1: --config-file=/dev/fd/4 --host=localhost --user=default --database=default \
+                             --port=9000 --multiquery --query_id=chs-b0-chi-0 --max_execution_time=2"
+            ),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("run 2: --config-file=/dev/fd/4 --host=localhost --user=default --database=default \
+                             --port=9000 --multiquery --ignore-error --query_id=chs-b0-chi-0 --max_execution_time=2"),
+            "{stderr}"
+        );
+        // Each run reads the password from its own pipe, escaped; no argv carries it.
+        assert_eq!(
+            stderr.matches("<password>p&lt;&amp;&gt;w</password>").count(),
+            2,
+            "{stderr}"
+        );
+        assert!(!argv[2].contains("p<&>w"));
+        // Each client bounded in the pod: the statements by their sum, the check by its own.
+        assert!(
+            argv[2].contains("t='timeout -k 2 7'; u='timeout -k 2 5'"),
+            "{}",
+            argv[2]
+        );
+
+        // A failed statement ends the exec with its client's status: no label, no check.
+        let (stdout, stderr, code) = run_with_stand_in(&argv, &input, &[("CODE_1", "60")]);
+        assert_eq!(code, 60, "{stderr}");
+        assert_eq!(stdout, statements);
+        assert!(!stderr.contains("run 2"), "{stderr}");
+
+        // The check's own status is the exec's once the statements succeeded.
+        let (stdout, _, code) = run_with_stand_in(&argv, &input, &[("CODE_2", "81")]);
+        assert_eq!(code, 81);
+        assert!(stdout.contains(STATEMENTS_ENDED_LABEL));
+
+        // An input cut short runs neither.
+        let (stdout, stderr, code) = run_with_stand_in(&argv, &input[..input.len() - 3], &[]);
+        assert_eq!(code, INPUT_CUT_EXIT_CODE, "{stderr}");
+        assert_eq!(stdout, "");
+        assert!(!stderr.contains("run 1"), "{stderr}");
     }
 
     /// A fresh directory of its own under the system's temporary one.

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Mutex;
 
 use clickhouse_schema_core::ErrorKind;
+use clickhouse_schema_core::command;
 use clickhouse_schema_core::lifecycle::{apply, plan};
 use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{
@@ -542,6 +543,30 @@ struct Streaming<'a> {
     inner: &'a FakeCluster,
     events: &'a Recorded,
     started_at_each_line: Mutex<Vec<usize>>,
+    /// Set once the shell's label between the statements and the check arrived, and the exec then
+    /// never ends: a deploy cancelled while the check runs.
+    cancel_at_label: Option<&'a Flag>,
+}
+
+/// A cancellation a test sets.
+#[derive(Default)]
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl clickhouse_schema_core::transport::Cancel for Flag {
+    fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn cancelled(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        // `block_on` polls again and again, so a future that looks at the flag each time will do.
+        Box::pin(std::future::poll_fn(|_| {
+            if self.is_cancelled() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        }))
+    }
 }
 
 impl clickhouse_schema_core::transport::PodLister for Streaming<'_> {
@@ -612,6 +637,12 @@ impl clickhouse_schema_core::transport::Executor for Streaming<'_> {
                 .filter(|e| matches!(e, Event::StatementStarted { .. }))
                 .count();
             self.started_at_each_line.lock().unwrap().push(started);
+            if let Some(flag) = self.cancel_at_label
+                && line.starts_with(command::STATEMENTS_ENDED_LABEL)
+            {
+                flag.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            }
         }
         Ok(output)
     }
@@ -626,6 +657,7 @@ fn statement_events_come_as_the_markers_stream_in_not_at_the_end() {
         inner: &inner,
         events: &events,
         started_at_each_line: Mutex::new(Vec::new()),
+        cancel_at_label: None,
     };
     let clock = FakeClock::default();
     let c = Cluster {
@@ -639,4 +671,198 @@ fn statement_events_come_as_the_markers_stream_in_not_at_the_end() {
     // The script's output is its three markers and the end marker: each statement's start was
     // reported as its marker's line arrived, before the exec had returned.
     assert_eq!(*streaming.started_at_each_line.lock().unwrap(), vec![1, 2, 3, 3]);
+}
+
+/// Two databases, so that the live-schema check compares existence only.
+fn two_databases() -> Vec<String> {
+    vec![
+        "CREATE DATABASE IF NOT EXISTS orders".to_owned(),
+        "CREATE DATABASE IF NOT EXISTS audit".to_owned(),
+    ]
+}
+
+fn is_check(stdin: &str) -> bool {
+    stdin.starts_with("CREATE DATABASE _clickhouse_schema_verify_")
+}
+
+/// What the check's client prints on a pod that has `databases`: the scratch database its script
+/// creates, those of `databases` it asks for, and the end line.
+fn check_answer(script: &str, databases: &[&str]) -> ExecOutput {
+    let scratch = script
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("CREATE DATABASE "))
+        .and_then(|l| l.strip_suffix(';'))
+        .expect("the check creates its scratch database first");
+    let mut stdout = format!("database\t{scratch}\t\t\n");
+    for d in databases {
+        if script.contains(&format!("'{d}'")) {
+            stdout.push_str(&format!("database\t{d}\t\t\n"));
+        }
+    }
+    stdout.push_str("end\t\t\t\n");
+    ExecOutput {
+        stdout,
+        ..ExecOutput::default()
+    }
+}
+
+fn verified(statements: &[String]) -> serde_json::Value {
+    let mut p = props(statements);
+    p["verify"] = json!("fail");
+    p
+}
+
+#[test]
+fn the_live_schema_check_runs_in_the_exec_of_a_pods_statements() {
+    let list = two_databases();
+    let cluster = FakeCluster::new(three_pods())
+        .on_exec(|r, _| is_check(&r.stdin).then(|| Ok(check_answer(&r.stdin, &["orders", "audit"]))));
+    let events = Recorded::default();
+    run(verified(&list), None, &cluster, &events).expect("applies and verifies");
+    assert_eq!(
+        cluster.exec_attempts(),
+        3,
+        "one exec per pod for its statements and its check"
+    );
+    for name in ["chi-0", "chi-1", "chi-2"] {
+        let calls: Vec<_> = cluster.execs().into_iter().filter(|c| c.pod == name).collect();
+        let kinds: Vec<bool> = calls.iter().map(|c| is_check(&c.stdin)).collect();
+        assert_eq!(
+            kinds,
+            [false, false, true],
+            "the statements, then the check, on {name}"
+        );
+        assert!(
+            calls.iter().all(|c| c.exec == calls[0].exec),
+            "one exec on {name}"
+        );
+        // The check's own client: it runs on past an error of its own (`--ignore-error`).
+        let argv = calls[0].command.join(" ");
+        assert!(
+            argv.contains(" --multiquery --ignore-error --query_id='clickhouse-schema-"),
+            "{argv}"
+        );
+    }
+    let verified = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Event::Verified { ok: true, .. }))
+        .count();
+    assert_eq!(verified, 3);
+}
+
+#[test]
+fn a_mismatch_the_check_finds_in_the_statements_exec_fails_the_apply() {
+    let list = two_databases();
+    // chi-1 lost `audit` (something dropped it at once): the check after the statements sees that.
+    let cluster = FakeCluster::new(three_pods()).on_exec(|r, _| {
+        is_check(&r.stdin).then(|| {
+            let on = if r.pod == "chi-1" {
+                &["orders"][..]
+            } else {
+                &["orders", "audit"][..]
+            };
+            Ok(check_answer(&r.stdin, on))
+        })
+    });
+    let err = run(verified(&list), None, &cluster, &Recorded::default()).expect_err("a mismatch fails");
+    assert_eq!(err.kind, ErrorKind::SchemaMismatch, "{}", err.message);
+    assert_eq!(err.pod.as_deref(), Some("chi-1"));
+    assert!(err.message.contains("audit"), "{}", err.message);
+    let checks = cluster.execs().into_iter().filter(|c| is_check(&c.stdin)).count();
+    assert_eq!(checks, cluster.exec_attempts(), "no check in an exec of its own");
+}
+
+#[test]
+fn a_check_whose_output_cannot_be_read_in_the_statements_exec_runs_again_in_its_own() {
+    let list = two_databases();
+    // In the statements' exec the check's output is cut before its end line (as the transport's
+    // cap cuts an output); in an exec of its own it prints everything.
+    let cluster = FakeCluster::new(three_pods()).on_exec(|r, _| {
+        is_check(&r.stdin).then(|| {
+            let mut answer = check_answer(&r.stdin, &["orders", "audit"]);
+            if r.command.join(" ").contains(command::STATEMENTS_ENDED_LABEL) {
+                answer.stdout.truncate(answer.stdout.find("end\t").unwrap_or(0));
+            }
+            Ok(answer)
+        })
+    });
+    run(verified(&list), None, &cluster, &Recorded::default()).expect("the check of its own decides");
+    assert_eq!(
+        cluster.exec_attempts(),
+        6,
+        "the statements' exec and a check's on each pod"
+    );
+    for name in ["chi-0", "chi-1", "chi-2"] {
+        let checks: Vec<_> = cluster
+            .execs()
+            .into_iter()
+            .filter(|c| c.pod == name && is_check(&c.stdin))
+            .collect();
+        assert_eq!(checks.len(), 2, "{name}");
+        assert_ne!(checks[0].exec, checks[1].exec);
+        // A new scratch database for the second: the first may still be on the server.
+        assert_ne!(checks[0].stdin.lines().next(), checks[1].stdin.lines().next());
+    }
+}
+
+#[test]
+fn a_statement_that_fails_leaves_the_check_unrun() {
+    let list = two_databases();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(|r, _| {
+        if is_check(&r.stdin) {
+            return Some(Ok(check_answer(&r.stdin, &["orders", "audit"])));
+        }
+        r.stdin.contains("audit").then(|| {
+            Ok(ExecOutput {
+                stderr: "Code: 497. DB::Exception: default: Not enough privileges.".to_owned(),
+                exit_code: 241,
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let err = run(verified(&list), None, &cluster, &Recorded::default()).expect_err("statement 1 fails");
+    assert_eq!(err.statement_index, Some(1), "{}", err.message);
+    assert_eq!(err.clickhouse_code, Some(497));
+    assert_eq!(cluster.exec_attempts(), 1);
+    assert!(
+        cluster.execs().iter().all(|c| !is_check(&c.stdin)),
+        "no check ran"
+    );
+}
+
+#[test]
+fn a_deploy_cancelled_while_the_check_runs_says_every_statement_had_ended() {
+    let list = two_databases();
+    let inner = FakeCluster::new(vec![pod("chi-0", "u0")])
+        .on_exec(|r, _| is_check(&r.stdin).then(|| Ok(check_answer(&r.stdin, &["orders", "audit"]))));
+    let events = Recorded::default();
+    let flag = Flag::default();
+    let streaming = Streaming {
+        inner: &inner,
+        events: &events,
+        started_at_each_line: Mutex::new(Vec::new()),
+        cancel_at_label: Some(&flag),
+    };
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: &streaming,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &flag,
+        events: &events,
+    };
+    let err = block_on(apply("orders-schema", &config(verified(&list)), None, &c)).expect_err("cancelled");
+    assert_eq!(err.kind, ErrorKind::Cancelled, "{}", err.message);
+    assert!(
+        err.message.contains(
+            "while pod chi-0 ran statements 0 to 1 as one script; its exec was closed, and every statement of it \
+             had ended (the marker after the last one arrived)"
+        ),
+        "{}",
+        err.message
+    );
 }

@@ -1,27 +1,38 @@
 //! Checking the live schema on a pod (see the pure part, `live_schema`): after
 //! an apply's statements ran there, and for `verify()`. One exec each;
-//! transport failures are retried like a statement's.
+//! transport failures are retried like a statement's. After a pod's statements
+//! sent as one script (`reconcile::batch`) the check is part of that script's
+//! exec, and has one of its own only when what it printed there cannot be read
+//! (its output cut by the transport's cap, its client ended early): a check in
+//! an exec of its own is what decides then, as it did before.
 
 use super::{ObjectStatus, PodReport, VerifyPlan, scratch_database};
 use crate::command;
 use crate::config::VerifyMode;
 use crate::error::ErrorKind;
-use crate::reconcile::{Call, Failure, Run, Verification};
+use crate::reconcile::{Call, CheckRan, Failure, Run, Verification};
 use crate::sql::redact::redact_clickhouse_output;
 use crate::transport::{Clock, Event, ExecRequest, Executor, PodLister, TransportErrorKind};
 
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// The live-schema check after the statements ran on `pod`: a mismatch fails the pod (and
     /// so the apply) under `verify: 'fail'`, and is reported as an event under `'warn'`.
+    /// `ran` is what the check printed in the statements' exec, if it ran there.
     pub(crate) async fn verify_after_apply(
         &self,
         verification: Verification<'_>,
         pod: &str,
+        ran: Option<CheckRan>,
     ) -> Result<(), Failure> {
-        let checked = match (
-            self.converge,
-            self.verify_pod_output(verification.plan, pod).await,
-        ) {
+        let read = ran.and_then(|ran| {
+            let report = verification.plan.read(pod, &ran.scratch, &ran.stdout).ok()?;
+            Some((report, ran.scratch, ran.stdout))
+        });
+        let output = match read {
+            Some(read) => Ok(read),
+            None => self.verify_pod_output(verification.plan, pod).await,
+        };
+        let checked = match (self.converge, output) {
             // Convergence: what differs is brought to the declaration where an ALTER can, and
             // checked again; what it leaves is reported below as without it.
             (Some(converge), Ok((report, scratch, stdout))) if !report.is_ok() => self
@@ -86,6 +97,21 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
     }
 
+    /// The name of a new scratch database for a check of `plan` on `pod`, and the check's script.
+    /// `place` tells a check in a batch's exec from one in its own: the second follows the first
+    /// when that one's output could not be read, and its scratch database may still be there.
+    pub(crate) fn check_script(&self, plan: &VerifyPlan, pod: &str, place: &str) -> (String, String) {
+        let scratch = scratch_database(&format!(
+            "{}/{}/{place}/{}/{}",
+            self.resource_id,
+            pod,
+            self.clock.now_iso8601(),
+            self.clock.now().as_nanos()
+        ));
+        let script = plan.script(&scratch);
+        (scratch, script)
+    }
+
     /// Looks up every object of `plan` on `pod` in one exec (see [`crate::live_schema`]).
     pub(crate) async fn verify_pod(&self, plan: &VerifyPlan, pod: &str) -> Result<PodReport, Failure> {
         self.verify_pod_output(plan, pod).await.map(|(report, ..)| report)
@@ -98,14 +124,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         plan: &VerifyPlan,
         pod: &str,
     ) -> Result<(PodReport, String, String), Failure> {
-        let scratch = scratch_database(&format!(
-            "{}/{}/{}/{}",
-            self.resource_id,
-            pod,
-            self.clock.now_iso8601(),
-            self.clock.now().as_nanos()
-        ));
-        let script = plan.script(&scratch);
+        let (scratch, script) = self.check_script(plan, pod, "own");
         let request = ExecRequest {
             namespace: self.target.namespace.clone(),
             pod: pod.to_owned(),

@@ -38,6 +38,14 @@
 //!     only in the statement's status table, read after its exec, and a script would have sent
 //!     the next statements to the whole cluster by then; the tables of a large cluster also count
 //!     towards the output's 1 MiB cap.
+//! - The live-schema check runs in the same exec (`command::render_batch`): a second client,
+//!   started by the pod's shell only once the statements' client exited 0, runs the check's script
+//!   (the rest of the input) as an exec of its own would (`--ignore-error`), and the shell prints
+//!   `STATEMENTS_ENDED_LABEL` between them. So what follows the end marker is the label, then the
+//!   check's output; the exit status is the check's, and the label (not the status) says that the
+//!   statements' client ended well. A check whose output cannot be read there (cut by the cap, its
+//!   client ended early) runs again in an exec of its own, on a new scratch database
+//!   (`live_schema::run`): what it finds decides, as before.
 //! - Each marker is `SELECT '<nonce>:<i>' FORMAT TabSeparated`, so a `--format` or default format
 //!   setting does not change how it prints, and it is read at the end of a line (after a `\r` a
 //!   CRLF setting adds is taken off): a statement whose output ends without a newline
@@ -49,7 +57,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::abandoned::Seen;
-use super::{Call, Failure, PassContext, Run, Tracked};
+use super::{Call, CheckRan, Failure, PassContext, Run, Tracked};
 use crate::command;
 use crate::config::ExecMode;
 use crate::sql::lexer::{TokenKind, significant, tokenize};
@@ -71,6 +79,8 @@ pub(crate) struct Reading<'o> {
     pub outputs: Vec<&'o str>,
     /// The end marker was printed: every statement ended without an error.
     pub ended: bool,
+    /// What was printed after the end marker's line (empty without it).
+    pub after: &'o str,
 }
 
 impl Reading<'_> {
@@ -115,6 +125,7 @@ impl Batch {
         let mut from: Option<usize> = None;
         let mut at = 0usize;
         let mut ended = false;
+        let mut after = "";
         for line in stdout.split_inclusive('\n') {
             let start = at;
             at += line.len();
@@ -136,6 +147,7 @@ impl Batch {
             }
             if next >= self.count {
                 ended = true;
+                after = &stdout[at..];
                 break;
             }
             from = Some(at);
@@ -143,7 +155,11 @@ impl Batch {
         if let Some(begin) = from {
             outputs.push(&stdout[begin..]);
         }
-        Reading { outputs, ended }
+        Reading {
+            outputs,
+            ended,
+            after,
+        }
     }
 }
 
@@ -228,24 +244,35 @@ struct ProgressState {
 }
 
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
-    /// Whether `statements` go to a pod in one exec: under `execMode: 'perPod'`, more than one,
-    /// each [`batchable`].
+    /// Whether `statements` go to a pod in one exec: under `execMode: 'perPod'`, each
+    /// [`batchable`], and more than one or one with the live-schema check after it (a statement
+    /// alone and unchecked is an exec either way).
     pub(super) fn batches(&self, statements: &[String]) -> bool {
-        self.exec_mode == ExecMode::PerPod && statements.len() > 1 && statements.iter().all(|s| batchable(s))
+        let several = statements.len() > 1 || (statements.len() == 1 && self.verification.is_some());
+        self.exec_mode == ExecMode::PerPod && several && statements.iter().all(|s| batchable(s))
     }
 
     /// `statements` on `pod` in one exec (see the module header): each statement's events as its
     /// marker arrives, and a failure named by its index, as [`Run::apply_all_in`]'s loop names it.
+    ///
+    /// With `check` (a scratch database's name and the live-schema check's script for it), the
+    /// check runs in the same exec once every statement succeeded (`command::render_batch`), and
+    /// what it printed is returned for `Run::verify_after_apply` to read.
     pub(super) async fn apply_batch(
         &self,
         statements: &[String],
         pod: &str,
         pass: Option<&PassContext>,
-    ) -> Result<(), Failure> {
+        check: Option<(String, String)>,
+    ) -> Result<Option<CheckRan>, Failure> {
         let count = statements.len();
         let last = count.saturating_sub(1);
         let query_id = self.script_query_id("st", pod);
         let batch = Batch::new(statements, &format!("{query_id}|{}", unguessable()));
+        let mut stdin = batch.script().to_owned();
+        if let Some((_, script)) = &check {
+            stdin.push_str(script);
+        }
         let request = ExecRequest {
             namespace: self.target.namespace.clone(),
             pod: pod.to_owned(),
@@ -253,13 +280,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             command: command::render_batch(
                 self.client,
                 self.settings,
-                batch.script().len(),
+                stdin.len(),
                 self.statement_timeout,
                 count,
                 &query_id,
+                check.as_ref().map(|(_, script)| script.len()),
             ),
-            stdin: batch.script().to_owned(),
-            timeout: command::batch_exec_timeout(self.statement_timeout, count),
+            stdin,
+            timeout: command::batch_exec_timeout(self.statement_timeout, count, check.is_some()),
         };
         let progress = Progress {
             batch: &batch,
@@ -282,7 +310,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let tracked = self
             .exec_tracked_seeing(&request, &what, &query_id, Some(call), Some(&watch))
             .await;
-        let reported = progress.state.lock().unwrap_or_else(|e| e.into_inner()).reported;
+        let (reported, ended) = {
+            let state = progress.state.lock().unwrap_or_else(|e| e.into_inner());
+            (state.reported, state.ended)
+        };
         // The statement the script was at when it ended: the one after the last marker.
         let at = reported.saturating_sub(1);
         let (output, unknown) = match tracked {
@@ -298,6 +329,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let whence = if reported == 0 {
                     // An executor that does not stream shows no marker before the end.
                     "which of them ran is unknown".to_owned()
+                } else if ended {
+                    // Past the end marker: only the live-schema check after them was left.
+                    "every statement of it had ended (the marker after the last one arrived)".to_owned()
                 } else {
                     let done = match at {
                         0 => String::new(),
@@ -351,11 +385,28 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 self.report(&progress, &mut state, pass);
             }
         }
-        if output.exit_code == 0 && reading.ended {
+        // With a check, the shell's label after the end marker says the statements' client exited
+        // 0 (the exit status is the check's then); what follows it is the check's output.
+        let checked = check.as_ref().map(|_| {
+            reading
+                .after
+                .strip_prefix(command::STATEMENTS_ENDED_LABEL)
+                .and_then(|rest| rest.strip_prefix('\n'))
+        });
+        let succeeded = match checked {
+            None => output.exit_code == 0,
+            Some(label) => label.is_some(),
+        };
+        if succeeded && reading.ended {
             for (index, printed) in reading.outputs.iter().enumerate() {
                 self.read_hosts(index, &statements[index], pod, printed)?;
             }
-            return Ok(());
+            return Ok(check
+                .zip(checked.flatten())
+                .map(|((scratch, _), stdout)| CheckRan {
+                    scratch,
+                    stdout: stdout.to_owned(),
+                }));
         }
         let at = reading.started().saturating_sub(1);
         // The transport keeps the first OUTPUT_CAP bytes: markers past them are not there to read.

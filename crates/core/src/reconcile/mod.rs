@@ -522,11 +522,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             self.write_ledger_opening(ledger, pod_info).await?;
         }
         let batched = self.batches(statements);
+        let mut ran = None;
         if batched {
             if stopped() {
                 return Err(Failure::Stopped);
             }
-            self.apply_batch(statements, pod, pass).await?;
+            // The check in the statements' exec: one exec for both (see `batch`).
+            let check = self.verification.map(|v| self.check_script(v.plan, pod, "batch"));
+            ran = self.apply_batch(statements, pod, pass, check).await?;
         }
         for (index, statement) in statements.iter().enumerate().filter(|_| !batched) {
             if stopped() {
@@ -548,7 +551,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if stopped() {
                 return Err(Failure::Stopped);
             }
-            self.verify_after_apply(verification, pod).await?;
+            self.verify_after_apply(verification, pod, ran).await?;
         }
         if let Some(ledger) = self.ledger {
             if stopped() {
@@ -916,6 +919,16 @@ where
         results.push((at, output));
     }
     (results, queue.count())
+}
+
+/// What the live-schema check printed in the exec of a pod's statements, after them (see
+/// `command::render_batch`), for `Run::verify_after_apply` to read.
+#[derive(Debug)]
+pub(crate) struct CheckRan {
+    /// The scratch database its script was made for.
+    pub scratch: String,
+    /// What the check's client printed.
+    pub stdout: String,
 }
 
 /// What the pods of one fanout pass share: whether one failed (no statement

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use clickhouse_schema_core::command::STATEMENTS_ENDED_LABEL;
 use clickhouse_schema_core::config::ResolvedConfig;
 use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::transport::{
@@ -123,10 +124,18 @@ pub(crate) struct ExecCall {
 /// marker: what an output the transport's cap cut (or a client ended without an error) looks like.
 pub(crate) const OUTPUT_CUT: &str = "<the output was cut here>";
 
-/// The nonce and statements of a pod's batch script (see `reconcile::batch` in the core), when
-/// `stdin` is one: a `SELECT '<24 hex>:<n>' FORMAT TabSeparated;` line before each statement,
-/// `:end` after the last.
-pub(crate) fn batch_statements(stdin: &str) -> Option<(String, Vec<String>)> {
+/// A pod's batch script (see `reconcile::batch` in the core), when `stdin` is one: a
+/// `SELECT '<24 hex>:<n>' FORMAT TabSeparated;` line before each statement, `:end` after the last,
+/// and the live-schema check's script after that when the batch runs it.
+pub(crate) struct BatchScript {
+    pub nonce: String,
+    pub statements: Vec<String>,
+    /// The check's script (empty without one).
+    pub check: String,
+}
+
+/// See [`BatchScript`].
+pub(crate) fn batch_statements(stdin: &str) -> Option<BatchScript> {
     fn marker(line: &str) -> Option<(&str, &str)> {
         let inner = line
             .strip_prefix("SELECT '")?
@@ -141,20 +150,31 @@ pub(crate) fn batch_statements(stdin: &str) -> Option<(String, Vec<String>)> {
     }
     let mut statements = Vec::new();
     let mut current = String::new();
+    let mut check = String::new();
+    let mut ended = false;
     for line in lines {
+        if ended {
+            check.push_str(line);
+            continue;
+        }
         match marker(line.trim_end_matches('\n')) {
-            Some((n, _)) if n == nonce => {
+            Some((n, what)) if n == nonce => {
                 let text = current
                     .strip_suffix("\n;\n")
                     .or_else(|| current.strip_suffix('\n'))
                     .unwrap_or(&current);
                 statements.push(text.to_owned());
                 current.clear();
+                ended = what == "end";
             }
             _ => current.push_str(line),
         }
     }
-    Some((nonce.to_owned(), statements))
+    Some(BatchScript {
+        nonce: nonce.to_owned(),
+        statements,
+        check,
+    })
 }
 
 type ListScript = Box<dyn FnMut(usize, &mut Vec<PodInfo>) + Send>;
@@ -387,8 +407,8 @@ impl Executor for FakeCluster {
             ));
         };
         let exec = world.exec_attempts;
-        if let Some((nonce, statements)) = batch_statements(&request.stdin) {
-            return std::future::ready(world.run_batch(&request, uid, exec, &nonce, &statements));
+        if let Some(batch) = batch_statements(&request.stdin) {
+            return std::future::ready(world.run_batch(&request, uid, exec, &batch));
         }
         let mut script = world.exec_script.take();
         let scripted = script.as_mut().and_then(|s| s(&request, &mut world.pods));
@@ -422,33 +442,39 @@ impl World {
     /// script sees it as a request of its own, with the batch's command), stopping at the first
     /// that fails, and the end marker after the last; the stdout kept up to the transports' cap.
     /// A transport failure the script gives for a statement is the whole exec's, after the
-    /// statements before it ran.
+    /// statements before it ran. A check after them runs as the shell runs it: after every
+    /// statement succeeded, behind the shell's label, as a request of its own (with the batch's
+    /// command), its exit status the exec's.
     fn run_batch(
         &mut self,
         request: &ExecRequest,
         uid: Option<String>,
         exec: usize,
-        nonce: &str,
-        statements: &[String],
+        batch: &BatchScript,
     ) -> Result<ExecOutput, TransportError> {
+        let nonce = &batch.nonce;
         let mut stdout = String::new();
-        for (index, statement) in statements.iter().enumerate() {
-            stdout.push_str(&format!("{nonce}:{index}\n"));
+        let run_one = |world: &mut Self, stdin: &str| -> Result<ExecOutput, TransportError> {
             let one = ExecRequest {
-                stdin: statement.clone(),
+                stdin: stdin.to_owned(),
                 ..request.clone()
             };
-            let mut script = self.exec_script.take();
-            let scripted = script.as_mut().and_then(|s| s(&one, &mut self.pods));
-            self.exec_script = script;
+            let mut script = world.exec_script.take();
+            let scripted = script.as_mut().and_then(|s| s(&one, &mut world.pods));
+            world.exec_script = script;
             let output = scripted.unwrap_or_else(|| Ok(ExecOutput::default()))?;
-            self.execs.push(ExecCall {
+            world.execs.push(ExecCall {
                 pod: request.pod.clone(),
                 uid: uid.clone(),
                 command: request.command.clone(),
-                stdin: statement.clone(),
+                stdin: stdin.to_owned(),
                 exec,
             });
+            Ok(output)
+        };
+        for (index, statement) in batch.statements.iter().enumerate() {
+            stdout.push_str(&format!("{nonce}:{index}\n"));
+            let output = run_one(self, statement)?;
             if let Some(before) = output.stdout.strip_suffix(OUTPUT_CUT) {
                 stdout.push_str(before);
                 return Ok(ExecOutput {
@@ -465,9 +491,18 @@ impl World {
             }
         }
         stdout.push_str(&format!("{nonce}:end\n"));
+        if batch.check.is_empty() {
+            return Ok(ExecOutput {
+                stdout: capped(stdout),
+                ..ExecOutput::default()
+            });
+        }
+        stdout.push_str(&format!("{STATEMENTS_ENDED_LABEL}\n"));
+        let output = run_one(self, &batch.check)?;
+        stdout.push_str(&output.stdout);
         Ok(ExecOutput {
             stdout: capped(stdout),
-            ..ExecOutput::default()
+            ..output
         })
     }
 }
