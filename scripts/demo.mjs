@@ -45,7 +45,9 @@ async function measured(step) {
   const lists = api.filter((r) => r.method === 'GET' && r.path.endsWith('/pods')).length;
   // The live-schema check's and the ledger's execs are recognisable by their scripts' first lines.
   const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
-  const isLedger = (e) => e.stdin.startsWith('SELECT resource_id,') || e.stdin.startsWith('CREATE DATABASE IF NOT EXISTS `ops`;');
+  // A pod's script starts with the ledger's opening row when it writes it: it is no ledger exec.
+  const isLedger = (e) =>
+    !batchStatements(e.stdin) && (e.stdin.startsWith('SELECT resource_id,') || e.stdin.startsWith('CREATE DATABASE IF NOT EXISTS `ops`;'));
   // A rebuild's scripts name its receipts table, its cut-over or the live partitions.
   const isRebuild = (e) =>
     /clickhouse_schema_rebuild_receipts|__rebuild_|__new`|^SELECT toUnixTimestamp|^SELECT partition_id|^SELECT toString\(toUInt64/.test(e.stdin);
@@ -59,14 +61,19 @@ async function measured(step) {
   const where = Object.entries(perPod).map(([pod, n]) => `${pod}: ${n}`).join(', ') || 'none';
   const sent = statements.reduce((n, e) => n + carried(e), 0);
   const ledger = execs.filter(isLedger).length;
-  // A pod's script also carries its live-schema check, after its statements.
+  // A pod's script also carries its live-schema check after its statements, and the ledger's rows.
   const inScripts = statements.filter((e) => batchStatements(e.stdin)?.check).length;
+  const rowsInScripts = statements.reduce((n, e) => {
+    const b = batchStatements(e.stdin);
+    return n + (b?.opening ? 1 : 0) + (b?.closing ? 1 : 0);
+  }, 0);
   const checks = execs.filter(isCheck).length + inScripts;
   const checksSaid = inScripts ? `${checks} live-schema check(s) (${inScripts} in the statements' exec)` : `${checks} live-schema check(s)`;
   say(
     `   What reached the cluster (${ms} ms): ${lists} pod list(s), ${statements.length} statement exec(s) carrying ` +
       `${sent} statement(s) [${where}], ` +
       `${checksSaid}${ledger ? `, ${ledger} ledger read(s) and write(s)` : ''}` +
+      `${rowsInScripts ? `, ${rowsInScripts} ledger row(s) written in the statements' exec` : ''}` +
       `${execs.some(isRebuild) ? `, ${execs.filter(isRebuild).length} rebuild script(s)` : ''}` +
       `${execs.some(isConverge) ? `, ${execs.filter(isConverge).length} convergence exec(s)` : ''}`,
   );

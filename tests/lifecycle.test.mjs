@@ -66,7 +66,8 @@ test('apply runs every statement on every pod and returns the state to record', 
     assert.ok(req.command.every((arg) => !arg.includes(req.stdin)), 'statement never in argv');
     assert.deepEqual(req.command.slice(0, 2), ['sh', '-c']);
     // The password is read in the pod into a config file on a pipe, never onto a command line.
-    assert.match(req.command[2], /printf '%s' "\$\{CLICKHOUSE_PASSWORD:-\}" \| sed /);
+    assert.match(req.command[2], /; p=\$\{CLICKHOUSE_PASSWORD:-\}; /);
+    assert.match(req.command[2], /printf '%s' "\$p" \| sed /);
     assert.match(req.command[2], /clickhouse-client --config-file=\/dev\/fd\/4 --host=localhost --user='default' --database='default' --port=9000/);
     assert.doesNotMatch(req.command[2], /--password/);
   }

@@ -4,13 +4,13 @@
 //! where SCRIPT is (one line in argv, spread out here):
 //!
 //! ```text
-//! exec 3<&0
+//! exec 3<&0; p=${<passwordEnv>:-}
 //! t=; if timeout -k 2 1 true >/dev/null 2>&1; then t='timeout -k 2 <S+3>'
 //!     elif timeout 1 true >/dev/null 2>&1; then t='timeout <S+3>'; fi
 //! s=$($t head -c <N> <&3; echo .); s=${s%.}; n=$(printf '%s' "$s" | wc -c)
 //! if [ $((n)) -ne <N> ]; then echo "...ended after $((n)) of <N> bytes..." >&2; exit 75; fi
 //! { printf '<?xml version="1.0"?><yandex><password>'
-//!   printf '%s' "${<passwordEnv>:-}" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
+//!   printf '%s' "$p" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g'
 //!   printf '</password></yandex>\n'
 //! } | { exec 4<&0
 //!       printf '%s' "$s" 4<&- | exec $t clickhouse-client --config-file=/dev/fd/4 --host=localhost \
@@ -23,7 +23,9 @@
 //!   by every process in the pod and is written to exec audit logs.
 //! - The password never enters any process's argv either. `printf` is a shell
 //!   builtin, so expanding the container's `<passwordEnv>` into it creates no
-//!   process; `sed` (which XML-escapes it) reads it on stdin; and
+//!   process (nor does assigning it to `p` first, before the command sets a
+//!   variable of its own, so a `<passwordEnv>` named `s` or `t` is still the
+//!   container's); `sed` (which XML-escapes it) reads it on stdin; and
 //!   clickhouse-client reads it from a client configuration file that is the
 //!   read end of a pipe (`/dev/fd/4`). Both 18.16 and current clients read a
 //!   non-regular config file as XML exactly once. `:-` turns an unset
@@ -211,10 +213,13 @@ pub fn render_multiquery_as(
 /// each is a constant `SELECT`.
 ///
 /// With `check` (the byte count of the live-schema check's script, which then follows the
-/// statements' script in the input), a second client runs the check as [`render_script`] runs it,
-/// under the same query id, once the first exited 0, and [`STATEMENTS_ENDED_LABEL`] is printed
-/// between them: a check cannot run after a failed statement, and its output cannot pass for the
-/// statements' (nothing prints the label but the shell, after the first client ended).
+/// statements' script in the input), a second client runs the check as [`render_script`] runs it
+/// (without a query id, as there: it changes only its scratch database, and a stop need not find
+/// it), once the first exited 0, and [`STATEMENTS_ENDED_LABEL`] is printed between them on stdout
+/// and on stderr: a check cannot run after a failed statement, and its output cannot pass for the
+/// statements' (nothing prints the label but the shell, after the first client ended). The exec's
+/// status is then 0: the check's output decides, and a check the pod's `timeout` ended is no
+/// statement left running.
 pub fn render_batch(
     client: &ClientConfig,
     settings: &BTreeMap<String, SettingValue>,
@@ -224,12 +229,10 @@ pub fn render_batch(
     query_id: &str,
     check: Option<usize>,
 ) -> Vec<String> {
-    let quoted = shell_quote(query_id);
-    let flags = format!(" --multiquery --query_id={quoted}");
-    let check_flags = format!(" --multiquery --ignore-error --query_id={quoted}");
+    let flags = format!(" --multiquery --query_id={}", shell_quote(query_id));
     let then = check.map(|bytes| Then {
         first_bytes: script_bytes - bytes,
-        flags: &check_flags,
+        flags: " --multiquery --ignore-error",
         pod_secs: pod_timeout_secs(statement_timeout),
     });
     render_runs(
@@ -420,13 +423,12 @@ fn render_runs(
     then: Option<Then<'_>>,
 ) -> Vec<String> {
     let first_args = client_args(client, settings, secs, flags);
-    // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
-    let config = format!(
-        "{{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
-         printf '%s' \"${{{env}:-}}\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
-         printf '</password></yandex>\\n'; }}",
-        env = client.password_env,
-    );
+    // `p` holds the password, read from the container's variable before the command sets any of
+    // its own (`s`, `n`, `t`, ...), so that a passwordEnv of the same name still names the
+    // container's.
+    let config = "{ printf '<?xml version=\"1.0\"?><yandex><password>'; \
+         printf '%s' \"$p\" | sed -e 's/&/\\&amp;/g' -e 's/</\\&lt;/g' -e 's/>/\\&gt;/g'; \
+         printf '</password></yandex>\\n'; }";
     let (bounds, kill_bounds, runs) = match &then {
         None => (
             format!("t='timeout {pod_secs}'"),
@@ -445,21 +447,26 @@ fn render_runs(
                     "t='timeout -k {POD_KILL_AFTER_SECS} {pod_secs}'; u='timeout -k {POD_KILL_AFTER_SECS} {}'",
                     then.pod_secs
                 ),
+                // `printf` feeding `head` meets a closed pipe once `head` has its bytes: its error
+                // (where SIGPIPE is ignored) is not the statements'. The exec's status is the first
+                // client's, or 0 once the label is printed: the check's output decides, not its status.
                 format!(
                     "{config} | \
-                     {{ exec 4<&0; printf '%s' \"$s\" 4<&- | head -c {first} 3<&- 4<&- | \
+                     {{ exec 4<&0; printf '%s' \"$s\" 4<&- 2>/dev/null | head -c {first} 3<&- 4<&- | \
                      exec $t clickhouse-client {first_args} 3<&-; }}; \
-                     r=$?; if [ $r -ne 0 ]; then exit $r; fi; echo {STATEMENTS_ENDED_LABEL}; \
+                     r=$?; if [ $r -ne 0 ]; then exit $r; fi; \
+                     echo {STATEMENTS_ENDED_LABEL}; echo {STATEMENTS_ENDED_LABEL} >&2; \
                      {config} | \
                      {{ exec 4<&0; printf '%s' \"$s\" 4<&- | tail -c +{second} 3<&- 4<&- | \
-                     exec $u clickhouse-client {second_args} 3<&-; }}"
+                     exec $u clickhouse-client {second_args} 3<&-; }}; exit 0"
                 ),
             )
         }
     };
     let unset = if then.is_some() { "t=; u=;" } else { "t=;" };
+    // Validation restricts the name to [A-Za-z_][A-Za-z0-9_]*, so it is safe unquoted inside ${...}.
     let script = format!(
-        "exec 3<&0; \
+        "exec 3<&0; p=${{{env}:-}}; \
          {unset} if timeout -k {POD_KILL_AFTER_SECS} 1 true >/dev/null 2>&1; \
          then {kill_bounds}; \
          elif timeout 1 true >/dev/null 2>&1; then {bounds}; fi; \
@@ -467,7 +474,8 @@ fn render_runs(
          if [ $((n)) -ne {statement_bytes} ]; then \
          echo \"{INPUT_CUT_MARKER}: the exec's input ended after $((n)) of {statement_bytes} bytes; nothing was run\" >&2; \
          exit {INPUT_CUT_EXIT_CODE}; fi; \
-         {runs}"
+         {runs}",
+        env = client.password_env,
     );
     vec!["sh".to_owned(), "-c".to_owned(), script]
 }
@@ -640,6 +648,33 @@ mod tests {
     }
 
     #[test]
+    fn a_password_variable_named_like_one_of_the_commands_own_is_still_the_containers() {
+        for name in ["s", "n", "t", "u", "r", "p"] {
+            let client = ClientConfig {
+                password_env: name.to_owned(),
+                ..client()
+            };
+            let input = "SELECT 1;\nSELECT 2;\n";
+            let argv = render_batch(
+                &client,
+                &BTreeMap::new(),
+                input.len(),
+                Duration::from_millis(1500),
+                1,
+                "chs-b0-chi-0",
+                Some(10),
+            );
+            let (_, stderr, code) = run_with_stand_in(&argv, input, &[(name, "pa$$ word")]);
+            assert_eq!(code, 0, "{name}: {stderr}");
+            assert_eq!(
+                stderr.matches("<password>pa$$ word</password>").count(),
+                2,
+                "{name}: {stderr}"
+            );
+        }
+    }
+
+    #[test]
     fn a_checked_batch_runs_the_check_with_the_rest_of_the_input_only_after_the_statements_succeeded() {
         // Multi-byte text at the cut: the parts are cut by bytes, as the input is counted.
         let statements = "CREATE TABLE é;\nSELECT 'ü';\n";
@@ -666,8 +701,18 @@ mod tests {
             "{stderr}"
         );
         assert!(
-            stderr.contains("run 2: --config-file=/dev/fd/4 --host=localhost --user=default --database=default \
-                             --port=9000 --multiquery --ignore-error --query_id=chs-b0-chi-0 --max_execution_time=2"),
+            stderr.contains(
+                "run 2: --config-file=/dev/fd/4 --host=localhost --user=default --database=default \
+                             --port=9000 --multiquery --ignore-error --max_execution_time=2"
+            ),
+            "{stderr}"
+        );
+        // The label on stderr too: what comes after it there is the check's.
+        let (before, after) = stderr
+            .split_once(STATEMENTS_ENDED_LABEL)
+            .expect("the label on stderr");
+        assert!(
+            before.contains("run 1") && !before.contains("run 2") && after.contains("run 2"),
             "{stderr}"
         );
         // Each run reads the password from its own pipe, escaped; no argv carries it.
@@ -690,9 +735,10 @@ mod tests {
         assert_eq!(stdout, statements);
         assert!(!stderr.contains("run 2"), "{stderr}");
 
-        // The check's own status is the exec's once the statements succeeded.
-        let (stdout, _, code) = run_with_stand_in(&argv, &input, &[("CODE_2", "81")]);
-        assert_eq!(code, 81);
+        // Once the statements succeeded the exec's status is 0, whatever the check's client exits:
+        // its output decides.
+        let (stdout, _, code) = run_with_stand_in(&argv, &input, &[("CODE_2", "124")]);
+        assert_eq!(code, 0);
         assert!(stdout.contains(STATEMENTS_ENDED_LABEL));
 
         // An input cut short runs neither.

@@ -546,6 +546,10 @@ struct Streaming<'a> {
     /// Set once the shell's label between the statements and the check arrived, and the exec then
     /// never ends: a deploy cancelled while the check runs.
     cancel_at_label: Option<&'a Flag>,
+    /// How many times an exec drops once the label arrived (the check part's connection lost).
+    drops_at_label: Mutex<usize>,
+    /// How many times an exec drops once the end marker arrived (before what follows it).
+    drops_at_end: Mutex<usize>,
 }
 
 /// A cancellation a test sets.
@@ -643,6 +647,25 @@ impl clickhouse_schema_core::transport::Executor for Streaming<'_> {
                 flag.0.store(true, std::sync::atomic::Ordering::SeqCst);
                 std::future::pending::<()>().await;
             }
+            let end = line.trim_end().ends_with(":end") && line.len() == 29;
+            let (at, drops) = if end {
+                (true, &self.drops_at_end)
+            } else {
+                (
+                    line.starts_with(command::STATEMENTS_ENDED_LABEL),
+                    &self.drops_at_label,
+                )
+            };
+            if at {
+                let mut drops = drops.lock().unwrap();
+                if *drops > 0 {
+                    *drops -= 1;
+                    return Err(TransportError::new(
+                        TransportErrorKind::Transient,
+                        "websocket closed mid-exec",
+                    ));
+                }
+            }
         }
         Ok(output)
     }
@@ -658,6 +681,8 @@ fn statement_events_come_as_the_markers_stream_in_not_at_the_end() {
         events: &events,
         started_at_each_line: Mutex::new(Vec::new()),
         cancel_at_label: None,
+        drops_at_label: Mutex::new(0),
+        drops_at_end: Mutex::new(0),
     };
     let clock = FakeClock::default();
     let c = Cluster {
@@ -737,12 +762,14 @@ fn the_live_schema_check_runs_in_the_exec_of_a_pods_statements() {
             calls.iter().all(|c| c.exec == calls[0].exec),
             "one exec on {name}"
         );
-        // The check's own client: it runs on past an error of its own (`--ignore-error`).
+        // The check's own client: it runs on past an error of its own (`--ignore-error`), without
+        // the statements' query id (it changes only its scratch database).
         let argv = calls[0].command.join(" ");
         assert!(
-            argv.contains(" --multiquery --ignore-error --query_id='clickhouse-schema-"),
+            argv.contains(" --multiquery --ignore-error --max_execution_time=300 "),
             "{argv}"
         );
+        assert_eq!(argv.matches("--query_id=").count(), 1, "{argv}");
     }
     let verified = events
         .0
@@ -846,6 +873,8 @@ fn a_deploy_cancelled_while_the_check_runs_says_every_statement_had_ended() {
         events: &events,
         started_at_each_line: Mutex::new(Vec::new()),
         cancel_at_label: Some(&flag),
+        drops_at_label: Mutex::new(0),
+        drops_at_end: Mutex::new(0),
     };
     let clock = FakeClock::default();
     let c = Cluster {
@@ -865,4 +894,220 @@ fn a_deploy_cancelled_while_the_check_runs_says_every_statement_had_ended() {
         "{}",
         err.message
     );
+}
+
+/// Applies `props` through a [`Streaming`] view of `inner` whose execs drop `drops` times once the
+/// shell's label arrived.
+fn run_streaming_with_drops(
+    props: serde_json::Value,
+    inner: &FakeCluster,
+    events: &Recorded,
+    drops: usize,
+) -> Result<SchemaState, clickhouse_schema_core::ClickHouseSchemaError> {
+    let streaming = Streaming {
+        inner,
+        events,
+        started_at_each_line: Mutex::new(Vec::new()),
+        cancel_at_label: None,
+        drops_at_label: Mutex::new(drops),
+        drops_at_end: Mutex::new(0),
+    };
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: &streaming,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &NeverCancelled,
+        events,
+    };
+    block_on(apply("orders-schema", &config(props), None, &c)).map(|(state, _)| state)
+}
+
+#[test]
+fn a_drop_after_every_statement_ended_runs_none_of_them_again_only_the_check() {
+    for verify in ["fail", "warn"] {
+        let list = two_databases();
+        let inner = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(|r, _| {
+            if is_stop(&r.stdin) {
+                return Some(Ok(nothing_left()));
+            }
+            is_check(&r.stdin).then(|| Ok(check_answer(&r.stdin, &["orders", "audit"])))
+        });
+        let events = Recorded::default();
+        let mut p = verified(&list);
+        p["verify"] = json!(verify);
+        run_streaming_with_drops(p, &inner, &events, 1).unwrap_or_else(|e| panic!("{verify}: {}", e.message));
+        assert_eq!(
+            inner
+                .statements_on("chi-0", "u0")
+                .iter()
+                .filter(|s| !is_check(s) && !is_stop(s))
+                .count(),
+            2,
+            "{verify}: each statement ran once"
+        );
+        let kinds: Vec<&str> = inner
+            .execs()
+            .iter()
+            .map(|c| {
+                if is_stop(&c.stdin) {
+                    "stop"
+                } else if is_check(&c.stdin) {
+                    "check"
+                } else {
+                    "statement"
+                }
+            })
+            .collect();
+        // The dropped exec (its statements and the start of its check), the check in an exec of
+        // its own, and the stop of the dropped exec before the run ends (it looks twice: the
+        // attempt had just been sent).
+        assert_eq!(
+            kinds,
+            ["statement", "statement", "check", "check", "stop", "stop"],
+            "{verify}"
+        );
+        let verified_ok = events
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, Event::Verified { ok: true, .. }));
+        assert!(verified_ok, "{verify}: the check of its own verified the pod");
+    }
+}
+
+#[test]
+fn an_executor_that_answers_the_statements_only_gets_the_check_in_an_exec_of_its_own() {
+    // A user's executor written before the check shared the exec: markers and exit 0, no label.
+    let list = two_databases();
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(|r, _| {
+        if is_check(&r.stdin) {
+            if r.command.join(" ").contains(command::STATEMENTS_ENDED_LABEL) {
+                // What such an executor prints for the script: nothing past the end marker.
+                return Some(Ok(ExecOutput::default()));
+            }
+            return Some(Ok(check_answer(&r.stdin, &["orders", "audit"])));
+        }
+        None
+    });
+    run(verified(&list), None, &cluster, &Recorded::default()).expect("applies, checked on its own");
+    assert_eq!(
+        cluster.exec_attempts(),
+        2,
+        "the statements' exec, then the check's"
+    );
+}
+
+#[test]
+fn a_single_checked_statement_shares_its_exec_with_the_check_and_is_retried_where_proc_is_unreadable() {
+    let list = vec!["CREATE DATABASE IF NOT EXISTS orders".to_owned()];
+    let mut dropped = false;
+    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |r, _| {
+        if is_stop(&r.stdin) {
+            // The server shows nothing left, the pod's processes cannot be read.
+            return Some(Ok(ExecOutput {
+                stdout: "clickhouse-schema-still-running\t0\n".to_owned(),
+                ..ExecOutput::default()
+            }));
+        }
+        if is_check(&r.stdin) {
+            return Some(Ok(check_answer(&r.stdin, &["orders"])));
+        }
+        (!dropped).then(|| {
+            dropped = true;
+            Err(TransportError::new(
+                TransportErrorKind::Transient,
+                "websocket closed mid-exec",
+            ))
+        })
+    });
+    let events = Recorded::default();
+    run(verified(&list), None, &cluster, &events)
+        .expect("retried: a client left there has only the check after it");
+    let batched: Vec<usize> = cluster
+        .execs()
+        .iter()
+        .filter(|c| !is_stop(&c.stdin))
+        .map(|c| c.exec)
+        .collect();
+    assert_eq!(batched.len(), 2, "the statement, then its check");
+    assert_eq!(batched[0], batched[1], "in one exec");
+}
+
+#[test]
+fn a_drop_after_the_end_marker_writes_the_ledgers_closing_row_in_an_exec_of_its_own() {
+    // Unchecked, with a ledger: the closing row follows the end marker in the script, and the
+    // exec drops right after that marker, so whether the row landed is unknown. No statement runs
+    // again; the row is written in an exec of its own (a second `applied` row changes nothing).
+    let list = two_databases();
+    let inner = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(|r, _| {
+        if is_stop(&r.stdin) {
+            return Some(Ok(nothing_left()));
+        }
+        // A first apply reads the ledger: there is none.
+        r.stdin.starts_with("SELECT resource_id").then(|| {
+            Ok(ExecOutput {
+                stdout: "__clickhouse_schema_ledger_end__\n".to_owned(),
+                ..ExecOutput::default()
+            })
+        })
+    });
+    let events = Recorded::default();
+    let streaming = Streaming {
+        inner: &inner,
+        events: &events,
+        started_at_each_line: Mutex::new(Vec::new()),
+        cancel_at_label: None,
+        drops_at_label: Mutex::new(0),
+        drops_at_end: Mutex::new(1),
+    };
+    let clock = FakeClock::default();
+    let c = Cluster {
+        transport: &streaming,
+        clock: &clock,
+        cluster_id: None,
+        cancel: &NeverCancelled,
+        events: &events,
+    };
+    let mut p = props(&list);
+    p["ledger"] = json!({ "database": "ops" });
+    block_on(apply("orders-schema", &config(p), None, &c)).expect("applies");
+    let sent: Vec<(usize, String)> = inner
+        .execs()
+        .iter()
+        .filter(|e| !e.stdin.starts_with("SELECT resource_id"))
+        .map(|e| {
+            let what = if is_stop(&e.stdin) {
+                "stop".to_owned()
+            } else if e.stdin.contains("'started';") {
+                "started".to_owned()
+            } else if e.stdin.contains("'applied';") {
+                "applied".to_owned()
+            } else {
+                e.stdin.clone()
+            };
+            (e.exec, what)
+        })
+        .collect();
+    let script = sent[0].0;
+    let kinds: Vec<&str> = sent.iter().map(|(_, w)| w.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "started",
+            list[0].as_str(),
+            list[1].as_str(),
+            "applied",
+            "applied",
+            "stop",
+            "stop"
+        ],
+        "{sent:?}"
+    );
+    assert!(
+        sent[..4].iter().all(|(e, _)| *e == script),
+        "the script's: {sent:?}"
+    );
+    assert_ne!(sent[4].0, script, "the closing row again, in an exec of its own");
 }

@@ -290,10 +290,12 @@ fn a_run_stopped_between_statements_leaves_the_pod_due_for_a_deploy_with_lost_st
     let ledgers = Arc::new(Mutex::new(Ledgers::default()));
     let c = cluster(&ledgers, |_| None);
     run_apply(&c, props(json!({})), None).unwrap();
-    // The next version drops the table first; it is stopped on chi-0 right after that statement.
-    let v2 = props(
-        json!({ "statements": [S0, DROP, "CREATE TABLE IF NOT EXISTS orders.other (id UInt64) ENGINE = Memory"] }),
-    );
+    // The next version drops the table first; it is stopped on chi-0 right after that statement
+    // (each statement an exec of its own, so the stop falls between two of them).
+    let v2 = props(json!({
+        "statements": [S0, DROP, "CREATE TABLE IF NOT EXISTS orders.other (id UInt64) ENGINE = Memory"],
+        "execMode": "perStatement",
+    }));
     let cancel = Flag::default();
     let flag = cancel.0.clone();
     let c2 = cluster(&ledgers, move |request| {
@@ -462,7 +464,8 @@ fn query_id_in(command: &[String]) -> Option<String> {
 fn a_dropped_ledger_write_is_stopped_before_its_retry() {
     // The closing write on chi-0 drops mid-way (no status): its client may still run in the pod
     // and land the row later, after another run's opening row. It runs under a query id, and that
-    // id is stopped before the retry runs under it.
+    // id is stopped before the retry runs under it. (A write in an exec of its own: execMode
+    // 'perStatement'; in a pod's script it is the script's, see batch_scenarios.)
     let ledgers = Arc::new(Mutex::new(Ledgers::default()));
     let dropped: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
     let seen = dropped.clone();
@@ -488,7 +491,7 @@ fn a_dropped_ledger_write_is_stopped_before_its_retry() {
         }
         table.lock().unwrap().answer(request).map(Ok)
     });
-    run_apply(&c, props(json!({})), None).unwrap();
+    run_apply(&c, props(json!({ "execMode": "perStatement" })), None).unwrap();
     let first = dropped.lock().unwrap()[0].clone();
     let id = query_id_in(&first).expect("the ledger write runs under a query id");
     assert!(
@@ -552,7 +555,12 @@ fn a_retried_ledger_write_refused_because_the_first_still_runs_says_so() {
         }
         ledgers.lock().unwrap().answer(request).map(Ok)
     });
-    let err = run_apply(&c, props(json!({ "parallelism": 1 })), None).unwrap_err();
+    let err = run_apply(
+        &c,
+        props(json!({ "parallelism": 1, "execMode": "perStatement" })),
+        None,
+    )
+    .unwrap_err();
     assert!(
         err.contains("write on pod chi-0: attempt 2 was refused because an earlier attempt still runs")
             && err.contains("it may still write its row")
@@ -613,4 +621,166 @@ fn a_destroy_retried_after_failing_half_way_runs_on_the_pods_it_did_not_finish()
         ledgers.events_on("chi-2"),
         vec!["started", "applied", "destroying", "destroying", "destroyed"]
     );
+}
+
+/// The ledger's writes that reached `pod` in the exec of its statements (a pod's script), and in
+/// execs of their own, as the events they write.
+fn ledger_writes(cluster: &FakeCluster, pod: &str) -> (Vec<String>, Vec<String>) {
+    let execs: Vec<_> = cluster.execs().into_iter().filter(|e| e.pod == pod).collect();
+    let script_execs: Vec<usize> = execs
+        .iter()
+        .filter(|e| !e.stdin.contains(LEDGER))
+        .map(|e| e.exec)
+        .collect();
+    let event = |stdin: &str| {
+        ["started", "applied", "destroying", "destroyed"]
+            .into_iter()
+            .find(|e| stdin.contains(&format!("'{e}';")))
+            .map(str::to_owned)
+    };
+    let (mut inside, mut own) = (Vec::new(), Vec::new());
+    for e in execs.iter().filter(|e| e.stdin.contains("INSERT INTO")) {
+        let Some(event) = event(&e.stdin) else { continue };
+        if script_execs.contains(&e.exec) {
+            inside.push(event);
+        } else {
+            own.push(event);
+        }
+    }
+    (inside, own)
+}
+
+#[test]
+fn a_pods_script_writes_the_ledgers_rows_around_its_statements() {
+    // Unchecked (verify 'off'): nothing after the statements can fail the pod, so both rows are
+    // in the script, and a converge or a destroy costs one exec per pod.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    let (state, _) = run_apply(&c, props(json!({})), None).unwrap();
+    let reads = c
+        .execs()
+        .iter()
+        .filter(|e| e.stdin.starts_with("SELECT resource_id"))
+        .count();
+    let execs: std::collections::BTreeSet<usize> = c
+        .execs()
+        .iter()
+        .filter(|e| !e.stdin.starts_with("SELECT resource_id"))
+        .map(|e| e.exec)
+        .collect();
+    assert_eq!(
+        execs.len(),
+        3,
+        "one exec per pod, besides the {reads} reads of a first apply"
+    );
+    for p in ["chi-0", "chi-1", "chi-2"] {
+        assert_eq!(statements_on(&c, p), vec![S0, S1], "{p}");
+        assert_eq!(
+            ledger_writes(&c, p),
+            (vec!["started".into(), "applied".into()], vec![]),
+            "{p}"
+        );
+        assert_eq!(
+            ledgers.lock().unwrap().events_on(p),
+            vec!["started", "applied"],
+            "{p}"
+        );
+    }
+
+    // The destroy's single delete statement too goes in a script, with its rows.
+    let d = cluster(&ledgers, |_| None);
+    run_destroy(&d, props(json!({})), &state).unwrap();
+    let scripts: std::collections::BTreeSet<usize> = d
+        .execs()
+        .iter()
+        .filter(|e| !e.stdin.starts_with("SELECT resource_id"))
+        .map(|e| e.exec)
+        .collect();
+    assert_eq!(
+        scripts.len(),
+        3,
+        "one exec per pod, besides the reads of its rows"
+    );
+    for p in ["chi-0", "chi-1", "chi-2"] {
+        assert_eq!(statements_on(&d, p), vec![DROP], "{p}");
+        assert_eq!(
+            ledger_writes(&d, p),
+            (vec!["destroying".into(), "destroyed".into()], vec![]),
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn a_check_that_can_fail_the_pod_leaves_the_closing_row_to_an_exec_after_it() {
+    // The scripted pods answer the live-schema check with nothing: it cannot be read, in the
+    // script or in an exec of its own. Under 'fail' that fails the pod, which must then hold no
+    // closing row; under 'warn' it is an event, and the closing row was written in the script.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    let err = run_apply(&c, props(json!({ "verify": "fail" })), None).unwrap_err();
+    assert!(
+        err.contains("E_VERIFICATION_FAILED") || err.contains("live-schema check"),
+        "{err}"
+    );
+    assert_eq!(ledger_writes(&c, "chi-0"), (vec!["started".into()], vec![]));
+    assert_eq!(ledgers.lock().unwrap().events_on("chi-0"), vec!["started"]);
+
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    run_apply(&c, props(json!({ "verify": "warn" })), None).unwrap();
+    for p in ["chi-0", "chi-1", "chi-2"] {
+        assert_eq!(
+            ledger_writes(&c, p),
+            (vec!["started".into(), "applied".into()], vec![]),
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn a_failing_ledger_write_in_a_pods_script_names_the_row_and_what_ran() {
+    let refused = || ExecOutput {
+        stderr:
+            "Code: 497. DB::Exception: default: Not enough privileges. To execute this query it's necessary \
+                 to have grant INSERT ON ops.clickhouse_schema_ledger."
+                .to_owned(),
+        exit_code: 241,
+        ..ExecOutput::default()
+    };
+    // The opening row: the script ends there, before its first statement.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let table = ledgers.clone();
+    let c = FakeCluster::new(pods()).on_exec(move |request, _| {
+        if request.stdin.contains(LEDGER) && request.stdin.contains("'started';") {
+            return Some(Ok(refused()));
+        }
+        table.lock().unwrap().answer(request).map(Ok)
+    });
+    let err = run_apply(&c, props(json!({})), None).unwrap_err();
+    assert!(
+        err.contains("could not be written before the statements on pod chi-0")
+            && err.contains("No statement ran on that pod")
+            && err.contains("grant"),
+        "{err}"
+    );
+    assert!(statements_on(&c, "chi-0").is_empty(), "no statement ran");
+
+    // The closing row: every statement ran, once.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let table = ledgers.clone();
+    let c = FakeCluster::new(pods()).on_exec(move |request, _| {
+        if request.stdin.contains(LEDGER) && request.stdin.contains("'applied';") {
+            return Some(Ok(refused()));
+        }
+        table.lock().unwrap().answer(request).map(Ok)
+    });
+    let err = run_apply(&c, props(json!({})), None).unwrap_err();
+    assert!(
+        err.contains("could not be written on pod chi-0")
+            && err.contains("The statements ran there, but nothing is recorded"),
+        "{err}"
+    );
+    assert_eq!(statements_on(&c, "chi-0"), vec![S0, S1]);
+    assert_eq!(ledgers.lock().unwrap().events_on("chi-0"), vec!["started"]);
 }

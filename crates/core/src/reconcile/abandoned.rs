@@ -78,6 +78,18 @@ const RECHECK: Duration = Duration::from_secs(5);
 /// (the timers do not count a suspend).
 const HOLD_TICK: Duration = Duration::from_secs(1);
 
+/// How [`Run::exec_tracked_seeing`] lets its caller follow an exec (a pod's script).
+pub(crate) struct Watch<'w> {
+    /// Told when each attempt starts and handed its stdout as it arrives.
+    pub seen: &'w (dyn Fn(Seen<'_>) + Send + Sync),
+    /// Whether an attempt that failed in transport may be sent again, asked after it failed: not
+    /// once it was seen past what a retry is for (a script whose statements all ended).
+    pub may_retry: &'w (dyn Fn() -> bool + Send + Sync),
+    /// Whether its client, were it left running, would send a further statement of the user's
+    /// (see [`Abandoned::script`]).
+    pub sends_more: bool,
+}
+
 /// What [`Run::exec_tracked_seeing`] tells its watcher.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Seen<'a> {
@@ -213,7 +225,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         what: &str,
         query_id: &str,
         retry: Option<Call<'_>>,
-        watch: Option<&(dyn Fn(Seen<'_>) + Send + Sync)>,
+        watch: Option<&Watch<'_>>,
     ) -> Tracked {
         let max_attempts = if retry.is_some() {
             self.retry.max_attempts.max(1)
@@ -234,13 +246,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 ends_by: sent + request.timeout,
                 token: 0,
                 queued_for_hosts: crate::sql::ddl_status::has_on_cluster(&request.stdin),
-                script: request.command.iter().any(|a| a.contains(" --multiquery")),
+                script: match watch {
+                    Some(watch) => watch.sends_more,
+                    None => request.command.iter().any(|a| a.contains(" --multiquery")),
+                },
             });
             let result = match watch {
                 None => self.unless_cancelled(self.transport.exec(request.clone())).await,
                 Some(watch) => {
-                    watch(Seen::Attempt);
-                    let seen = |chunk: &[u8]| watch(Seen::Stdout(chunk));
+                    (watch.seen)(Seen::Attempt);
+                    let seen = |chunk: &[u8]| (watch.seen)(Seen::Stdout(chunk));
                     self.unless_cancelled(self.transport.exec_seeing(request.clone(), &seen))
                         .await
                 }
@@ -280,7 +295,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     if !may_run {
                         self.untrack(&[token]);
                     }
-                    let (Some(call), true) = (retry, err.is_retryable() && attempt < max_attempts) else {
+                    let allowed = watch.is_none_or(|w| (w.may_retry)());
+                    let (Some(call), true) = (retry, err.is_retryable() && attempt < max_attempts && allowed)
+                    else {
                         return Tracked::Failed {
                             err,
                             attempts: attempt,

@@ -46,6 +46,12 @@
 //!   statements' client ended well. A check whose output cannot be read there (cut by the cap, its
 //!   client ended early) runs again in an exec of its own, on a new scratch database
 //!   (`live_schema::run`): what it finds decides, as before.
+//! - The ledger's rows (`ledger` prop) are written by the statements' client: the opening row's
+//!   script before the first marker, so that a client failing before that marker failed at the
+//!   row (and ran no statement), and the closing row's script after the end marker, followed by
+//!   `SELECT '<nonce>:closed'`, when nothing after the statements can fail the pod (see
+//!   `Run::apply_all_in`); otherwise, or when that marker did not arrive, the closing row takes
+//!   an exec of its own after the check. A second closing row changes nothing.
 //! - Each marker is `SELECT '<nonce>:<i>' FORMAT TabSeparated`, so a `--format` or default format
 //!   setting does not change how it prints, and it is read at the end of a line (after a `\r` a
 //!   CRLF setting adds is taken off): a statement whose output ends without a newline
@@ -56,12 +62,15 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::abandoned::Seen;
-use super::{Call, CheckRan, Failure, PassContext, Run, Tracked};
+use super::abandoned::{Seen, Watch};
+use super::{BatchRan, Call, CheckRan, Failure, PassContext, Run, Tracked};
 use crate::command;
 use crate::config::ExecMode;
+use crate::coordination::ledger::{self, LedgerWrite};
 use crate::sql::lexer::{TokenKind, significant, tokenize};
-use crate::transport::{Clock, ExecOutput, ExecRequest, Executor, OUTPUT_CAP, PodLister, TransportErrorKind};
+use crate::transport::{
+    Clock, ExecOutput, ExecRequest, Executor, OUTPUT_CAP, PodInfo, PodLister, TransportErrorKind,
+};
 
 /// A pod's statement list as one script, and how to read what it printed.
 #[derive(Debug, Clone)]
@@ -69,6 +78,8 @@ pub(crate) struct Batch {
     nonce: String,
     script: String,
     count: usize,
+    /// The script writes the ledger's closing row after its end marker, and a marker after it.
+    closing: bool,
 }
 
 /// What a batch's output says about how far it got.
@@ -79,7 +90,10 @@ pub(crate) struct Reading<'o> {
     pub outputs: Vec<&'o str>,
     /// The end marker was printed: every statement ended without an error.
     pub ended: bool,
-    /// What was printed after the end marker's line (empty without it).
+    /// The marker after the ledger's closing row was printed: the row is written.
+    pub closed: bool,
+    /// What was printed after the end marker's line, or after the closing row's marker when the
+    /// script writes one and it was printed (empty without the end marker).
     pub after: &'o str,
 }
 
@@ -110,7 +124,22 @@ impl Batch {
             nonce,
             script,
             count: statements.len(),
+            closing: false,
         }
+    }
+
+    /// The script with the ledger's rows around its statements (see the module header):
+    /// `opening` before the first marker, and `closing`, when given, after the end marker and
+    /// followed by a marker of its own.
+    pub(crate) fn with_ledger(mut self, opening: &str, closing: Option<&str>) -> Self {
+        self.script.insert_str(0, opening);
+        if let Some(closing) = closing {
+            self.script.push_str(closing);
+            self.script
+                .push_str(&format!("SELECT '{}:closed' FORMAT TabSeparated;\n", self.nonce));
+            self.closing = true;
+        }
+        self
     }
 
     /// What the exec sends on stdin.
@@ -155,9 +184,21 @@ impl Batch {
         if let Some(begin) = from {
             outputs.push(&stdout[begin..]);
         }
+        // The closing row's marker: the first line after the end marker's (its script prints
+        // nothing of its own).
+        let mut closed = false;
+        if self.closing && ended {
+            let marker = format!("{}:closed", self.nonce);
+            let (line, rest) = after.split_once('\n').unwrap_or((after, ""));
+            if line.strip_suffix('\r').unwrap_or(line) == marker {
+                closed = true;
+                after = rest;
+            }
+        }
         Reading {
             outputs,
             ended,
+            closed,
             after,
         }
     }
@@ -245,10 +286,11 @@ struct ProgressState {
 
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// Whether `statements` go to a pod in one exec: under `execMode: 'perPod'`, each
-    /// [`batchable`], and more than one or one with the live-schema check after it (a statement
-    /// alone and unchecked is an exec either way).
+    /// [`batchable`], and more than one, or one with the live-schema check or the ledger's rows
+    /// around it (a statement alone is an exec either way).
     pub(super) fn batches(&self, statements: &[String]) -> bool {
-        let several = statements.len() > 1 || (statements.len() == 1 && self.verification.is_some());
+        let around = self.verification.is_some() || self.ledger.is_some();
+        let several = statements.len() > 1 || (statements.len() == 1 && around);
         self.exec_mode == ExecMode::PerPod && several && statements.iter().all(|s| batchable(s))
     }
 
@@ -257,18 +299,32 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     ///
     /// With `check` (a scratch database's name and the live-schema check's script for it), the
     /// check runs in the same exec once every statement succeeded (`command::render_batch`), and
-    /// what it printed is returned for `Run::verify_after_apply` to read.
+    /// what it printed is returned for `Run::verify_after_apply` to read. With `ledger`, the
+    /// ledger's opening row is written first in the script, and its closing row after the
+    /// statements when `close` (nothing after them can fail the pod: see `Run::apply_all_in`);
+    /// whether that row is known written is returned.
     pub(super) async fn apply_batch(
         &self,
         statements: &[String],
-        pod: &str,
+        pod_info: &PodInfo,
         pass: Option<&PassContext>,
         check: Option<(String, String)>,
-    ) -> Result<Option<CheckRan>, Failure> {
+        ledger: Option<(LedgerWrite<'_>, bool)>,
+    ) -> Result<BatchRan, Failure> {
+        let pod = pod_info.name.as_str();
         let count = statements.len();
         let last = count.saturating_sub(1);
         let query_id = self.script_query_id("st", pod);
-        let batch = Batch::new(statements, &format!("{query_id}|{}", unguessable()));
+        let mut batch = Batch::new(statements, &format!("{query_id}|{}", unguessable()));
+        let uid = pod_info.uid.as_deref().unwrap_or("");
+        let closing = ledger.as_ref().is_some_and(|(_, close)| *close);
+        if let Some((write, close)) = &ledger {
+            let opening = ledger::started_script(write, self.resource_id, pod, uid);
+            let closing = close.then(|| ledger::finished_script(write, self.resource_id, pod, uid));
+            batch = batch.with_ledger(&opening, closing.as_deref());
+        }
+        // Each ledger write is bounded as one statement is, as in an exec of its own.
+        let bounded = count + usize::from(ledger.is_some()) + usize::from(closing);
         let mut stdin = batch.script().to_owned();
         if let Some((_, script)) = &check {
             stdin.push_str(script);
@@ -282,19 +338,19 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 self.settings,
                 stdin.len(),
                 self.statement_timeout,
-                count,
+                bounded,
                 &query_id,
                 check.as_ref().map(|(_, script)| script.len()),
             ),
             stdin,
-            timeout: command::batch_exec_timeout(self.statement_timeout, count, check.is_some()),
+            timeout: command::batch_exec_timeout(self.statement_timeout, bounded, check.is_some()),
         };
         let progress = Progress {
             batch: &batch,
             pod,
             state: Mutex::new(ProgressState::default()),
         };
-        let watch = |seen: Seen<'_>| {
+        let seen = |seen: Seen<'_>| {
             let mut state = progress.state.lock().unwrap_or_else(|e| e.into_inner());
             match seen {
                 Seen::Attempt => *state = ProgressState::default(),
@@ -305,7 +361,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 }
             }
         };
-        let what = format!("statements 0 to {last} (one script)");
+        // An attempt seen past its end marker ran every statement: only the check was left, and a
+        // retry would run them all again for it.
+        let may_retry = || !progress.state.lock().unwrap_or_else(|e| e.into_inner()).ended;
+        let watch = Watch {
+            seen: &seen,
+            may_retry: &may_retry,
+            // A client left running with one statement has only the check after it.
+            sends_more: count > 1,
+        };
+        let all = span(0, last);
+        let what = format!("{all} (one script)");
         let call = Call::Batch { pod, count };
         let tracked = self
             .exec_tracked_seeing(&request, &what, &query_id, Some(call), Some(&watch))
@@ -320,7 +386,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             Tracked::Output { output, unknown } => (output, unknown),
             Tracked::CancelledBefore => {
                 return Err(Failure::Error(
-                    self.cancelled(&format!("before statements 0 to {last} were sent to pod {pod}"))
+                    self.cancelled(&format!("before {all} were sent to pod {pod}"))
                         .with_statement_index(0)
                         .with_pod(pod),
                 ));
@@ -344,7 +410,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 };
                 return Err(Failure::Error(
                     self.cancelled(&format!(
-                        "while pod {pod} ran statements 0 to {last} as one script; its exec was closed, and {whence}"
+                        "while pod {pod} ran {all} as one script; its exec was closed, and {whence}"
                     ))
                     .with_statement_index(at)
                     .with_pod(pod),
@@ -359,6 +425,15 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 if err.kind == TransportErrorKind::Refused && err.http_status == Some(404) =>
             {
                 return Err(Failure::Vanished);
+            }
+            // Every statement had ended (the end marker arrived): what failed is the exec of what
+            // came after them, the ledger's closing row and the check, which then run in execs of
+            // their own. The exec stays tracked, and is stopped before the run ends.
+            Tracked::Failed { .. } if ended && (check.is_some() || closing) => {
+                return Ok(BatchRan {
+                    check: None,
+                    closed: false,
+                });
             }
             Tracked::Failed {
                 err,
@@ -393,24 +468,58 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .strip_prefix(command::STATEMENTS_ENDED_LABEL)
                 .and_then(|rest| rest.strip_prefix('\n'))
         });
-        let succeeded = match checked {
-            None => output.exit_code == 0,
-            Some(label) => label.is_some(),
-        };
+        // Without the label, exit 0 still says the statements' client ended well (the shell exits
+        // with its status when it fails): an output cut before the label, or an injected executor
+        // that answers the statements only. The check then runs in an exec of its own.
+        let succeeded = output.exit_code == 0 || checked.is_some_and(|label| label.is_some());
         if succeeded && reading.ended {
             for (index, printed) in reading.outputs.iter().enumerate() {
                 self.read_hosts(index, &statements[index], pod, printed)?;
             }
-            return Ok(check
+            let check = check
                 .zip(checked.flatten())
                 .map(|((scratch, _), stdout)| CheckRan {
                     scratch,
                     stdout: stdout.to_owned(),
-                }));
+                });
+            return Ok(BatchRan {
+                check,
+                closed: reading.closed,
+            });
         }
-        let at = reading.started().saturating_sub(1);
+        // What the client printed on stderr before the shell's label (the check's come after it).
+        let stderr = output
+            .stderr
+            .split_once(command::STATEMENTS_ENDED_LABEL)
+            .map_or(output.stderr.as_str(), |(before, _)| before);
         // The transport keeps the first OUTPUT_CAP bytes: markers past them are not there to read.
         let capped = output.stdout.len() >= OUTPUT_CAP;
+        if let Some((write, _)) = &ledger {
+            // The ledger's rows are the script's first statements and its last: a client that
+            // failed before the first marker failed at the opening row, one that failed after the
+            // end marker at the closing row.
+            let after_statements = match (reading.started(), reading.ended) {
+                (0, _) if !capped => Some(false),
+                (_, true) if closing && !reading.closed => Some(true),
+                _ => None,
+            };
+            if let Some(after_statements) = after_statements {
+                let mut err = self.ledger_write_failed(
+                    write.config,
+                    pod,
+                    after_statements,
+                    stderr,
+                    output.exit_code,
+                    &request.stdin,
+                );
+                if unknown > 0 {
+                    // An earlier attempt may have run statements, whatever this one did.
+                    err.message.push_str(&self.batch_note(count, unknown));
+                }
+                return Err(Failure::Error(err));
+            }
+        }
+        let at = reading.started().saturating_sub(1);
         let since = progress.state.lock().unwrap_or_else(|e| e.into_inner()).since;
         let outcome = if reading.ended {
             format!("ended, then the client exited {}", output.exit_code)
@@ -430,7 +539,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .get(at)
                 .map(|s| (*s).to_owned())
                 .unwrap_or_default(),
-            stderr: output.stderr.clone(),
+            stderr: stderr.to_owned(),
             exit_code: output.exit_code,
         };
         let mut err = self.statement_failed_among(at, &statements[at], statements, pod, &own, 0);
@@ -440,7 +549,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         };
         if reading.ended {
             err.message.push_str(&format!(
-                "\nEvery statement of the script of statements 0 to {last} ended (the marker after the last one \
+                "\nEvery statement of the script of {all} ended (the marker after the last one \
                  arrived); the client exited {} after that.",
                 output.exit_code
             ));
@@ -455,7 +564,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         } else if output.exit_code == 0 {
             // Exited 0 without its end marker: ended early without an error, not a statement's error.
             err.message.push_str(&format!(
-                "\nThe script of statements 0 to {last} exited 0, but its output ended without the marker that \
+                "\nThe script of {all} exited 0, but its output ended without the marker that \
                  follows its last statement ({seen}), so {} may or may not have run.",
                 span(at, last)
             ));
@@ -463,7 +572,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         {
             // The pod's bound of a script is the sum of its statements' bounds.
             err.message.push_str(&format!(
-                "\nThe pod's `timeout` bounds the script of statements 0 to {last} by {count} x statementTimeoutMs \
+                "\nThe pod's `timeout` bounds the script of {all} by {bounded} x statementTimeoutMs \
                  ({seen}); whether {} ran is unknown.",
                 span(at, last)
             ));
@@ -476,14 +585,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
     /// What an error of a batch adds when attempts of it ended without an outcome.
     fn batch_note(&self, count: usize, unknown: u32) -> String {
-        let last = count.saturating_sub(1);
+        let all = span(0, count.saturating_sub(1));
         if unknown == 0 {
-            return format!(" The pod's statements 0 to {last} ran as one script (execMode 'perPod').");
+            return format!(" The pod's {all} ran as one script (execMode 'perPod').");
         }
         format!(
-            " The pod's statements 0 to {last} ran as one script (execMode 'perPod'), and {unknown} attempt(s) of \
-             it ended without a known outcome: statements 0 to {last} may have run, each at most once per \
-             attempt (statements are re-runnable by contract)."
+            " The pod's {all} ran as one script (execMode 'perPod'), and {unknown} attempt(s) of it ended \
+             without a known outcome: {all} may have run, each at most once per attempt (statements are \
+             re-runnable by contract)."
         )
     }
 

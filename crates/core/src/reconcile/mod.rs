@@ -514,22 +514,34 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let pod = pod_info.name.as_str();
         let stopped = || pass.is_some_and(|p| p.stop.load(Ordering::SeqCst));
         let count = statements.len();
-        // Before anything runs: a run stopped half way leaves this as the pod's newest row.
-        if let Some(ledger) = self.ledger {
+        let batched = self.batches(statements);
+        // Before anything runs: a run stopped half way leaves this as the pod's newest row. A
+        // pod's script writes it itself (see `batch`).
+        if let (Some(ledger), false) = (self.ledger, batched) {
             if stopped() {
                 return Err(Failure::Stopped);
             }
             self.write_ledger_opening(ledger, pod_info).await?;
         }
-        let batched = self.batches(statements);
         let mut ran = None;
+        let mut closed = false;
         if batched {
             if stopped() {
                 return Err(Failure::Stopped);
             }
-            // The check in the statements' exec: one exec for both (see `batch`).
+            // The check and the ledger's rows in the statements' exec (see `batch`). The closing
+            // row only where nothing after the statements can fail the pod: no check, or one that
+            // only warns and brings nothing to the declaration.
             let check = self.verification.map(|v| self.check_script(v.plan, pod, "batch"));
-            ran = self.apply_batch(statements, pod, pass, check).await?;
+            let close = match self.verification {
+                None => true,
+                Some(v) => v.mode == VerifyMode::Warn && self.converge.is_none(),
+            };
+            let batch = self
+                .apply_batch(statements, pod_info, pass, check, self.ledger.map(|l| (l, close)))
+                .await?;
+            ran = batch.check;
+            closed = batch.closed;
         }
         for (index, statement) in statements.iter().enumerate().filter(|_| !batched) {
             if stopped() {
@@ -553,7 +565,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             self.verify_after_apply(verification, pod, ran).await?;
         }
-        if let Some(ledger) = self.ledger {
+        if let (Some(ledger), false) = (self.ledger, closed) {
             if stopped() {
                 return Err(Failure::Stopped);
             }
@@ -919,6 +931,15 @@ where
         results.push((at, output));
     }
     (results, queue.count())
+}
+
+/// What a pod's script ran after its statements (see `batch`).
+#[derive(Debug)]
+pub(crate) struct BatchRan {
+    /// What the live-schema check printed there, when it ran there and its output arrived.
+    pub check: Option<CheckRan>,
+    /// The ledger's closing row is known written there.
+    pub closed: bool,
 }
 
 /// What the live-schema check printed in the exec of a pod's statements, after them (see

@@ -125,11 +125,17 @@ pub(crate) struct ExecCall {
 pub(crate) const OUTPUT_CUT: &str = "<the output was cut here>";
 
 /// A pod's batch script (see `reconcile::batch` in the core), when `stdin` is one: a
-/// `SELECT '<24 hex>:<n>' FORMAT TabSeparated;` line before each statement, `:end` after the last,
-/// and the live-schema check's script after that when the batch runs it.
+/// `SELECT '<24 hex>:<n>' FORMAT TabSeparated;` line before each statement, `:end` after the last;
+/// the ledger's opening row before the first marker and its closing row after the end marker
+/// (followed by `:closed`) when the script writes them, and the live-schema check's script last
+/// when the batch runs it.
 pub(crate) struct BatchScript {
     pub nonce: String,
     pub statements: Vec<String>,
+    /// The ledger's opening row's script (empty without one).
+    pub opening: String,
+    /// The ledger's closing row's script (empty without one).
+    pub closing: String,
     /// The check's script (empty without one).
     pub check: String,
 }
@@ -143,37 +149,48 @@ pub(crate) fn batch_statements(stdin: &str) -> Option<BatchScript> {
         let (nonce, what) = inner.split_once(':')?;
         (nonce.len() == 24 && nonce.bytes().all(|b| b.is_ascii_hexdigit())).then_some((nonce, what))
     }
-    let mut lines = stdin.split_inclusive('\n');
-    let (nonce, first) = marker(lines.next()?.trim_end_matches('\n'))?;
-    if first != "0" {
-        return None;
-    }
+    let lines: Vec<&str> = stdin.split_inclusive('\n').collect();
+    let first = lines
+        .iter()
+        .position(|l| marker(l.trim_end_matches('\n')).is_some_and(|(_, what)| what == "0"))?;
+    let (nonce, _) = marker(lines[first].trim_end_matches('\n'))?;
+    let opening = lines[..first].concat();
     let mut statements = Vec::new();
     let mut current = String::new();
-    let mut check = String::new();
-    let mut ended = false;
-    for line in lines {
-        if ended {
-            check.push_str(line);
+    // What comes after the end marker: the closing row up to its marker, then the check.
+    let mut after: Option<String> = None;
+    let mut closing = String::new();
+    for line in &lines[first + 1..] {
+        let mark = marker(line.trim_end_matches('\n')).filter(|(n, _)| *n == nonce);
+        if let Some(rest) = after.as_mut() {
+            if mark.is_some_and(|(_, what)| what == "closed") {
+                closing = std::mem::take(rest);
+            } else {
+                rest.push_str(line);
+            }
             continue;
         }
-        match marker(line.trim_end_matches('\n')) {
-            Some((n, what)) if n == nonce => {
+        match mark {
+            Some((_, what)) => {
                 let text = current
                     .strip_suffix("\n;\n")
                     .or_else(|| current.strip_suffix('\n'))
                     .unwrap_or(&current);
                 statements.push(text.to_owned());
                 current.clear();
-                ended = what == "end";
+                if what == "end" {
+                    after = Some(String::new());
+                }
             }
-            _ => current.push_str(line),
+            None => current.push_str(line),
         }
     }
     Some(BatchScript {
         nonce: nonce.to_owned(),
         statements,
-        check,
+        opening,
+        closing,
+        check: after.unwrap_or_default(),
     })
 }
 
@@ -438,13 +455,14 @@ impl Executor for FakeCluster {
 }
 
 impl World {
-    /// A batch as both clients run it: each statement's marker, then the statement (the exec
-    /// script sees it as a request of its own, with the batch's command), stopping at the first
-    /// that fails, and the end marker after the last; the stdout kept up to the transports' cap.
+    /// A batch as both clients run it: the ledger's opening row when it has one, each statement's
+    /// marker, then the statement (the exec script sees each as a request of its own, with the
+    /// batch's command), stopping at the first that fails, the end marker after the last, and
+    /// the ledger's closing row and its marker when it has one; the stdout kept up to the transports' cap.
     /// A transport failure the script gives for a statement is the whole exec's, after the
     /// statements before it ran. A check after them runs as the shell runs it: after every
-    /// statement succeeded, behind the shell's label, as a request of its own (with the batch's
-    /// command), its exit status the exec's.
+    /// statement succeeded, behind the shell's label (on stdout and stderr), as a request of its
+    /// own (with the batch's command), the exec's status 0 whatever its client's.
     fn run_batch(
         &mut self,
         request: &ExecRequest,
@@ -472,6 +490,13 @@ impl World {
             });
             Ok(output)
         };
+        // The ledger's rows run as the statements do: a failure ends the script there.
+        if !batch.opening.is_empty() {
+            let output = run_one(self, &batch.opening)?;
+            if output.exit_code != 0 {
+                return Ok(output);
+            }
+        }
         for (index, statement) in batch.statements.iter().enumerate() {
             stdout.push_str(&format!("{nonce}:{index}\n"));
             let output = run_one(self, statement)?;
@@ -491,6 +516,16 @@ impl World {
             }
         }
         stdout.push_str(&format!("{nonce}:end\n"));
+        if !batch.closing.is_empty() {
+            let output = run_one(self, &batch.closing)?;
+            if output.exit_code != 0 {
+                return Ok(ExecOutput {
+                    stdout: capped(stdout),
+                    ..output
+                });
+            }
+            stdout.push_str(&format!("{nonce}:closed\n"));
+        }
         if batch.check.is_empty() {
             return Ok(ExecOutput {
                 stdout: capped(stdout),
@@ -502,7 +537,8 @@ impl World {
         stdout.push_str(&output.stdout);
         Ok(ExecOutput {
             stdout: capped(stdout),
-            ..output
+            stderr: format!("{STATEMENTS_ENDED_LABEL}\n{}", output.stderr),
+            exit_code: 0,
         })
     }
 }

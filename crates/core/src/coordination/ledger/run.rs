@@ -1,8 +1,9 @@
 //! The ledger on a pod (see `crate::coordination::ledger`): a row written
 //! before a pod's first statement and one after its statements (and their
 //! check) succeeded, read where a run has to know what an earlier deploy did.
-//! One exec each; transport failures are retried like a statement's, and a
-//! write runs under a query id and is tracked like one (`reconcile::abandoned`).
+//! One exec each, unless a pod's script of statements writes them
+//! (`reconcile::batch`); transport failures are retried like a statement's, and
+//! a write runs under a query id and is tracked like one (`reconcile::abandoned`).
 
 use crate::command;
 use crate::config::LedgerConfig;
@@ -153,19 +154,37 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             Tracked::Output { output, .. } => output,
         };
         if output.exit_code != 0 {
-            let said = redact_clickhouse_output(&output.stderr, &request.stdin);
-            return Err(Failure::Error(self.ledger_failed(
+            return Err(Failure::Error(self.ledger_write_failed(
                 config,
                 &pod.name,
-                Ledger::Write { after_statements },
-                &format!(
-                    "clickhouse-client exited with {}: {}",
-                    output.exit_code, said.text
-                ),
-                said.clickhouse_code,
+                after_statements,
+                &output.stderr,
+                output.exit_code,
+                &request.stdin,
             )));
         }
         Ok(())
+    }
+
+    /// A ledger write whose client exited `exit_code`, saying `stderr` (redacted against the
+    /// exec's `stdin`): in an exec of its own, or in a pod's script (`reconcile::batch`).
+    pub(crate) fn ledger_write_failed(
+        &self,
+        config: &LedgerConfig,
+        pod: &str,
+        after_statements: bool,
+        stderr: &str,
+        exit_code: i32,
+        stdin: &str,
+    ) -> ClickHouseSchemaError {
+        let said = redact_clickhouse_output(stderr, stdin);
+        self.ledger_failed(
+            config,
+            pod,
+            Ledger::Write { after_statements },
+            &format!("clickhouse-client exited with {exit_code}: {}", said.text),
+            said.clickhouse_code,
+        )
     }
 
     /// Before a rebuild that is part of this run's change: the opening row on
