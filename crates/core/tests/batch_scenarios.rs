@@ -573,6 +573,37 @@ impl clickhouse_schema_core::transport::Cancel for Flag {
     }
 }
 
+impl<'a> Streaming<'a> {
+    /// `inner` handed over line by line, with no drop and no cancellation.
+    fn new(inner: &'a FakeCluster, events: &'a Recorded) -> Self {
+        Self {
+            inner,
+            events,
+            started_at_each_line: Mutex::new(Vec::new()),
+            cancel_at_label: None,
+            drops_at_label: Mutex::new(0),
+            drops_at_end: Mutex::new(0),
+        }
+    }
+
+    /// Applies `props` through this view, cancellable through `cancel`.
+    fn apply(
+        &self,
+        props: serde_json::Value,
+        cancel: &dyn clickhouse_schema_core::transport::Cancel,
+    ) -> Result<SchemaState, clickhouse_schema_core::ClickHouseSchemaError> {
+        let clock = FakeClock::default();
+        let c = Cluster {
+            transport: self,
+            clock: &clock,
+            cluster_id: None,
+            cancel,
+            events: self.events,
+        };
+        block_on(apply("orders-schema", &config(props), None, &c)).map(|(state, _)| state)
+    }
+}
+
 impl clickhouse_schema_core::transport::PodLister for Streaming<'_> {
     fn list_pods(
         &self,
@@ -676,23 +707,8 @@ fn statement_events_come_as_the_markers_stream_in_not_at_the_end() {
     let list: Vec<String> = twelve().into_iter().take(3).collect();
     let inner = FakeCluster::new(vec![pod("chi-0", "u0")]);
     let events = Recorded::default();
-    let streaming = Streaming {
-        inner: &inner,
-        events: &events,
-        started_at_each_line: Mutex::new(Vec::new()),
-        cancel_at_label: None,
-        drops_at_label: Mutex::new(0),
-        drops_at_end: Mutex::new(0),
-    };
-    let clock = FakeClock::default();
-    let c = Cluster {
-        transport: &streaming,
-        clock: &clock,
-        cluster_id: None,
-        cancel: &NeverCancelled,
-        events: &events,
-    };
-    block_on(apply("orders-schema", &config(props(&list)), None, &c)).expect("applies");
+    let streaming = Streaming::new(&inner, &events);
+    streaming.apply(props(&list), &NeverCancelled).expect("applies");
     // The script's output is its three markers and the end marker: each statement's start was
     // reported as its marker's line arrived, before the exec had returned.
     assert_eq!(*streaming.started_at_each_line.lock().unwrap(), vec![1, 2, 3, 3]);
@@ -869,22 +885,10 @@ fn a_deploy_cancelled_while_the_check_runs_says_every_statement_had_ended() {
     let events = Recorded::default();
     let flag = Flag::default();
     let streaming = Streaming {
-        inner: &inner,
-        events: &events,
-        started_at_each_line: Mutex::new(Vec::new()),
         cancel_at_label: Some(&flag),
-        drops_at_label: Mutex::new(0),
-        drops_at_end: Mutex::new(0),
+        ..Streaming::new(&inner, &events)
     };
-    let clock = FakeClock::default();
-    let c = Cluster {
-        transport: &streaming,
-        clock: &clock,
-        cluster_id: None,
-        cancel: &flag,
-        events: &events,
-    };
-    let err = block_on(apply("orders-schema", &config(verified(&list)), None, &c)).expect_err("cancelled");
+    let err = streaming.apply(verified(&list), &flag).expect_err("cancelled");
     assert_eq!(err.kind, ErrorKind::Cancelled, "{}", err.message);
     assert!(
         err.message.contains(
@@ -905,22 +909,10 @@ fn run_streaming_with_drops(
     drops: usize,
 ) -> Result<SchemaState, clickhouse_schema_core::ClickHouseSchemaError> {
     let streaming = Streaming {
-        inner,
-        events,
-        started_at_each_line: Mutex::new(Vec::new()),
-        cancel_at_label: None,
         drops_at_label: Mutex::new(drops),
-        drops_at_end: Mutex::new(0),
+        ..Streaming::new(inner, events)
     };
-    let clock = FakeClock::default();
-    let c = Cluster {
-        transport: &streaming,
-        clock: &clock,
-        cluster_id: None,
-        cancel: &NeverCancelled,
-        events,
-    };
-    block_on(apply("orders-schema", &config(props), None, &c)).map(|(state, _)| state)
+    streaming.apply(props, &NeverCancelled)
 }
 
 #[test]
@@ -1000,39 +992,56 @@ fn an_executor_that_answers_the_statements_only_gets_the_check_in_an_exec_of_its
 }
 
 #[test]
-fn a_single_checked_statement_shares_its_exec_with_the_check_and_is_retried_where_proc_is_unreadable() {
+fn a_single_checked_statement_shares_its_exec_with_the_check_and_is_retried_as_a_script_is() {
+    // A script of one statement is still a script: its client sends the statement after its
+    // marker, each a query of its own, so a stop that cannot read the pod's processes cannot say
+    // it is gone (the server may show no query between the two).
     let list = vec!["CREATE DATABASE IF NOT EXISTS orders".to_owned()];
-    let mut dropped = false;
-    let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |r, _| {
-        if is_stop(&r.stdin) {
-            // The server shows nothing left, the pod's processes cannot be read.
-            return Some(Ok(ExecOutput {
-                stdout: "clickhouse-schema-still-running\t0\n".to_owned(),
-                ..ExecOutput::default()
-            }));
+    for readable in [true, false] {
+        let mut dropped = false;
+        let cluster = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(move |r, _| {
+            if is_stop(&r.stdin) {
+                return Some(Ok(if readable {
+                    nothing_left()
+                } else {
+                    ExecOutput {
+                        stdout: "clickhouse-schema-still-running\t0\n".to_owned(),
+                        ..ExecOutput::default()
+                    }
+                }));
+            }
+            if is_check(&r.stdin) {
+                return Some(Ok(check_answer(&r.stdin, &["orders"])));
+            }
+            (!dropped).then(|| {
+                dropped = true;
+                Err(TransportError::new(
+                    TransportErrorKind::Transient,
+                    "websocket closed mid-exec",
+                ))
+            })
+        });
+        let result = run(verified(&list), None, &cluster, &Recorded::default());
+        if readable {
+            result.expect("retried once the stop saw it gone");
+            let batched: Vec<usize> = cluster
+                .execs()
+                .iter()
+                .filter(|c| !is_stop(&c.stdin))
+                .map(|c| c.exec)
+                .collect();
+            assert_eq!(batched.len(), 2, "the statement, then its check");
+            assert_eq!(batched[0], batched[1], "in one exec");
+        } else {
+            let err = result.expect_err("not retried");
+            assert!(
+                err.message
+                    .contains("It was not retried: that attempt could not be confirmed stopped"),
+                "{}",
+                err.message
+            );
         }
-        if is_check(&r.stdin) {
-            return Some(Ok(check_answer(&r.stdin, &["orders"])));
-        }
-        (!dropped).then(|| {
-            dropped = true;
-            Err(TransportError::new(
-                TransportErrorKind::Transient,
-                "websocket closed mid-exec",
-            ))
-        })
-    });
-    let events = Recorded::default();
-    run(verified(&list), None, &cluster, &events)
-        .expect("retried: a client left there has only the check after it");
-    let batched: Vec<usize> = cluster
-        .execs()
-        .iter()
-        .filter(|c| !is_stop(&c.stdin))
-        .map(|c| c.exec)
-        .collect();
-    assert_eq!(batched.len(), 2, "the statement, then its check");
-    assert_eq!(batched[0], batched[1], "in one exec");
+    }
 }
 
 #[test]
@@ -1054,25 +1063,11 @@ fn a_drop_after_the_end_marker_writes_the_ledgers_closing_row_in_an_exec_of_its_
         })
     });
     let events = Recorded::default();
-    let streaming = Streaming {
-        inner: &inner,
-        events: &events,
-        started_at_each_line: Mutex::new(Vec::new()),
-        cancel_at_label: None,
-        drops_at_label: Mutex::new(0),
-        drops_at_end: Mutex::new(1),
-    };
-    let clock = FakeClock::default();
-    let c = Cluster {
-        transport: &streaming,
-        clock: &clock,
-        cluster_id: None,
-        cancel: &NeverCancelled,
-        events: &events,
-    };
     let mut p = props(&list);
     p["ledger"] = json!({ "database": "ops" });
-    block_on(apply("orders-schema", &config(p), None, &c)).expect("applies");
+    dropping_at_end(&inner, &events)
+        .apply(p, &NeverCancelled)
+        .expect("applies");
     let sent: Vec<(usize, String)> = inner
         .execs()
         .iter()
@@ -1110,4 +1105,100 @@ fn a_drop_after_the_end_marker_writes_the_ledgers_closing_row_in_an_exec_of_its_
         "the script's: {sent:?}"
     );
     assert_ne!(sent[4].0, script, "the closing row again, in an exec of its own");
+}
+
+/// `inner` seen through a [`Streaming`] view whose first exec drops right after its end marker.
+fn dropping_at_end<'a>(inner: &'a FakeCluster, events: &'a Recorded) -> Streaming<'a> {
+    Streaming {
+        drops_at_end: Mutex::new(1),
+        ..Streaming::new(inner, events)
+    }
+}
+
+/// What a first apply's ledger read prints where there is no ledger yet, or `None` for another exec.
+fn no_ledger_yet(
+    r: &clickhouse_schema_core::transport::ExecRequest,
+) -> Option<Result<ExecOutput, TransportError>> {
+    r.stdin.starts_with("SELECT resource_id").then(|| {
+        Ok(ExecOutput {
+            stdout: "__clickhouse_schema_ledger_end__\n".to_owned(),
+            ..ExecOutput::default()
+        })
+    })
+}
+
+#[test]
+fn a_drop_after_the_end_marker_still_reads_what_the_statements_printed() {
+    // Statement 1 ends well but prints a replica not done (a Replicated database under
+    // `never_throw`): the pod fails whether or not the exec then drops after its end marker.
+    for (ledger, verify) in [(true, "off"), (false, "fail")] {
+        let list = two_databases();
+        let inner = FakeCluster::new(vec![pod("chi-0", "u0")]).on_exec(|r, _| {
+            if is_stop(&r.stdin) {
+                return Some(Ok(nothing_left()));
+            }
+            if is_check(&r.stdin) {
+                return Some(Ok(check_answer(&r.stdin, &["orders", "audit"])));
+            }
+            if let Some(answer) = no_ledger_yet(r) {
+                return Some(answer);
+            }
+            (r.stdin == "CREATE DATABASE IF NOT EXISTS audit").then(|| {
+                Ok(ExecOutput {
+                    stdout: "01\tr2\tIN_PROGRESS\t1\t2\n".to_owned(),
+                    ..ExecOutput::default()
+                })
+            })
+        });
+        let events = Recorded::default();
+        let mut p = props(&list);
+        p["verify"] = json!(verify);
+        p["settings"] = json!({ "distributed_ddl_output_mode": "never_throw" });
+        if ledger {
+            p["ledger"] = json!({ "database": "ops" });
+        }
+        let err = dropping_at_end(&inner, &events)
+            .apply(p, &NeverCancelled)
+            .expect_err("a replica not done");
+        assert_eq!(err.statement_index, Some(1), "{}", err.message);
+        assert!(err.message.contains("r2"), "{}", err.message);
+        if ledger {
+            // Whether the script's closing row landed is unknown: the opening row again, after it.
+            let rows: Vec<String> = inner
+                .execs()
+                .iter()
+                .filter(|e| e.stdin.contains("INSERT INTO"))
+                .map(|e| {
+                    if e.stdin.contains("'started';") {
+                        "started"
+                    } else {
+                        "applied"
+                    }
+                    .to_owned()
+                })
+                .collect();
+            assert_eq!(rows, ["started", "applied", "started"]);
+        }
+    }
+}
+
+#[test]
+fn a_drop_after_the_end_marker_with_nothing_after_the_statements_is_success() {
+    // Neither check nor ledger: the end marker says every statement ended well, and nothing is
+    // sent again.
+    let list = two_databases();
+    let inner = FakeCluster::new(vec![pod("chi-0", "u0")])
+        .on_exec(|r, _| is_stop(&r.stdin).then(|| Ok(nothing_left())));
+    let events = Recorded::default();
+    dropping_at_end(&inner, &events)
+        .apply(props(&list), &NeverCancelled)
+        .expect("applies");
+    assert_eq!(
+        inner
+            .statements_on("chi-0", "u0")
+            .iter()
+            .filter(|s| !is_stop(s))
+            .count(),
+        2
+    );
 }

@@ -784,3 +784,121 @@ fn a_failing_ledger_write_in_a_pods_script_names_the_row_and_what_ran() {
     assert_eq!(statements_on(&c, "chi-0"), vec![S0, S1]);
     assert_eq!(ledgers.lock().unwrap().events_on("chi-0"), vec!["started"]);
 }
+
+/// A Replicated database's status table with a replica not done, as a statement prints it under
+/// `distributed_ddl_output_mode` `never_throw`: the statement exits 0, and this package fails the pod.
+const IN_PROGRESS: &str = "01\tr2\tIN_PROGRESS\t1\t2\n";
+
+#[test]
+fn a_pod_failed_after_its_script_wrote_the_closing_row_is_due_again() {
+    // The script writes `applied` once its client saw every statement end well; this package then
+    // fails the pod (a replica had not finished statement 1, or the output passed the cap). The
+    // opening row again makes the pod due: a deploy that lost its state (here: the failed first
+    // apply, retried) runs the list there again.
+    let never_throw = json!({ "settings": { "distributed_ddl_output_mode": "never_throw" } });
+    let huge = "x".repeat(1100 * 1024) + "\n";
+    for (what, answer, extra) in [
+        (
+            "a replica not done",
+            (S1, IN_PROGRESS.to_owned()),
+            never_throw.clone(),
+        ),
+        ("an output past the cap", (S0, huge), json!({})),
+    ] {
+        let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+        let (statement, stdout) = answer.clone();
+        let c = cluster(&ledgers, move |r| {
+            (r.stdin == statement).then(|| ExecOutput {
+                stdout: stdout.clone(),
+                ..ExecOutput::default()
+            })
+        });
+        run_apply(&c, props(extra.clone()), None).expect_err(what);
+        let events = ledgers.lock().unwrap().events_on("chi-0");
+        assert_eq!(events, vec!["started", "applied", "started"], "{what}");
+        let again = cluster(&ledgers, |_| None);
+        run_apply(&again, props(extra), None).expect(what);
+        assert_eq!(
+            statements_on(&again, "chi-0"),
+            vec![S0, S1],
+            "{what}: the list runs there again"
+        );
+    }
+
+    // A destroy: `destroyed`, then `destroying` again.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let p = props(never_throw);
+    let (state, _) = run_apply(&cluster(&ledgers, |_| None), p.clone(), None).unwrap();
+    let d = cluster(&ledgers, |r| {
+        (r.stdin == DROP).then(|| ExecOutput {
+            stdout: IN_PROGRESS.to_owned(),
+            ..ExecOutput::default()
+        })
+    });
+    run_destroy(&d, p, &state).expect_err("a replica not done");
+    let events = ledgers.lock().unwrap().events_on("chi-0");
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("destroying"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn under_a_lease_the_closing_row_takes_an_exec_of_its_own() {
+    // A script left running by a run that lost its lease would write its closing row when it
+    // ends, possibly after the next holder's opening row: under a lease the script writes only
+    // the opening row.
+    let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+    let c = cluster(&ledgers, |_| None);
+    run_apply(&c, props(json!({ "lease": true })), None).unwrap();
+    for p in ["chi-0", "chi-1", "chi-2"] {
+        assert_eq!(
+            ledger_writes(&c, p),
+            (vec!["started".into()], vec!["applied".into()]),
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn a_client_that_ends_before_its_first_marker_is_blamed_on_the_opening_row_only_when_it_failed() {
+    // A cut input ran nothing and says so, as without a ledger; a client that failed there
+    // failed at the row (or before it: no statement ran either way).
+    for (exit_code, stderr, ledger_failed) in [
+        (
+            75,
+            "clickhouse-schema: the exec's input ended after 10 of 400 bytes; nothing was run",
+            false,
+        ),
+        (
+            210,
+            "Code: 210. DB::NetException: Connection refused (localhost:9000)",
+            true,
+        ),
+    ] {
+        let ledgers = Arc::new(Mutex::new(Ledgers::default()));
+        let table = ledgers.clone();
+        let c = FakeCluster::new(pods()).on_exec(move |request, _| {
+            if request.stdin.contains(LEDGER) && request.stdin.contains("'started';") {
+                return Some(Ok(ExecOutput {
+                    stderr: stderr.to_owned(),
+                    exit_code,
+                    ..ExecOutput::default()
+                }));
+            }
+            table.lock().unwrap().answer(request).map(Ok)
+        });
+        let err = run_apply(
+            &c,
+            props(json!({ "retry": { "maxAttempts": 1, "backoffMs": 0 } })),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.contains("could not be written before the statements"),
+            ledger_failed,
+            "exit {exit_code}: {err}"
+        );
+    }
+}

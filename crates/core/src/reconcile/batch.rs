@@ -49,9 +49,12 @@
 //! - The ledger's rows (`ledger` prop) are written by the statements' client: the opening row's
 //!   script before the first marker, so that a client failing before that marker failed at the
 //!   row (and ran no statement), and the closing row's script after the end marker, followed by
-//!   `SELECT '<nonce>:closed'`, when nothing after the statements can fail the pod (see
-//!   `Run::apply_all_in`); otherwise, or when that marker did not arrive, the closing row takes
-//!   an exec of its own after the check. A second closing row changes nothing.
+//!   `SELECT '<nonce>:closed'`, when no check after the statements can fail the pod and no
+//!   lease is set (see `Run::apply_all_in`); otherwise, or when that marker did not arrive, the
+//!   closing row takes an exec of its own after the check. A second closing row changes nothing.
+//!   A pod that fails after its script may have written the closing row (what the statements
+//!   printed fails it, or the output passed the cap) gets its opening row again, in an exec of
+//!   its own, so that it stays due.
 //! - Each marker is `SELECT '<nonce>:<i>' FORMAT TabSeparated`, so a `--format` or default format
 //!   setting does not change how it prints, and it is read at the end of a line (after a `\r` a
 //!   CRLF setting adds is taken off): a statement whose output ends without a newline
@@ -367,8 +370,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let watch = Watch {
             seen: &seen,
             may_retry: &may_retry,
-            // A client left running with one statement has only the check after it.
-            sends_more: count > 1,
+            // Even with one statement: the client sends it after its marker (and the ledger's rows
+            // around it), each a query of its own, so the server may show none running meanwhile.
+            sends_more: true,
         };
         let all = span(0, last);
         let what = format!("{all} (one script)");
@@ -428,8 +432,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             // Every statement had ended (the end marker arrived): what failed is the exec of what
             // came after them, the ledger's closing row and the check, which then run in execs of
-            // their own. The exec stays tracked, and is stopped before the run ends.
-            Tracked::Failed { .. } if ended && (check.is_some() || closing) => {
+            // their own. What the statements printed arrived whole, and is read as on success.
+            // The exec stays tracked, and is stopped before the run ends.
+            Tracked::Failed { .. } if ended => {
+                let stdout = {
+                    let state = progress.state.lock().unwrap_or_else(|e| e.into_inner());
+                    String::from_utf8_lossy(&state.stdout).into_owned()
+                };
+                let reading = batch.read(&stdout);
+                if let Err(failure) = self.read_outputs(statements, pod, &reading) {
+                    // Whether the closing row landed is unknown.
+                    return Err(self.reopen_if(closing, failure, ledger.as_ref(), pod_info).await);
+                }
                 return Ok(BatchRan {
                     check: None,
                     closed: false,
@@ -472,9 +486,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // with its status when it fails): an output cut before the label, or an injected executor
         // that answers the statements only. The check then runs in an exec of its own.
         let succeeded = output.exit_code == 0 || checked.is_some_and(|label| label.is_some());
+        // The ledger's closing row may be on the pod whatever this package decides now: its
+        // marker arrived, or the client exited 0 after it (an output past the cap hides it).
+        let closing_landed = closing && (reading.closed || output.exit_code == 0);
         if succeeded && reading.ended {
-            for (index, printed) in reading.outputs.iter().enumerate() {
-                self.read_hosts(index, &statements[index], pod, printed)?;
+            if let Err(failure) = self.read_outputs(statements, pod, &reading) {
+                return Err(self
+                    .reopen_if(closing_landed, failure, ledger.as_ref(), pod_info)
+                    .await);
             }
             let check = check
                 .zip(checked.flatten())
@@ -498,10 +517,20 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // The ledger's rows are the script's first statements and its last: a client that
             // failed before the first marker failed at the opening row, one that failed after the
             // end marker at the closing row.
-            let after_statements = match (reading.started(), reading.ended) {
-                (0, _) if !capped => Some(false),
-                (_, true) if closing && !reading.closed => Some(true),
-                _ => None,
+            // A client that ends before its first marker ran no statement: with a failure of its
+            // own at the opening row (not a cut input, which ran nothing and says so, nor exit 0,
+            // which is no failure), unless an earlier attempt may have run some.
+            let at_opening = reading.started() == 0
+                && !capped
+                && output.exit_code != 0
+                && output.exit_code != command::INPUT_CUT_EXIT_CODE
+                && unknown == 0;
+            let after_statements = if at_opening {
+                Some(false)
+            } else if reading.ended && closing && !reading.closed && output.exit_code != 0 {
+                Some(true)
+            } else {
+                None
             };
             if let Some(after_statements) = after_statements {
                 let mut err = self.ledger_write_failed(
@@ -516,7 +545,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     // An earlier attempt may have run statements, whatever this one did.
                     err.message.push_str(&self.batch_note(count, unknown));
                 }
-                return Err(Failure::Error(err));
+                // A client the pod's bound ended during the closing row may have written it.
+                let landed = after_statements && command::POD_TIMEOUT_EXIT_CODES.contains(&output.exit_code);
+                return Err(self
+                    .reopen_if(landed, Failure::Error(err), ledger.as_ref(), pod_info)
+                    .await);
             }
         }
         let at = reading.started().saturating_sub(1);
@@ -580,7 +613,56 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         if unknown > 0 {
             err.message.push_str(&self.batch_note(count, unknown));
         }
-        Err(Failure::Error(err))
+        Err(self
+            .reopen_if(
+                closing_landed || (closing && reading.ended),
+                Failure::Error(err),
+                ledger.as_ref(),
+                pod_info,
+            )
+            .await)
+    }
+
+    /// The statements' own outputs, read as their execs' were (a distributed DDL status table):
+    /// the first that fails the pod.
+    fn read_outputs(&self, statements: &[String], pod: &str, reading: &Reading<'_>) -> Result<(), Failure> {
+        for (index, printed) in reading.outputs.iter().enumerate() {
+            self.read_hosts(index, &statements[index], pod, printed)?;
+        }
+        Ok(())
+    }
+
+    /// `failure`, once the pod's ledger is brought back to due when `landed`: the script's
+    /// closing row may be on the pod although the pod failed, and a deploy that lost its state
+    /// would take it as applied there. The opening row again, in an exec of its own, is newer (a
+    /// second opening row changes nothing else); when that fails too, the error says so.
+    async fn reopen_if(
+        &self,
+        landed: bool,
+        failure: Failure,
+        ledger: Option<&(LedgerWrite<'_>, bool)>,
+        pod_info: &PodInfo,
+    ) -> Failure {
+        let (true, Some((write, _))) = (landed, ledger) else {
+            return failure;
+        };
+        let Failure::Error(mut err) = failure else {
+            return failure;
+        };
+        if let Err(again) = self.write_ledger_opening(*write, pod_info).await {
+            let why = match again {
+                Failure::Error(e) => e.message,
+                Failure::Vanished => "the pod is gone".to_owned(),
+                Failure::Stopped => "the pass stopped".to_owned(),
+            };
+            err.message.push_str(&format!(
+                "\nThe pod's script wrote the ledger's closing row before this failure was known, and writing its \
+                 opening row again (so that the pod stays due) failed: {why}. Until a deploy completes there, a \
+                 deploy that lost its state may take pod {} as applied.",
+                pod_info.name
+            ));
+        }
+        Failure::Error(err)
     }
 
     /// What an error of a batch adds when attempts of it ended without an outcome.

@@ -61,6 +61,9 @@ pub(crate) struct Run<'a, T, C> {
     pub parallelism: usize,
     /// One exec per pod for its statements, or one per statement (see `batch`).
     pub exec_mode: ExecMode,
+    /// The resource serializes its runs with a Lease (see `batch`: a pod's script then leaves
+    /// the ledger's closing row to an exec of its own).
+    pub leased: bool,
     pub cancel: &'a dyn Cancel,
     /// Checks each pod's objects after its statements ran (apply only).
     pub verification: Option<Verification<'a>>,
@@ -139,6 +142,7 @@ impl<'a, T, C> Run<'a, T, C> {
             max_passes: config.max_reconcile_passes,
             parallelism: config.parallelism.max(1) as usize,
             exec_mode: config.exec_mode,
+            leased: config.lease.is_some(),
             cancel: &NeverCancelled,
             verification: None,
             events: &NoEvents,
@@ -530,13 +534,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 return Err(Failure::Stopped);
             }
             // The check and the ledger's rows in the statements' exec (see `batch`). The closing
-            // row only where nothing after the statements can fail the pod: no check, or one that
-            // only warns and brings nothing to the declaration.
+            // row only where no check after the statements can fail the pod (none, or one that
+            // only warns and brings nothing to the declaration), and not under a lease: a script
+            // left running by a run that lost its lease would write it when it ends, possibly
+            // after the next holder's opening row, and cover that run's half-done pod.
             let check = self.verification.map(|v| self.check_script(v.plan, pod, "batch"));
-            let close = match self.verification {
-                None => true,
-                Some(v) => v.mode == VerifyMode::Warn && self.converge.is_none(),
-            };
+            let close = !self.leased
+                && match self.verification {
+                    None => true,
+                    Some(v) => v.mode == VerifyMode::Warn && self.converge.is_none(),
+                };
             let batch = self
                 .apply_batch(statements, pod_info, pass, check, self.ledger.map(|l| (l, close)))
                 .await?;
