@@ -475,7 +475,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         }
         // With a check, the shell's label after the end marker says the statements' client exited
-        // 0 (the exit status is the check's then); what follows it is the check's output.
+        // 0 (the exec's status is 0 then, whatever the check's client did); what follows it is the
+        // check's output.
         let checked = check.as_ref().map(|_| {
             reading
                 .after
@@ -514,12 +515,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // The transport keeps the first OUTPUT_CAP bytes: markers past them are not there to read.
         let capped = output.stdout.len() >= OUTPUT_CAP;
         if let Some((write, _)) = &ledger {
-            // The ledger's rows are the script's first statements and its last: a client that
-            // failed before the first marker failed at the opening row, one that failed after the
-            // end marker at the closing row.
-            // A client that ends before its first marker ran no statement: with a failure of its
-            // own at the opening row (not a cut input, which ran nothing and says so, nor exit 0,
-            // which is no failure), unless an earlier attempt may have run some.
+            // The ledger's rows are the script's first statements and its last. A client that
+            // failed before the first marker failed at the opening row and ran no statement (not
+            // a cut input, which ran nothing and says so, nor exit 0, which is no failure; and
+            // not after an attempt whose outcome is unknown, which may have run some); one that
+            // failed after the end marker and before the closing row's marker, at the closing row.
             let at_opening = reading.started() == 0
                 && !capped
                 && output.exit_code != 0
