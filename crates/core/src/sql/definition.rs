@@ -351,8 +351,10 @@ fn column_list(sql: &str, tokens: &[Token], open: usize) -> (Vec<Column>, usize)
 /// A column's name as the server reads it; `INDEX i`, `CONSTRAINT c`, `PROJECTION p` for the
 /// other entries of a column list.
 fn column_name(sql: &str, entry: &[Token]) -> String {
+    // The name itself, its escapes decoded: what `ident` quotes again for an ALTER, and what
+    // `a\`b` and "a`b" both name.
     let word = |t: &Token| match t.quote(sql) {
-        Some(_) => t.body(sql).to_string(),
+        Some(_) => String::from_utf8_lossy(&t.value(sql)).into_owned(),
         None => t.text(sql).to_string(),
     };
     match entry {
