@@ -93,6 +93,8 @@ pub struct ObjectInput<'a> {
     /// The declaration as the server prints it (its scratch copy), or as written when it was
     /// compared as text.
     pub declared: &'a Definition,
+    /// `declared` is the server's print: without it nothing is altered (see [`plan_object`]).
+    pub printed: bool,
     /// The live object as the server prints it.
     pub live: &'a Definition,
     /// The check's differences for the object.
@@ -233,6 +235,7 @@ pub fn plan_pod(
                     name: &d.name,
                     kind: &o.kind,
                     declared: &d.declared,
+                    printed: d.printed,
                     live: &d.live,
                     differences: &o.differences,
                     declared_body: &d.declared_body,
@@ -309,6 +312,23 @@ pub fn plan_object(input: ObjectInput<'_>, server: Server, options: Options<'_>)
         .on_cluster
         .map(|c| format!(" ON CLUSTER {}", ident(c)))
         .unwrap_or_default();
+    // Compared as text (no scratch copy could be made: a view over a table function that
+    // connects, a table created AS SELECT, ...): a difference may be only how the server prints
+    // what the statement wrote (`INTERVAL 1 DAY` as `toIntervalDay(1)`), and acting on it would
+    // alter or replace the object on every deploy.
+    if !input.printed {
+        for d in input.differences {
+            plan.refused.push(Refusal {
+                clause: d.clause.clone(),
+                why: "it was compared as text (the server could not make a scratch copy of the declaration to \
+                      print it), so the difference may be only how the text is written; convergence changes \
+                      only what the server printed on both sides. Change it with statements of your own"
+                    .to_owned(),
+                alter: None,
+            });
+        }
+        return plan;
+    }
     match input.kind {
         "TABLE" => plan_table(input, server, options, &target, &on_cluster, &mut plan),
         "VIEW" => {

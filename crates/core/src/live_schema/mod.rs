@@ -462,7 +462,9 @@ impl VerifyPlan {
             let Some(live_sql) = live.get(&(d.database.clone(), name.clone())) else {
                 continue;
             };
-            let declared = match live.get(&(scratch.to_string(), format!("o{i}"))) {
+            let copy = live.get(&(scratch.to_string(), format!("o{i}")));
+            let printed = copy.is_some();
+            let declared = match copy {
                 Some(copy) => definition::parse(copy),
                 None => declared.clone(),
             };
@@ -472,6 +474,7 @@ impl VerifyPlan {
                 name: name.clone(),
                 kind: d.kind.as_sql().to_string(),
                 declared,
+                printed,
                 live: definition::parse(live_sql),
                 declared_body: check.body.clone(),
             });
@@ -512,6 +515,8 @@ pub struct ObjectDefinitions {
     pub kind: String,
     /// The declaration: the scratch copy as the server printed it, or the statement as written.
     pub declared: Definition,
+    /// `declared` is the server's print of a scratch copy (not the statement as written).
+    pub printed: bool,
     /// The live object as the server printed it.
     pub live: Definition,
     /// The declaring statement after the object's name (what a replaced view is created from).
