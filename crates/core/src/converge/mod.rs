@@ -320,10 +320,11 @@ pub fn plan_object(input: ObjectInput<'_>, server: Server, options: Options<'_>)
         for d in input.differences {
             plan.refused.push(Refusal {
                 clause: d.clause.clone(),
-                why: "it was compared as text (the server could not make a scratch copy of the declaration to \
+                why:
+                    "it was compared as text (the server could not make a scratch copy of the declaration to \
                       print it), so the difference may be only how the text is written; convergence changes \
                       only what the server printed on both sides. Change it with statements of your own"
-                    .to_owned(),
+                        .to_owned(),
                 alter: None,
             });
         }

@@ -283,7 +283,8 @@ fn an_object_compared_as_text_is_never_altered() {
     // A view over `cluster(...)` has no scratch copy: its declaration is the statement as
     // written, which the server prints otherwise (`INTERVAL 1 DAY` as `toIntervalDay(1)`).
     // Replacing it would happen on every deploy; the difference is refused, naming why.
-    let declared = "CREATE VIEW app.t AS SELECT id FROM cluster('main', app, events) WHERE ts > now() - INTERVAL 1 DAY";
+    let declared =
+        "CREATE VIEW app.t AS SELECT id FROM cluster('main', app, events) WHERE ts > now() - INTERVAL 1 DAY";
     let live = "CREATE VIEW app.t (`id` UInt64) AS SELECT id FROM cluster('main', app, events) WHERE ts > (now() - toIntervalDay(1))";
     let body = "AS SELECT id FROM cluster('main', app, events) WHERE ts > now() - INTERVAL 1 DAY";
     for server in [OLD, NEW] {

@@ -433,3 +433,42 @@ fn no_credential_literal_of_a_statement_reaches_the_script() {
         assert!(!script.contains(secret), "{secret} in {script}");
     }
 }
+
+#[test]
+fn definitions_say_whether_the_declaration_is_the_servers_print() {
+    // A view over a table function that connects gets no scratch copy: its declaration is the
+    // statement as written, which convergence must not act on. A plain table gets one.
+    let p = plan(&[
+        "CREATE VIEW IF NOT EXISTS app.v AS SELECT id FROM cluster('main', app, t)",
+        "CREATE TABLE IF NOT EXISTS app.t (id UInt64) ENGINE = MergeTree ORDER BY id",
+    ]);
+    let script = p.script(S);
+    assert!(!script.contains(&format!("{S}.o0 ")), "{script}");
+    assert!(script.contains(&format!("{S}.o1 ")), "{script}");
+    let out = output(
+        &[
+            table_row(
+                "app",
+                "v",
+                "CREATE VIEW app.v (`id` UInt64) AS SELECT id FROM cluster('main', app, t)",
+            ),
+            table_row(
+                "app",
+                "t",
+                "CREATE TABLE app.t (`id` UInt64) ENGINE = MergeTree ORDER BY id",
+            ),
+            table_row(
+                S,
+                "o1",
+                &format!("CREATE TABLE {S}.o1 (`id` UInt64) ENGINE = MergeTree ORDER BY id"),
+            ),
+        ],
+        &[S, "app"],
+    );
+    let printed: Vec<(String, bool)> = p
+        .definitions(S, &out)
+        .into_iter()
+        .map(|d| (d.name, d.printed))
+        .collect();
+    assert_eq!(printed, [("v".to_owned(), false), ("t".to_owned(), true)]);
+}
