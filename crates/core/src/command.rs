@@ -609,11 +609,11 @@ mod tests {
     /// `CODE_<n>` holds for its n-th run (0 without it); stdout, stderr and exit status.
     fn run_with_stand_in(argv: &[String], stdin: &str, env: &[(&str, &str)]) -> (String, String, i32) {
         let dir = scratch_dir("runs");
-        let fake = dir.join("clickhouse-client");
         let count = dir.join("count");
-        std::fs::write(
-            &fake,
-            format!(
+        stand_in(
+            &dir,
+            "clickhouse-client",
+            &format!(
                 "#!/bin/sh\n\
                  n=$(( $(cat {c} 2>/dev/null || echo 0) + 1 )); echo $n > {c}\n\
                  echo \"run $n: $*\" >&2; echo \"config $n: $(cat /dev/fd/4)\" >&2\n\
@@ -621,25 +621,8 @@ mod tests {
                  eval \"exit \\${{CODE_$n:-0}}\"\n",
                 c = count.display()
             ),
-        )
-        .expect("fake client");
-        let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
-        assert!(chmod.is_ok_and(|s| s.success()));
-        let mut cmd = std::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
-            .envs(env.iter().copied())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().expect("sh runs");
-        {
-            use std::io::Write;
-            let mut input = child.stdin.take().expect("stdin");
-            input.write_all(stdin.as_bytes()).expect("write stdin");
-        }
-        let out = child.wait_with_output().expect("the command finishes");
-        let _ = std::fs::remove_dir_all(&dir);
+        );
+        let out = run_in(&dir, argv, env, stdin);
         (
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -748,6 +731,43 @@ mod tests {
         assert!(!stderr.contains("run 1"), "{stderr}");
     }
 
+    /// `script` as the executable `name` in `dir` (a stand-in program on the PATH of [`run_in`]).
+    fn stand_in(dir: &std::path::Path, name: &str, script: &str) {
+        std::fs::write(dir.join(name), script).expect("stand-in program");
+        let chmod = std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(dir.join(name))
+            .status();
+        assert!(chmod.is_ok_and(|s| s.success()));
+    }
+
+    /// Runs `argv` with `dir`'s stand-ins first on PATH and `env` set (the test password variable
+    /// only when `env` names it), writing `stdin` to its input; its output, once `dir` is removed.
+    fn run_in(
+        dir: &std::path::Path,
+        argv: &[String],
+        env: &[(&str, &str)],
+        stdin: &str,
+    ) -> std::process::Output {
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .env_remove("TEST_CH_PASSWORD")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("sh runs");
+        {
+            use std::io::Write;
+            let mut input = child.stdin.take().expect("stdin");
+            input.write_all(stdin.as_bytes()).expect("write stdin");
+        }
+        let out = child.wait_with_output().expect("the command finishes");
+        let _ = std::fs::remove_dir_all(dir);
+        out
+    }
+
     /// A fresh directory of its own under the system's temporary one.
     fn scratch_dir(what: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -765,32 +785,13 @@ mod tests {
     /// Runs the stop rendered for `ids` with a stand-in client that prints its stdin; its output.
     fn run_stop(ids: &[&str]) -> String {
         let dir = scratch_dir("stop");
-        let fake = dir.join("clickhouse-client");
-        std::fs::write(&fake, "#!/bin/sh\ncat\n").expect("fake client");
-        let chmod = std::process::Command::new("chmod").arg("+x").arg(&fake).status();
-        assert!(chmod.is_ok_and(|s| s.success()));
+        stand_in(&dir, "clickhouse-client", "#!/bin/sh\ncat\n");
         let script = "KILL QUERY WHERE query_id IN ('x') SYNC;\n";
         let argv = render_stop(&client(), ids, script.len(), Duration::from_secs(10));
         for id in ids.iter().filter(|id| id.len() > QUERY_ID_PREFIX.len()) {
             assert!(!argv[2].contains(id), "its own argv would match: {}", argv[2]);
         }
-        let mut cmd = std::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped());
-        let mut child = cmd.spawn().expect("sh runs");
-        {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(script.as_bytes())
-                .expect("write stdin");
-        }
-        let out = child.wait_with_output().expect("the stop finishes");
-        let _ = std::fs::remove_dir_all(&dir);
+        let out = run_in(&dir, &argv, &[], script);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             stdout.ends_with(script),
@@ -937,45 +938,22 @@ mod tests {
         programs: &[(&str, &str)],
     ) -> (String, i32) {
         let dir = scratch_dir("command");
-        let fake = dir.join("clickhouse-client");
-        std::fs::write(
-            &fake,
+        stand_in(
+            &dir,
+            "clickhouse-client",
             "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done; echo --; \
              for a in \"$@\"; do case \"$a\" in --config-file=*) cat \"${a#--config-file=}\";; esac; done; \
              echo --; cat\n",
-        )
-        .expect("fake client");
+        );
         for (name, script) in programs {
-            std::fs::write(dir.join(name), script).expect("fake program");
-        }
-        for name in std::iter::once("clickhouse-client").chain(programs.iter().map(|(n, _)| *n)) {
-            let chmod = std::process::Command::new("chmod")
-                .arg("+x")
-                .arg(dir.join(name))
-                .status();
-            assert!(chmod.is_ok_and(|s| s.success()));
+            stand_in(&dir, name, script);
         }
         let mut c = client();
         c.user = user.into();
         c.password_env = "TEST_CH_PASSWORD".into();
         let argv = render(&c, &BTreeMap::new(), bytes, FIVE_MINUTES);
-        let mut cmd = std::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
-            .env_remove("TEST_CH_PASSWORD")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped());
-        if let Some(password) = password {
-            cmd.env("TEST_CH_PASSWORD", password);
-        }
-        let mut child = cmd.spawn().expect("sh runs");
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().expect("stdin");
-            stdin.write_all(input.as_bytes()).expect("write stdin");
-        }
-        let out = child.wait_with_output().expect("sh finishes");
-        let _ = std::fs::remove_dir_all(&dir);
+        let env: Vec<(&str, &str)> = password.map(|p| ("TEST_CH_PASSWORD", p)).into_iter().collect();
+        let out = run_in(&dir, &argv, &env, input);
         (
             String::from_utf8_lossy(&out.stdout).into_owned(),
             out.status.code().unwrap_or(-1),

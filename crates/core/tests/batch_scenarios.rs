@@ -14,7 +14,7 @@ use clickhouse_schema_core::state::SchemaState;
 use clickhouse_schema_core::transport::{
     Cluster, Event, Events, ExecOutput, NeverCancelled, TransportError, TransportErrorKind,
 };
-use reconcile_support::{FakeClock, FakeCluster, OUTPUT_CUT, block_on, config, pod};
+use reconcile_support::{FakeClock, FakeCluster, Flag, OUTPUT_CUT, block_on, config, pod};
 use serde_json::json;
 
 /// Twelve statements, the list a failure is tried at every position of.
@@ -550,27 +550,6 @@ struct Streaming<'a> {
     drops_at_label: Mutex<usize>,
     /// How many times an exec drops once the end marker arrived (before what follows it).
     drops_at_end: Mutex<usize>,
-}
-
-/// A cancellation a test sets.
-#[derive(Default)]
-struct Flag(std::sync::atomic::AtomicBool);
-
-impl clickhouse_schema_core::transport::Cancel for Flag {
-    fn is_cancelled(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn cancelled(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        // `block_on` polls again and again, so a future that looks at the flag each time will do.
-        Box::pin(std::future::poll_fn(|_| {
-            if self.is_cancelled() {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        }))
-    }
 }
 
 impl<'a> Streaming<'a> {

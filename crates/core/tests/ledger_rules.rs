@@ -623,6 +623,16 @@ fn a_destroy_retried_after_failing_half_way_runs_on_the_pods_it_did_not_finish()
     );
 }
 
+/// The execs other than the ledger's reads (by attempt number).
+fn script_execs(cluster: &FakeCluster) -> std::collections::BTreeSet<usize> {
+    cluster
+        .execs()
+        .iter()
+        .filter(|e| !e.stdin.starts_with("SELECT resource_id"))
+        .map(|e| e.exec)
+        .collect()
+}
+
 /// The ledger's writes that reached `pod` in the exec of its statements (a pod's script), and in
 /// execs of their own, as the events they write.
 fn ledger_writes(cluster: &FakeCluster, pod: &str) -> (Vec<String>, Vec<String>) {
@@ -657,21 +667,10 @@ fn a_pods_script_writes_the_ledgers_rows_around_its_statements() {
     let ledgers = Arc::new(Mutex::new(Ledgers::default()));
     let c = cluster(&ledgers, |_| None);
     let (state, _) = run_apply(&c, props(json!({})), None).unwrap();
-    let reads = c
-        .execs()
-        .iter()
-        .filter(|e| e.stdin.starts_with("SELECT resource_id"))
-        .count();
-    let execs: std::collections::BTreeSet<usize> = c
-        .execs()
-        .iter()
-        .filter(|e| !e.stdin.starts_with("SELECT resource_id"))
-        .map(|e| e.exec)
-        .collect();
     assert_eq!(
-        execs.len(),
+        script_execs(&c).len(),
         3,
-        "one exec per pod, besides the {reads} reads of a first apply"
+        "one exec per pod, besides the reads of a first apply"
     );
     for p in ["chi-0", "chi-1", "chi-2"] {
         assert_eq!(statements_on(&c, p), vec![S0, S1], "{p}");
@@ -690,14 +689,8 @@ fn a_pods_script_writes_the_ledgers_rows_around_its_statements() {
     // The destroy's single delete statement too goes in a script, with its rows.
     let d = cluster(&ledgers, |_| None);
     run_destroy(&d, props(json!({})), &state).unwrap();
-    let scripts: std::collections::BTreeSet<usize> = d
-        .execs()
-        .iter()
-        .filter(|e| !e.stdin.starts_with("SELECT resource_id"))
-        .map(|e| e.exec)
-        .collect();
     assert_eq!(
-        scripts.len(),
+        script_execs(&d).len(),
         3,
         "one exec per pod, besides the reads of its rows"
     );
