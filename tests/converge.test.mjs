@@ -189,6 +189,40 @@ describe('convergence', () => {
     }
   });
 
+  test('a type change whose values do not all convert fails by name, and the table keeps its type and rows', { timeout }, async () => {
+    // Review C4: on a modern server the ALTER would change the definition at once and leave a
+    // mutation failing for ever, the table unreadable; 18.16 refuses inside the ALTER.
+    const base = ['CREATE DATABASE IF NOT EXISTS c15', 'CREATE TABLE IF NOT EXISTS c15.t (id UInt64, v String) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c15', base, 'c15.t', "(1, '1'), (2, 'abc')");
+    const declared = [base[0], base[1].replace('v String', 'v UInt32')];
+    const err = await rejection(apply('c15', converging(declared, { allowTypeChange: ['c15.t.v'] }), state));
+    assert.equal(err.code, 'E_STATEMENT_FAILED');
+    assert.equal(err.statementIndex, 1);
+    assert.ok(pods.includes(err.pod), err.pod);
+    assert.ok(err.message.includes('convergence of c15.t failed on pod'), err.message);
+    if (modern) {
+      assert.ok(err.message.includes('do not convert to the declared type exactly'), err.message);
+    } else {
+      assert.ok(err.message.includes('the server refused its statement 0 (1 in all for it), which did not run'), err.message);
+    }
+    for (const pod of pods) {
+      assert.equal(columns(pod, 'c15', 't')[1][1], 'String', pod);
+      assert.equal(query(pod, 'SELECT id, v FROM c15.t ORDER BY id FORMAT TSV'), '1\t1\n2\tabc', pod);
+      assert.equal(query(pod, "SELECT count() FROM system.mutations WHERE database = 'c15' AND NOT is_done"), '0', pod);
+    }
+  });
+
+  test('a declared column in the place of a live one of its type is refused as a possible rename, and its data stays', { timeout }, async () => {
+    const base = ['CREATE DATABASE IF NOT EXISTS c16', 'CREATE TABLE IF NOT EXISTS c16.t (id UInt64, amount UInt64) ENGINE = MergeTree ORDER BY id'];
+    const state = await start('c16', base, 'c16.t', '(1, 70)');
+    const declared = [base[0], base[1].replace('amount UInt64', 'total UInt64')];
+    const err = await rejection(apply('c16', converging(declared), state));
+    assert.equal(err.code, 'E_SCHEMA_MISMATCH');
+    assert.ok(err.message.includes('column total: the table holds amount, of the same type, where total is declared'), err.message);
+    if (modern) assert.ok(err.message.includes('RENAME COLUMN `amount` TO `total`'), err.message);
+    for (const pod of pods) assert.equal(query(pod, 'SELECT id, amount FROM c16.t FORMAT TSV'), '1\t70', pod);
+  });
+
   test('an ORDER BY that appends a new column is modified with it', { timeout }, async () => {
     const base = ['CREATE DATABASE IF NOT EXISTS c7', 'CREATE TABLE IF NOT EXISTS c7.t (id UInt64) ENGINE = MergeTree ORDER BY id'];
     const state = await start('c7', base, 'c7.t', '(1), (2)');
@@ -197,6 +231,22 @@ describe('convergence', () => {
     assert.deepEqual(result.appliedTo, pods);
     for (const pod of pods) {
       assert.equal(query(pod, "SELECT sorting_key FROM system.tables WHERE database = 'c7' AND name = 't'"), 'id, k', pod);
+      assert.equal(query(pod, 'SELECT count() FROM c7.t'), '2', pod);
+    }
+    // The primary key the ALTER left (the old sorting key) is not a reason to rebuild the table
+    // when a rebuild entry for it is in the props and another statement changes (review C12).
+    const events = [];
+    const later = await apply(
+      'c7',
+      converging([...declared, 'CREATE DATABASE IF NOT EXISTS c7_other'], { rebuild: { 'c7.t': { cutoverColumn: 'id' } } }),
+      result.state,
+      { onEvent: (e) => events.push(e) },
+    );
+    assert.deepEqual(later.appliedTo, pods);
+    assert.deepEqual(events.filter((e) => e.kind === 'rebuild').map((e) => e.message), []);
+    for (const pod of pods) {
+      // No rebuild's table, view or receipts beside it.
+      assert.equal(query(pod, "SELECT groupArray(name) FROM system.tables WHERE database = 'c7'"), "['t']", pod);
       assert.equal(query(pod, 'SELECT count() FROM c7.t'), '2', pod);
     }
   });

@@ -54,7 +54,7 @@ mod tests;
 use serde::Serialize;
 
 use crate::live_schema::{DifferenceReport, ObjectStatus, PodReport, VerifyPlan};
-use crate::sql::clickhouse_text::ident;
+use crate::sql::clickhouse_text::{ident, literal};
 use crate::sql::definition::{Definition, Part};
 use crate::sql::lexer::{Token, significant};
 
@@ -411,6 +411,8 @@ struct ColumnParts {
     comment: Option<(String, String)>,
     codec: Option<(String, String)>,
     ttl: Option<(String, String)>,
+    /// `STATISTICS` and `SETTINGS`, which convergence does not change: compared only.
+    unchanged: Vec<(String, String)>,
 }
 
 const COLUMN_WORDS: &[&str] = &[
@@ -468,7 +470,7 @@ fn column_parts(text: &str) -> ColumnParts {
             "COMMENT" => parts.comment = Some(value),
             "CODEC" => parts.codec = Some(value),
             "TTL" => parts.ttl = Some(value),
-            _ => {}
+            _ => parts.unchanged.push((word, value.1)),
         }
     }
     parts
@@ -509,6 +511,30 @@ fn plan_table(
     // Commands that need an ALTER of their own (see the second `MODIFY COLUMN` of a column).
     let mut own: Vec<String> = Vec::new();
     let declared_columns = plain_columns(input.declared);
+    let live_columns = plain_columns(input.live);
+    // The check names "column order" only when nothing else differs; convergence moves no column,
+    // so columns both sides hold in another order refuse the object whatever else differs (an
+    // ADD COLUMN would run, and the check would still fail on the order).
+    let in_declared_order: Vec<&str> = declared_columns
+        .iter()
+        .filter(|c| live_columns.contains(c))
+        .copied()
+        .collect();
+    let in_live_order: Vec<&str> = live_columns
+        .iter()
+        .filter(|c| declared_columns.contains(c))
+        .copied()
+        .collect();
+    if in_declared_order != in_live_order && !input.differences.iter().any(|d| d.clause == "column order") {
+        plan.refused.push(refusal(
+            "column order",
+            &format!(
+                "the columns are in another order (declared {}; live {}) and convergence moves no column",
+                in_declared_order.join(", "),
+                in_live_order.join(", ")
+            ),
+        ));
+    }
     for d in input.differences {
         let Some(name) = d.clause.strip_prefix("column ") else {
             continue;
@@ -522,6 +548,27 @@ fn plan_table(
         match (declared, live) {
             (Some(declared), None) => {
                 let at = declared_columns.iter().position(|c| *c == name).unwrap_or(0);
+                if let Some(renamed) =
+                    renamed_from(input, &declared_columns, &live_columns, at, &declared.text)
+                {
+                    let rename = format!(
+                        "ALTER TABLE {target}{on_cluster} RENAME COLUMN {} TO {}",
+                        ident(renamed),
+                        ident(name)
+                    );
+                    plan.refused.push(Refusal {
+                        clause: d.clause.clone(),
+                        why: format!(
+                            "the table holds {renamed}, of the same type, where {name} is declared, and the \
+                             declaration lacks {renamed}: if {renamed} was renamed, adding {name} would leave its \
+                             values in {renamed} and {name} empty on every row. Rename it with a statement of \
+                             your own{}, or declare {renamed} too to keep both",
+                            if server.modern { "" } else { " (this server has no RENAME COLUMN: copy the values)" }
+                        ),
+                        alter: server.modern.then_some(rename),
+                    });
+                    continue;
+                }
                 let place = match at.checked_sub(1) {
                     Some(before) => format!(" AFTER {}", ident(declared_columns[before])),
                     None if server.modern => " FIRST".to_owned(),
@@ -575,6 +622,8 @@ fn plan_table(
         .clause("ENGINE")
         .and_then(|e| crate::sql::definition::engine_parts(&e.text))
         .is_some_and(|(name, _)| name.ends_with("MergeTree"));
+    let declared_order = input.declared.clause("ORDER BY").map(|p| p.text.as_str());
+    let rebuild_reasons = crate::rebuild::rebuild_clauses(input.differences, declared_order);
     for d in input.differences {
         // The texts as the server printed them (a report's may have literals hidden).
         let text = |def: &Definition| def.clause(&d.clause).map(|p| p.text.clone()).unwrap_or_default();
@@ -592,8 +641,32 @@ fn plan_table(
                     d.declared, d.live
                 ),
             )),
-            "ORDER BY" if !crate::rebuild::rebuild_clauses(input.differences).contains(&"ORDER BY") => {
+            "ORDER BY" if !rebuild_reasons.contains(&"ORDER BY") => {
                 // Only columns the table lacks are appended: they are added above, in this ALTER.
+                // A server (18.16 and current ones alike) refuses a sorting key that uses a column
+                // added with a default expression in the same ALTER.
+                let appended = crate::rebuild::key_items(&declared_text);
+                let live_items = crate::rebuild::key_items(&live_text).len();
+                let defaulted: Vec<&String> = appended
+                    .iter()
+                    .skip(live_items)
+                    .filter(|item| {
+                        entry(input.declared, item).is_some_and(|c| column_parts(&c.text).default.is_some())
+                    })
+                    .collect();
+                if !defaulted.is_empty() {
+                    let names: Vec<&str> = defaulted.iter().map(|n| n.as_str()).collect();
+                    plan.refused.push(refusal(
+                        &d.clause,
+                        &format!(
+                            "it appends {} to the sorting key, declared with a default expression, and the server \
+                             refuses a sorting key over a column the same ALTER adds with a default; declare the \
+                             column without one, or let a `rebuild` entry for the table make the new key",
+                            names.join(", ")
+                        ),
+                    ));
+                    continue;
+                }
                 commands.push(format!("MODIFY ORDER BY {}", declared_text));
                 plan.changes.push(format!("order by {}", declared_text));
                 if input.declared.clause("PRIMARY KEY").is_none() {
@@ -652,9 +725,7 @@ fn plan_table(
                 commands.push(format!("MODIFY COMMENT {}", or_empty_literal(&declared_text)));
                 plan.changes.push("table comment".to_owned());
             }
-            "PRIMARY KEY"
-                if declared_text.is_empty() && leaves_key(&live_text, input.declared, input.differences) =>
-            {
+            "PRIMARY KEY" if !rebuild_reasons.contains(&"PRIMARY KEY") => {
                 // The key a `MODIFY ORDER BY` that appended columns leaves; see `accepted`.
                 plan.accepted.push("PRIMARY KEY".to_owned());
             }
@@ -684,72 +755,27 @@ fn plan_table(
     }
 }
 
-/// Whether a live `PRIMARY KEY` (the declaration has none) is what `MODIFY ORDER BY` leaves when
-/// it appends columns: the old sorting key, a strict prefix of the declared (or, before the ALTER,
-/// the appended) `ORDER BY`.
-fn leaves_key(live_key: &str, declared: &Definition, differences: &[DifferenceReport]) -> bool {
-    let Some(order) = declared.clause("ORDER BY") else {
-        return false;
+/// The live column a declared column that the table lacks (`at` in `declared_columns`, declared
+/// as `declared_text`) may have been renamed from: a live column the declaration lacks, at the
+/// same place (after the same column, or both first) and of the same type.
+fn renamed_from<'l>(
+    input: ObjectInput<'l>,
+    declared_columns: &[&str],
+    live_columns: &[&'l str],
+    at: usize,
+    declared_text: &str,
+) -> Option<&'l str> {
+    let before = at.checked_sub(1).map(|b| declared_columns[b]);
+    let place = match before {
+        Some(before) => live_columns.iter().position(|c| *c == before)? + 1,
+        None => 0,
     };
-    let key = key_items(live_key);
-    let order = key_items(&order.text);
-    let prefix = !key.is_empty() && key.len() < order.len() && order[..key.len()] == key[..];
-    let appendable = !differences.iter().any(|d| d.clause == "ORDER BY")
-        || !crate::rebuild::rebuild_clauses(differences).contains(&"ORDER BY");
-    prefix && appendable
-}
-
-/// A key expression's top-level items, as text without spaces: `(a, b)`, `tuple(a, b)` and
-/// `a, b` are the same two.
-fn key_items(text: &str) -> Vec<String> {
-    let tokens: Vec<Token> = significant(text).collect();
-    let mut inner: &[Token] = &tokens;
-    if let [first, second, .., last] = inner
-        && first.is_keyword(text, "tuple")
-        && second.is_punct(text, "(")
-        && last.is_punct(text, ")")
-    {
-        inner = &inner[2..inner.len() - 1];
-    } else if let [first, .., last] = inner
-        && first.is_punct(text, "(")
-        && last.is_punct(text, ")")
-    {
-        // Only when that parenthesis closes at the end (not `(a) + (b)`).
-        let mut depth = 0usize;
-        let mut closes_at_end = false;
-        for (i, t) in inner.iter().enumerate() {
-            if t.is_punct(text, "(") {
-                depth += 1;
-            } else if t.is_punct(text, ")") {
-                depth -= 1;
-                if depth == 0 {
-                    closes_at_end = i == inner.len() - 1;
-                    break;
-                }
-            }
-        }
-        if closes_at_end {
-            inner = &inner[1..inner.len() - 1];
-        }
+    let candidate = *live_columns.get(place)?;
+    if declared_columns.contains(&candidate) {
+        return None;
     }
-    let mut items = Vec::new();
-    let mut current = String::new();
-    let mut depth = 0usize;
-    for t in inner {
-        if t.is_punct(text, "(") || t.is_punct(text, "[") {
-            depth += 1;
-        } else if t.is_punct(text, ")") || t.is_punct(text, "]") {
-            depth = depth.saturating_sub(1);
-        } else if depth == 0 && t.is_punct(text, ",") {
-            items.push(std::mem::take(&mut current));
-            continue;
-        }
-        current.push_str(t.quote(text).map_or(t.text(text), |_| t.body(text)));
-    }
-    if !current.is_empty() {
-        items.push(current);
-    }
-    items
+    let live = entry(input.live, candidate)?;
+    (column_parts(&live.text).ty.1 == column_parts(declared_text).ty.1).then_some(candidate)
 }
 
 /// `'text'` as given (a printed literal), or `''` when absent.
@@ -805,6 +831,13 @@ fn plan_column(
     let d = column_parts(&declared.text);
     let l = column_parts(&live.text);
     let column = ident(name);
+    if d.unchanged != l.unchanged {
+        plan.refused.push(refusal(
+            &clause,
+            "its STATISTICS or SETTINGS differ, and convergence does not change them",
+        ));
+        return;
+    }
     if d.ty.1 != l.ty.1 {
         let qualified = format!("{}.{}.{name}", input.database, input.name);
         let alter = format!(
@@ -814,6 +847,15 @@ fn plan_column(
             d.ty.0
         );
         if options.allow_type_change.contains(&qualified) {
+            if server.modern
+                && let Some(guard) = conversion_guard(input, name, &d.ty.0)
+            {
+                plan.statements.push(guard);
+                plan.changes.push(format!(
+                    "check that every value of {name} converts to {} exactly",
+                    d.ty.0
+                ));
+            }
             commands.push(format!("MODIFY COLUMN {column} {}", d.ty.0));
             plan.changes.push(format!(
                 "change the type of {name} from {} to {} (a mutation: every part of the table is rewritten)",
@@ -920,6 +962,65 @@ fn plan_column(
             }
         }
     }
+}
+
+/// How a statement that checks values before a type change starts (see [`conversion_guard`]).
+pub(crate) const GUARD_START: &str = "SELECT throwIf(count() > 0";
+
+/// Base types (their name without its trailing digits: `IPv` for `IPv4`) whose conversion
+/// `accurateCastOrNull` checks value by value: others (arrays, tuples, maps, ...) change with no
+/// check before.
+const CHECKED_TYPES: &[&str] = &[
+    "Int",
+    "UInt",
+    "Float",
+    "Decimal",
+    "String",
+    "FixedString",
+    "Date",
+    "DateTime",
+    "UUID",
+    "Bool",
+    "IPv",
+    "Enum",
+];
+
+/// A `SELECT` that fails when a value of column `name` does not convert to `ty` exactly, to run
+/// before the `MODIFY COLUMN` that changes the type on a modern server. There the ALTER changes
+/// the table's metadata at once and converts the parts in a mutation; a value that does not convert
+/// fails the mutation, which is retried for ever and leaves the table unreadable, and a value out
+/// of the new range would wrap. (18.16 converts inside the ALTER and changes nothing when a value
+/// fails.) `None` for a type the check cannot cast to.
+fn conversion_guard(input: ObjectInput<'_>, name: &str, ty: &str) -> Option<String> {
+    let ty = ty.trim();
+    let unwrap = |t: &'_ str, wrapper: &str| -> Option<String> {
+        t.strip_prefix(wrapper)
+            .and_then(|r| r.strip_suffix(')'))
+            .map(|inner| inner.trim().to_owned())
+    };
+    let inner = unwrap(ty, "LowCardinality(").unwrap_or_else(|| ty.to_owned());
+    let (nullable, base) = match unwrap(&inner, "Nullable(") {
+        Some(base) => (true, base),
+        None => (false, inner),
+    };
+    let word: String = base.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+    let word = word.trim_end_matches(|c: char| c.is_ascii_digit());
+    if !CHECKED_TYPES.contains(&word) {
+        return None;
+    }
+    let column = ident(name);
+    let nulls = if nullable {
+        format!(" AND {column} IS NOT NULL")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{GUARD_START}, {}) FROM {}.{} WHERE accurateCastOrNull({column}, {}) IS NULL{nulls}",
+        literal("values that do not convert"),
+        ident(input.database),
+        ident(input.name),
+        literal(&base)
+    ))
 }
 
 /// Why a new or changed TTL is left to the user: on a modern server the ALTER materializes it on

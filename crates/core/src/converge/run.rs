@@ -161,16 +161,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let _ = writeln!(script, "SELECT {}, {at} FORMAT TabSeparated;", literal(MARKER));
             let _ = writeln!(script, "{statement};");
         }
-        for object in pod_plan.objects.iter().filter(|o| !o.statements.is_empty()) {
-            self.events.emit(Event::Converge {
-                pod: pod.to_owned(),
-                object: object.object.clone(),
-                action: "alter".to_owned(),
-                changes: object.changes.clone(),
-                column: None,
-                message: format!("{} on {pod}: {}", object.object, object.changes.join(", ")),
-            });
-        }
         // Under a query id of its own, so that a cancellation, a lost lease or a dropped exec can
         // stop it where it runs (see `reconcile::abandoned`).
         let (request, query_id) = self.script_request("cv", pod, script);
@@ -229,30 +219,132 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
             Tracked::Output { output, .. } => output,
         };
+        // The text each statement printed, after its marker: the status table of an ON CLUSTER
+        // ALTER, and which statement the script had reached when it stopped.
+        let mut printed: Vec<(usize, String)> = Vec::new();
+        for line in output.stdout.lines() {
+            match line
+                .strip_prefix(MARKER)
+                .and_then(|r| r.trim().parse::<usize>().ok())
+            {
+                Some(at) if at < statements.len() => printed.push((at, String::new())),
+                _ => {
+                    if let Some((_, text)) = printed.last_mut() {
+                        text.push_str(line);
+                        text.push('\n');
+                    }
+                }
+            }
+        }
+        let reached = printed.last().map(|(at, _)| *at);
         if output.exit_code == 0 {
+            // Under `distributed_ddl_output_mode` 'never_throw' or 'null_status_on_timeout' an
+            // ALTER ... ON CLUSTER exits 0 with a host's failure only in its status table.
+            for (at, text) in &printed {
+                let (object, statement) = statements[*at];
+                let hosts = crate::sql::ddl_status::problems(statement, text, self.null_status());
+                if !hosts.is_empty() {
+                    self.report_altered(&statements[..*at], pod);
+                    let (hosts_text, code) = self.host_outcomes(statement, &hosts);
+                    let position = object.statements.iter().position(|s| s == statement).unwrap_or(0);
+                    return Err(Failure::Error(
+                        self.error(
+                            ErrorKind::StatementFailed,
+                            format!(
+                                "{}: convergence of {} from pod {pod}: its statement {position} ({} in all for it) \
+                                 exited 0 but its distributed DDL status table says{hosts_text}. The hosts that ran \
+                                 it keep it; the next deploy checks again and plans from what it finds. \
+                                 'throw_only_active' (recommended) or 'throw' as distributed_ddl_output_mode makes \
+                                 such an ALTER fail at once.",
+                                self.prefix(),
+                                object.object,
+                                object.statements.len(),
+                            ),
+                        )
+                        .with_statement_index(object.statement_index)
+                        .with_pod(pod)
+                        .with_exit_code(0)
+                        .with_clickhouse(code, None),
+                    ));
+                }
+            }
+            self.report_altered(&statements, pod);
             return Ok(());
         }
-        // The last marker printed names the statement that failed.
-        let at: usize = output
-            .stdout
-            .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(MARKER).and_then(|r| r.trim().parse().ok()))
-            .unwrap_or(0);
-        let (object, statement) = statements[at.min(statements.len() - 1)];
-        let position = object.statements.iter().position(|s| s == statement).unwrap_or(0);
         let redacted = redact_clickhouse_output(&output.stderr, &request.stdin);
-        let index = object.statement_index;
+        let status = match redacted.clickhouse_code {
+            Some(code) => format!("ClickHouse code {code} (exit {})", output.exit_code),
+            None => format!("exit {}", output.exit_code),
+        };
+        let Some(at) = reached else {
+            // The client failed before the first marker: no statement was sent.
+            let (object, _) = statements[0];
+            let mut message = format!(
+                "{}: convergence on pod {pod} failed before its first statement was sent ({status}): none of \
+                 its ALTERs ran. Nothing is recorded; the next deploy checks the pod again.",
+                self.prefix()
+            );
+            if !redacted.text.trim().is_empty() {
+                message.push('\n');
+                message.push_str(redacted.text.trim_end());
+            }
+            return Err(Failure::Error(
+                self.error(ErrorKind::StatementFailed, message)
+                    .with_statement_index(object.statement_index)
+                    .with_pod(pod)
+                    .with_exit_code(output.exit_code)
+                    .with_clickhouse(redacted.clickhouse_code, redacted.clickhouse_exception),
+            ));
+        };
+        // Statements before the one that failed ran; whole objects among them are reported as
+        // altered.
+        self.report_altered(&statements[..at], pod);
+        let (object, statement) = statements[at];
+        let position = object.statements.iter().position(|s| s == statement).unwrap_or(0);
+        let before = if position == 0 {
+            String::new()
+        } else {
+            format!(
+                " Its statement{} before it ran and stay{}: {}.",
+                if position == 1 { "" } else { "s" },
+                if position == 1 { "s" } else { "" },
+                object.statements[..position].join("; ")
+            )
+        };
+        let what = match failure_kind(statement, redacted.clickhouse_code, output.exit_code) {
+            FailureKind::Refused => format!(
+                "the server refused its statement {position} ({} in all for it), which did not run, nor did \
+                 what follows it.{before} Nothing is recorded; fix the declaration (or the table), and the \
+                 next deploy plans again.",
+                object.statements.len()
+            ),
+            FailureKind::Unconvertible => format!(
+                "its statement {position} ({} in all for it) found values of the column whose type changes \
+                 that do not convert to the declared type exactly (they would fail the conversion, which \
+                 leaves the table unreadable, or change value); the type was not changed.{before} Convert or \
+                 remove those values (accurateCastOrNull finds them), or declare a type that holds them.",
+                object.statements.len()
+            ),
+            FailureKind::MutationFailed => format!(
+                "its statement {position} ({} in all for it) changed the table's definition, but the mutation \
+                 that rewrites its parts failed: the table may be partly converted, or unreadable, until \
+                 the mutation finishes or is killed (see system.mutations for {} where latest_fail_reason \
+                 is set; KILL MUTATION stops it).{before} The next deploy checks the pod again.",
+                object.statements.len(),
+                object.object
+            ),
+            FailureKind::Unknown => format!(
+                "its statement {position} ({} in all for it) ended without a known outcome: the server may \
+                 have applied it, or may still be applying it (a mutation or a distributed DDL task goes on \
+                 without the client).{before} The next deploy checks the pod again and plans from what it \
+                 finds.",
+                object.statements.len()
+            ),
+        };
         let mut message = format!(
-            "{}: convergence of {} failed on pod {pod}: its statement {position} ({} in all for it) did not run\n{}\
-             Nothing is recorded; fix the declaration (or the table), and the next deploy plans again.",
+            "{}: convergence of {} failed on pod {pod} ({status}): {what}",
             self.prefix(),
             object.object,
-            object.statements.len(),
-            match redacted.clickhouse_code {
-                Some(code) => format!("ClickHouse code {code} (exit {}). ", output.exit_code),
-                None => format!("exit {}. ", output.exit_code),
-            }
         );
         if !redacted.text.trim().is_empty() {
             message.push('\n');
@@ -260,11 +352,78 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
         Err(Failure::Error(
             self.error(ErrorKind::StatementFailed, message)
-                .with_statement_index(index)
+                .with_statement_index(object.statement_index)
                 .with_pod(pod)
                 .with_exit_code(output.exit_code)
                 .with_clickhouse(redacted.clickhouse_code, redacted.clickhouse_exception),
         ))
+    }
+
+    /// An `alter` event for each object all of whose statements are among `ran`.
+    fn report_altered(&self, ran: &[(&super::ObjectPlan, &String)], pod: &str) {
+        for object in pod_plan_objects(ran) {
+            if object
+                .statements
+                .iter()
+                .all(|s| ran.iter().any(|(o, r)| o.object == object.object && *r == s))
+            {
+                self.events.emit(Event::Converge {
+                    pod: pod.to_owned(),
+                    object: object.object.clone(),
+                    action: "alter".to_owned(),
+                    changes: object.changes.clone(),
+                    column: None,
+                    message: format!("{} on {pod}: {}", object.object, object.changes.join(", ")),
+                });
+            }
+        }
+    }
+}
+
+/// The objects of `statements`, each once, in order.
+fn pod_plan_objects<'p>(statements: &[(&'p super::ObjectPlan, &String)]) -> Vec<&'p super::ObjectPlan> {
+    let mut out: Vec<&super::ObjectPlan> = Vec::new();
+    for (object, _) in statements {
+        if !out.iter().any(|o| o.object == object.object) {
+            out.push(object);
+        }
+    }
+    out
+}
+
+/// What a failed convergence statement's exit says about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FailureKind {
+    /// The server refused it: nothing of it was applied.
+    Refused,
+    /// The check before a type change found values that do not convert (`throwIf`'s code 395).
+    Unconvertible,
+    /// The ALTER changed the table's definition and its mutation failed (`UNFINISHED`, 341).
+    MutationFailed,
+    /// The client stopped without the server's answer, or the server's wait ran out: it may have
+    /// been applied, or may still be.
+    Unknown,
+}
+
+/// ClickHouse codes after which the statement may have been applied, or still runs: a timeout
+/// of the server's wait (159, `TIMEOUT_EXCEEDED`, also `distributed_ddl_task_timeout`), the
+/// connection lost (209 `SOCKET_TIMEOUT`, 210 `NETWORK_ERROR`, 32 `ATTEMPT_TO_READ_AFTER_EOF`),
+/// the query cancelled (394), ZooKeeper or Keeper lost mid-way (999 `KEEPER_EXCEPTION`, 242
+/// is not one: a read-only replica refuses before it applies anything).
+const UNKNOWN_OUTCOME_CODES: &[u32] = &[32, 159, 209, 210, 394, 999];
+
+/// Exit statuses of a client stopped from outside: `timeout`'s 124, and killed by SIGKILL (137)
+/// or SIGTERM (143).
+const KILLED_EXITS: &[i32] = &[124, 137, 143];
+
+pub(super) fn failure_kind(statement: &str, code: Option<u32>, exit_code: i32) -> FailureKind {
+    match code {
+        Some(395) if statement.starts_with(super::GUARD_START) => FailureKind::Unconvertible,
+        Some(341) => FailureKind::MutationFailed,
+        Some(code) if UNKNOWN_OUTCOME_CODES.contains(&code) => FailureKind::Unknown,
+        _ if KILLED_EXITS.contains(&exit_code) => FailureKind::Unknown,
+        Some(_) => FailureKind::Refused,
+        None => FailureKind::Unknown,
     }
 }
 

@@ -188,6 +188,139 @@ fn a_type_change_is_refused_unless_the_column_is_allowed() {
 }
 
 #[test]
+fn a_type_change_on_a_modern_server_first_checks_that_every_value_converts() {
+    // Review C4: a modern server changes the definition at once and converts the parts in a
+    // mutation; a value that does not convert fails the mutation for ever and leaves the table
+    // unreadable. A SELECT before the ALTER fails instead, and the ALTER does not run.
+    let allowed = ["app.t.v".to_owned(), "app.t.n".to_owned(), "app.t.a".to_owned()];
+    let options = Options {
+        allow_type_change: &allowed,
+        on_cluster: None,
+    };
+    let plan = plan_with(
+        "TABLE",
+        "CREATE TABLE s.o0 (`id` UInt64, `v` UInt32, `n` LowCardinality(Nullable(String)), `a` Array(UInt16)) ENGINE = MergeTree ORDER BY id",
+        "CREATE TABLE app.t (`id` UInt64, `v` String, `n` Nullable(UInt8), `a` Array(UInt8)) ENGINE = MergeTree ORDER BY id",
+        "",
+        NEW,
+        options,
+    );
+    assert_eq!(
+        plan.statements,
+        [
+            "SELECT throwIf(count() > 0, 'values that do not convert') FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL",
+            "SELECT throwIf(count() > 0, 'values that do not convert') FROM `app`.`t` WHERE accurateCastOrNull(`n`, 'String') IS NULL AND `n` IS NOT NULL",
+            // An array's elements are not checked: accurateCastOrNull has no Nullable array.
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt32, MODIFY COLUMN `n` LowCardinality(Nullable(String)), MODIFY COLUMN `a` Array(UInt16)",
+        ]
+    );
+    // 18.16 converts inside the ALTER, and a value that fails changes nothing.
+    let old = plan_with(
+        "TABLE",
+        "CREATE TABLE s.o0 ( id UInt64,  v UInt32) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64,  v String) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "",
+        OLD,
+        options,
+    );
+    assert_eq!(old.statements, ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt32"]);
+}
+
+#[test]
+fn a_failed_statement_says_whether_it_may_have_run() {
+    use run::{FailureKind, failure_kind};
+    let alter = "ALTER TABLE `app`.`t` ADD COLUMN `n` UInt8";
+    let guard = "SELECT throwIf(count() > 0, 'values that do not convert') FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL";
+    assert_eq!(failure_kind(alter, Some(44), 44), FailureKind::Refused);
+    assert_eq!(failure_kind(guard, Some(395), 139), FailureKind::Unconvertible);
+    assert_eq!(failure_kind(alter, Some(395), 139), FailureKind::Refused);
+    assert_eq!(failure_kind(alter, Some(341), 85), FailureKind::MutationFailed);
+    for code in [159, 209, 210, 32, 394, 999] {
+        assert_eq!(failure_kind(alter, Some(code), 1), FailureKind::Unknown, "{code}");
+    }
+    // Stopped from outside (the pod's timeout, a kill), or no answer of the server at all.
+    for exit in [124, 137, 143] {
+        assert_eq!(failure_kind(alter, None, exit), FailureKind::Unknown, "{exit}");
+    }
+    assert_eq!(failure_kind(alter, None, 1), FailureKind::Unknown);
+}
+
+#[test]
+fn a_column_in_the_place_of_a_live_one_of_its_type_may_be_a_rename() {
+    // Review C11: `amount` renamed to `total` in the declaration; adding `total` would leave every
+    // row's value in `amount`.
+    let plan = table(
+        "CREATE TABLE s.o0 (`id` UInt64, `total` UInt64, `n` UInt8) ENGINE = MergeTree ORDER BY id",
+        "CREATE TABLE app.t (`id` UInt64, `amount` UInt64) ENGINE = MergeTree ORDER BY id",
+        NEW,
+    );
+    assert!(plan.statements.is_empty(), "{plan:?}");
+    assert_eq!(plan.refused.len(), 1, "{plan:?}");
+    assert_eq!(plan.refused[0].clause, "column total");
+    assert!(
+        plan.refused[0]
+            .why
+            .contains("the table holds amount, of the same type, where total is declared")
+    );
+    assert_eq!(
+        plan.refused[0].alter.as_deref(),
+        Some("ALTER TABLE `app`.`t` RENAME COLUMN `amount` TO `total`")
+    );
+    // Declared first, on 18.16 (no RENAME COLUMN there).
+    let first = table(
+        "CREATE TABLE s.o0 ( total UInt64,  id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( amount UInt64,  id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        OLD,
+    );
+    assert_eq!(first.refused[0].clause, "column total");
+    assert_eq!(first.refused[0].alter, None);
+    assert!(first.refused[0].why.contains("no RENAME COLUMN"));
+    // Another type, or another place: an added column and a kept one.
+    for live in [
+        "CREATE TABLE app.t (`id` UInt64, `amount` String) ENGINE = MergeTree ORDER BY id",
+        "CREATE TABLE app.t (`amount` UInt64, `id` UInt64) ENGINE = MergeTree ORDER BY id",
+    ] {
+        let plan = table(
+            "CREATE TABLE s.o0 (`id` UInt64, `total` UInt64) ENGINE = MergeTree ORDER BY id",
+            live,
+            NEW,
+        );
+        assert!(plan.refused.is_empty(), "{live}: {plan:?}");
+        assert_eq!(plan.kept_columns, ["amount"], "{live}");
+    }
+}
+
+#[test]
+fn columns_in_another_order_refuse_the_table_whatever_else_differs() {
+    // Review C16: the check names the order only when nothing else differs.
+    let plan = table(
+        "CREATE TABLE s.o0 (`a` UInt8, `b` UInt8, `c` String) ENGINE = MergeTree ORDER BY a",
+        "CREATE TABLE app.t (`b` UInt8, `a` UInt8) ENGINE = MergeTree ORDER BY a",
+        NEW,
+    );
+    assert!(plan.statements.is_empty(), "{plan:?}");
+    assert_eq!(plan.refused[0].clause, "column order");
+    assert!(
+        plan.refused[0].why.contains("declared a, b; live b, a"),
+        "{}",
+        plan.refused[0].why
+    );
+}
+
+#[test]
+fn a_column_whose_statistics_or_settings_differ_is_refused() {
+    // Review C16: a difference convergence has no ALTER for gets a refusal, not silence.
+    let plan = table(
+        "CREATE TABLE s.o0 (`id` UInt64, `v` UInt64 STATISTICS(tdigest)) ENGINE = MergeTree ORDER BY id",
+        "CREATE TABLE app.t (`id` UInt64, `v` UInt64) ENGINE = MergeTree ORDER BY id",
+        NEW,
+    );
+    assert!(plan.statements.is_empty(), "{plan:?}");
+    assert_eq!(plan.refused[0].clause, "column v");
+    assert!(plan.refused[0].why.contains("STATISTICS or SETTINGS"));
+}
+
+#[test]
 fn a_live_only_column_is_kept_and_reported() {
     let plan = table(
         "CREATE TABLE s.o0 ( id UInt64,  n UInt8) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
@@ -225,6 +358,35 @@ fn an_order_by_that_appends_new_columns_is_modified_with_them() {
     assert!(after.statements.is_empty());
     assert!(after.refused.is_empty());
     assert_eq!(after.accepted, ["PRIMARY KEY"]);
+}
+
+#[test]
+fn an_order_by_that_appends_a_column_added_with_a_default_is_refused() {
+    // Review C16: 18.16 and current servers refuse `ADD COLUMN k ... DEFAULT ..., MODIFY ORDER BY
+    // (id, k)` ("Newly added column k has a default expression ..."); the plan says so instead of
+    // running an ALTER that fails.
+    for (server, declared, live) in [
+        (
+            OLD,
+            "CREATE TABLE s.o0 ( id UInt64,  k UInt8 DEFAULT 3) ENGINE = MergeTree ORDER BY (id, k) SETTINGS index_granularity = 8192",
+            "CREATE TABLE app.t ( id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        ),
+        (
+            NEW,
+            "CREATE TABLE s.o0\n(\n    `id` UInt64,\n    `k` UInt8 MATERIALIZED id % 3\n)\nENGINE = MergeTree\nORDER BY (id, k)\nSETTINGS index_granularity = 8192",
+            "CREATE TABLE app.t\n(\n    `id` UInt64\n)\nENGINE = MergeTree\nORDER BY id\nSETTINGS index_granularity = 8192",
+        ),
+    ] {
+        let plan = table(declared, live, server);
+        assert!(plan.statements.is_empty(), "{plan:?}");
+        assert_eq!(plan.refused.len(), 1, "{plan:?}");
+        assert_eq!(plan.refused[0].clause, "ORDER BY");
+        assert!(
+            plan.refused[0].why.contains("it appends k to the sorting key"),
+            "{}",
+            plan.refused[0].why
+        );
+    }
 }
 
 #[test]

@@ -108,30 +108,53 @@ pub const VERIFY_READS: u32 = 3;
 /// Clauses whose difference no ALTER can change.
 const REBUILD_CLAUSES: &[&str] = &["ENGINE", "ORDER BY", "PARTITION BY", "PRIMARY KEY", "SAMPLE BY"];
 
-/// The parts of an object's differences that only a rebuild can change, in report order. A new
-/// `ORDER BY` that only appends columns the live table lacks is not one of them: ClickHouse
-/// changes it with `ALTER TABLE ... ADD COLUMN ..., MODIFY ORDER BY ...`.
-pub fn rebuild_clauses(differences: &[DifferenceReport]) -> Vec<&str> {
+/// The parts of an object's differences that only a rebuild can change, in report order, for a
+/// table declared with `declared_order` as its `ORDER BY` (when known). A new `ORDER BY` that only
+/// appends columns the live table lacks is not one of them: ClickHouse changes it with
+/// `ALTER TABLE ... ADD COLUMN ..., MODIFY ORDER BY ...`. Nor is the `PRIMARY KEY` such an ALTER
+/// leaves behind (the old sorting key, a strict prefix of the declared `ORDER BY`, where the
+/// declaration names no primary key): the rows are sorted as declared and only the primary index
+/// is shorter, so a rebuild for it would copy the whole table to change nothing a query sees.
+pub fn rebuild_clauses<'d>(
+    differences: &'d [DifferenceReport],
+    declared_order: Option<&str>,
+) -> Vec<&'d str> {
     let missing: BTreeSet<String> = differences
         .iter()
         .filter(|d| d.live.is_empty())
         .filter_map(|d| d.clause.strip_prefix("column "))
         .map(normalized)
         .collect();
+    let order_by = differences.iter().find(|d| d.clause == "ORDER BY");
+    let order_is_alter = order_by.is_none_or(|d| appends_only(&d.declared, &d.live, &missing));
+    let declared_order = order_by.map(|d| d.declared.as_str()).or(declared_order);
     differences
         .iter()
         .filter(|d| REBUILD_CLAUSES.contains(&d.clause.as_str()))
-        .filter(|d| !(d.clause == "ORDER BY" && appends_only(&d.declared, &d.live, &missing)))
+        .filter(|d| !(d.clause == "ORDER BY" && order_is_alter))
+        .filter(|d| {
+            !(d.clause == "PRIMARY KEY"
+                && d.declared.is_empty()
+                && order_is_alter
+                && declared_order.is_some_and(|order| strict_prefix(&d.live, order)))
+        })
         .map(|d| d.clause.as_str())
         .collect()
 }
 
-/// Whether `object` (a verification report) differs from its declaration in a way only a rebuild
-/// changes.
-pub fn needs_rebuild(object: &ObjectReport) -> bool {
+/// Whether `object` (a verification report of a table declared with `declared_order` as its
+/// `ORDER BY`, when known) differs from its declaration in a way only a rebuild changes.
+pub fn needs_rebuild(object: &ObjectReport, declared_order: Option<&str>) -> bool {
     object.status == ObjectStatus::Differs
         && object.kind == "TABLE"
-        && !rebuild_clauses(&object.differences).is_empty()
+        && !rebuild_clauses(&object.differences, declared_order).is_empty()
+}
+
+/// Whether key `key`'s items are the first items of key `of`, and fewer.
+pub(crate) fn strict_prefix(key: &str, of: &str) -> bool {
+    let key = key_items(key);
+    let of = key_items(of);
+    !key.is_empty() && key.len() < of.len() && of[..key.len()] == key[..]
 }
 
 fn appends_only(declared: &str, live: &str, missing: &BTreeSet<String>) -> bool {
@@ -143,7 +166,7 @@ fn appends_only(declared: &str, live: &str, missing: &BTreeSet<String>) -> bool 
 }
 
 /// A key expression's top-level items: `(a, b)`, `tuple(a, b)` and `a, b` are the same two.
-fn key_items(text: &str) -> Vec<String> {
+pub(crate) fn key_items(text: &str) -> Vec<String> {
     let tokens: Vec<Token> = significant(text).collect();
     let mut inner: &[Token] = &tokens;
     if let [first, second, .., last] = inner

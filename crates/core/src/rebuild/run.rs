@@ -281,11 +281,19 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                      table, so wait for the rollout to finish and deploy again",
                 ));
             }
-            let report = self
-                .verify_pod(&check, &pod.name)
+            let (report, scratch, stdout) = self
+                .verify_pod_output(&check, &pod.name)
                 .await
                 .map_err(|f| self.failure_error(f, &pod.name))?;
+            let definitions = check.definitions(&scratch, &stdout);
             for object in &report.objects {
+                // The declared `ORDER BY`, as the server prints it: what tells the primary key a
+                // converged `MODIFY ORDER BY` leaves from one only a rebuild changes.
+                let declared_order = definitions
+                    .iter()
+                    .find(|d| d.statement_index == object.statement_index)
+                    .and_then(|d| d.declared.clause("ORDER BY"))
+                    .map(|p| p.text.as_str());
                 if object.status != ObjectStatus::Missing {
                     survey
                         .holding
@@ -293,8 +301,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         .or_default()
                         .push(pod.clone());
                 }
-                if rebuild::needs_rebuild(object) {
-                    let clauses = rebuild::rebuild_clauses(&object.differences)
+                if rebuild::needs_rebuild(object, declared_order) {
+                    let clauses = rebuild::rebuild_clauses(&object.differences, declared_order)
                         .into_iter()
                         .map(str::to_owned)
                         .collect();

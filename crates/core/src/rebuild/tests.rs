@@ -40,33 +40,80 @@ fn events_plan(column: &str) -> Result<RebuildPlan, Vec<PlanIssue>> {
 #[test]
 fn keys_engines_and_sampling_need_a_rebuild_columns_ttl_and_settings_do_not() {
     for clause in ["ORDER BY", "PARTITION BY", "PRIMARY KEY", "SAMPLE BY", "ENGINE"] {
-        assert_eq!(rebuild_clauses(&[diff(clause, "a", "b")]), vec![clause]);
+        assert_eq!(rebuild_clauses(&[diff(clause, "a", "b")], None), vec![clause]);
     }
     for clause in ["column extra", "column order", "TTL", "SETTINGS", "COMMENT", "AS"] {
-        assert!(rebuild_clauses(&[diff(clause, "a", "b")]).is_empty(), "{clause}");
+        assert!(
+            rebuild_clauses(&[diff(clause, "a", "b")], None).is_empty(),
+            "{clause}"
+        );
     }
 }
 
 #[test]
 fn an_order_by_that_appends_columns_the_live_table_lacks_is_an_alter() {
     let added = diff("column extra", "extra String", "");
-    assert!(rebuild_clauses(&[diff("ORDER BY", "(id, extra)", "id"), added.clone()]).is_empty());
-    assert!(rebuild_clauses(&[diff("ORDER BY", "tuple(id, `extra`)", "(id)"), added.clone()]).is_empty());
+    assert!(rebuild_clauses(&[diff("ORDER BY", "(id, extra)", "id"), added.clone()], None).is_empty());
+    assert!(
+        rebuild_clauses(
+            &[diff("ORDER BY", "tuple(id, `extra`)", "(id)"), added.clone()],
+            None
+        )
+        .is_empty()
+    );
     // Appending a column the table already has, reordering, or dropping a key column is not.
     assert_eq!(
-        rebuild_clauses(&[diff("ORDER BY", "(id, kind)", "id"), added.clone()]),
+        rebuild_clauses(&[diff("ORDER BY", "(id, kind)", "id"), added.clone()], None),
         vec!["ORDER BY"]
     );
     assert_eq!(
-        rebuild_clauses(&[diff("ORDER BY", "(extra, id)", "id"), added]),
+        rebuild_clauses(&[diff("ORDER BY", "(extra, id)", "id"), added], None),
         vec!["ORDER BY"]
     );
     assert_eq!(
-        rebuild_clauses(&[diff("ORDER BY", "id", "(id, kind)")]),
+        rebuild_clauses(&[diff("ORDER BY", "id", "(id, kind)")], None),
         vec!["ORDER BY"]
     );
     // `(a) + (b)` is one expression, not a parenthesized list.
     assert_eq!(key_items("(a) + (b)"), vec!["(a)+(b)"]);
+}
+
+#[test]
+fn the_primary_key_a_converged_order_by_leaves_is_no_rebuild_reason() {
+    // Review C12: after `ADD COLUMN k, MODIFY ORDER BY (id, k)` the server keeps `id` as the
+    // primary key, and the declaration names none; the rows are sorted as declared.
+    let left = diff("PRIMARY KEY", "", "id");
+    assert!(rebuild_clauses(std::slice::from_ref(&left), Some("(id, k)")).is_empty());
+    assert!(rebuild_clauses(std::slice::from_ref(&left), Some("tuple(id, `k`)")).is_empty());
+    // Before the ALTER, with the appended ORDER BY still a difference.
+    let appended = [
+        diff("ORDER BY", "(id, k)", "id"),
+        diff("column k", "k String", ""),
+        left.clone(),
+    ];
+    assert!(rebuild_clauses(&appended, None).is_empty());
+    // A key that is not a strict prefix of the declared ORDER BY, a declared primary key, an
+    // unknown ORDER BY and an ORDER BY that only a rebuild changes stay reasons.
+    assert_eq!(
+        rebuild_clauses(std::slice::from_ref(&left), Some("id")),
+        vec!["PRIMARY KEY"]
+    );
+    assert_eq!(
+        rebuild_clauses(std::slice::from_ref(&left), Some("(k, id)")),
+        vec!["PRIMARY KEY"]
+    );
+    assert_eq!(
+        rebuild_clauses(&[diff("PRIMARY KEY", "k", "id")], Some("(id, k)")),
+        vec!["PRIMARY KEY"]
+    );
+    assert_eq!(
+        rebuild_clauses(std::slice::from_ref(&left), None),
+        vec!["PRIMARY KEY"]
+    );
+    assert_eq!(
+        rebuild_clauses(&[diff("ORDER BY", "(k, id)", "(id, k)"), left], None),
+        vec!["ORDER BY", "PRIMARY KEY"]
+    );
 }
 
 #[test]
@@ -79,12 +126,12 @@ fn needs_rebuild_only_for_a_table_that_differs() {
         compared: crate::live_schema::Compared::Server,
         differences: vec![diff("ORDER BY", "a", "b")],
     };
-    assert!(needs_rebuild(&object("TABLE", ObjectStatus::Differs)));
-    assert!(!needs_rebuild(&object("TABLE", ObjectStatus::Missing)));
-    assert!(!needs_rebuild(&object(
-        "MATERIALIZED VIEW",
-        ObjectStatus::Differs
-    )));
+    assert!(needs_rebuild(&object("TABLE", ObjectStatus::Differs), None));
+    assert!(!needs_rebuild(&object("TABLE", ObjectStatus::Missing), None));
+    assert!(!needs_rebuild(
+        &object("MATERIALIZED VIEW", ObjectStatus::Differs),
+        None
+    ));
 }
 
 #[test]

@@ -259,15 +259,9 @@ impl<T, C> Run<'_, T, C> {
             .with_clickhouse(redacted.clickhouse_code, redacted.clickhouse_exception)
     }
 
-    /// A statement that exited 0 while its distributed DDL status table says some host did not
-    /// run it (see [`crate::sql::ddl_status`]).
-    pub(super) fn hosts_failed(
-        &self,
-        index: usize,
-        statement: &str,
-        pod: &str,
-        hosts: &[HostStatus],
-    ) -> ClickHouseSchemaError {
+    /// What a distributed DDL status table says of `hosts` (the rows of `statement` that did not
+    /// succeed), as a phrase after "says", and the first failed host's ClickHouse code.
+    pub(crate) fn host_outcomes(&self, statement: &str, hosts: &[HostStatus]) -> (String, Option<u32>) {
         let mut failed = Vec::new();
         let mut unfinished = Vec::new();
         let mut first_code = None;
@@ -281,15 +275,12 @@ impl<T, C> Run<'_, T, C> {
                 HostOutcome::Unfinished => unfinished.push(h.host.clone()),
             }
         }
-        let mut message = format!(
-            "{}: statement {index}, run from pod {pod}, exited 0 but its distributed DDL status table says",
-            self.prefix()
-        );
+        let mut text = String::new();
         if !failed.is_empty() {
-            message.push_str(&format!(" it failed on {}", failed.join(", ")));
+            text.push_str(&format!(" it failed on {}", failed.join(", ")));
         }
         if !unfinished.is_empty() {
-            message.push_str(&format!(
+            text.push_str(&format!(
                 "{} {} had not finished it when the wait ran out (distributed_ddl_task_timeout): their \
                  outcome is unknown, they may still run it in the background (a host that is down shows \
                  the same: under distributed_ddl_output_mode 'throw_only_active', set it in settings so \
@@ -298,12 +289,28 @@ impl<T, C> Run<'_, T, C> {
                 unfinished.join(", ")
             ));
         }
+        (text, first_code.and_then(|c| u32::try_from(c).ok()))
+    }
+
+    /// A statement that exited 0 while its distributed DDL status table says some host did not
+    /// run it (see [`crate::sql::ddl_status`]).
+    pub(super) fn hosts_failed(
+        &self,
+        index: usize,
+        statement: &str,
+        pod: &str,
+        hosts: &[HostStatus],
+    ) -> ClickHouseSchemaError {
+        let (hosts_text, code) = self.host_outcomes(statement, hosts);
+        let mut message = format!(
+            "{}: statement {index}, run from pod {pod}, exited 0 but its distributed DDL status table says{hosts_text}",
+            self.prefix()
+        );
         message.push_str(
             ". A distributed_ddl_output_mode of 'never_throw' or 'null_status_on_timeout' reports such hosts \
              only in that table; 'throw_only_active' (recommended) or 'throw' makes the statement fail. \
              Nothing is recorded; the next converge re-runs the list.",
         );
-        let code = first_code.and_then(|c| u32::try_from(c).ok());
         self.error(ErrorKind::StatementFailed, message)
             .with_statement_index(index)
             .with_pod(pod)
@@ -487,7 +494,7 @@ impl<T, C> Run<'_, T, C> {
                     ),
                     _ => {
                         let parts: Vec<String> = object.differences.iter().map(difference_text).collect();
-                        let only_rebuild = crate::rebuild::rebuild_clauses(&object.differences);
+                        let only_rebuild = crate::rebuild::rebuild_clauses(&object.differences, None);
                         let left_as_it_was =
                             matches!(form, Some(DeclarationForm::CreateIfNotExists | DeclarationForm::AttachIfNotExists));
                         let why = match form {

@@ -491,7 +491,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
 
     /// What a NULL host status means under the `distributed_ddl_output_mode` the settings give
     /// (a server profile's is not known here: it is read as the strictest).
-    fn null_status(&self) -> crate::sql::ddl_status::NullStatus {
+    pub(crate) fn null_status(&self) -> crate::sql::ddl_status::NullStatus {
         match self.settings.get("distributed_ddl_output_mode") {
             Some(SettingValue::String(mode)) if mode == "throw_only_active" => {
                 crate::sql::ddl_status::NullStatus::Inactive
