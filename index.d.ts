@@ -32,9 +32,16 @@ export interface ObjectPlan {
   replicaPath?: string
   /**
    * The statements that bring it to the declaration, in order (one ALTER for a table; the
-   * replacement of a view). Empty when anything is refused.
+   * replacement of a view). Empty when anything is refused, and in a plan on a replica that
+   * gets them by replication (see `replicated_from`).
    */
   statements: Array<string>
+  /**
+   * In a plan, for a replica of a set whose ALTERs another pod's plan runs: that pod. The
+   * changes then arrive by replication. (The apply lets the first replica that finds the
+   * difference run them, which may be another one.)
+   */
+  replicatedFrom?: string
   /** Each change in words (`add column x after id`), in order. */
   changes: Array<string>
   /** Live columns the declaration lacks: kept with their data, and reported. */

@@ -136,7 +136,8 @@ const rebuilt = (result: PlanResult): string => {
 
 /**
  * Convergence's part of the plan (converge: 'additive'), per pod: what each object that differs
- * gets (its changes, in words), the live columns kept, and what is refused.
+ * gets (its changes, in words, and the replica that runs them when it gets them by replication),
+ * the live columns kept, and what is refused.
  */
 const converged = (result: PlanResult): string => {
   const pods = result.converge
@@ -144,6 +145,7 @@ const converged = (result: PlanResult): string => {
       const objects = pod.objects.map((o) => {
         const parts = [
           ...o.changes,
+          ...(o.replicatedFrom ? [`by replication from ${o.replicatedFrom}`] : []),
           ...o.keptColumns.map((c) => `keep column ${c}`),
           ...o.refused.map((r) => `refused ${r.clause}: ${r.why}`),
         ];

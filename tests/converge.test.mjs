@@ -100,6 +100,46 @@ describe('convergence', () => {
     }
   });
 
+  test('a default is not changed while some part lacks its column (old rows would read the new one), and is once every part stores it', { timeout }, async () => {
+    // Review C3: rows written before the column was added read its current default.
+    const table = (column) => `CREATE TABLE IF NOT EXISTS c17.t (id UInt64${column}) ENGINE = MergeTree ORDER BY id`;
+    const base = ['CREATE DATABASE IF NOT EXISTS c17', table('')];
+    const state = await start('c17', base, 'c17.t', '(1)');
+    const { result } = await applyWithEvents('c17', converging([base[0], table(', m UInt8 DEFAULT 7')]), state);
+    const changed = [base[0], table(', m UInt8 DEFAULT 8')];
+    const err = await rejection(apply('c17', converging(changed), result.state));
+    assert.equal(err.code, 'E_STATEMENT_FAILED');
+    assert.ok(err.message.includes('a check before its ALTER, found parts of the table that do not store the column whose default changes'), err.message);
+    for (const pod of pods) {
+      assert.equal(query(pod, 'SELECT m FROM c17.t WHERE id = 1'), '7', pod);
+      assert.equal(query(pod, "SELECT default_expression FROM system.columns WHERE database = 'c17' AND table = 't' AND name = 'm'"), '7', pod);
+      // What the message says to do: store the column in every part.
+      query(pod, 'OPTIMIZE TABLE c17.t FINAL');
+    }
+    const done = await apply('c17', converging(changed), result.state);
+    assert.deepEqual(done.appliedTo, pods);
+    for (const pod of pods) {
+      query(pod, 'INSERT INTO c17.t (id) VALUES (2)');
+      assert.equal(query(pod, 'SELECT id, m FROM c17.t ORDER BY id FORMAT TSV'), '1\t7\n2\t8', pod);
+    }
+  });
+
+  test('a column whose default varies at each call (now()) is added to an empty table only', { timeout }, async () => {
+    const table = (name, column) => `CREATE TABLE IF NOT EXISTS c18.${name} (id UInt64${column}) ENGINE = MergeTree ORDER BY id`;
+    const base = ['CREATE DATABASE IF NOT EXISTS c18', table('full', ''), table('empty', '')];
+    const state = await start('c18', base, 'c18.full', '(1)');
+    const declared = [base[0], table('full', ', at DateTime DEFAULT now()'), table('empty', ', at DateTime DEFAULT now()')];
+    const err = await rejection(apply('c18', converging(declared), state));
+    assert.equal(err.code, 'E_STATEMENT_FAILED');
+    assert.ok(err.message.includes('convergence of c18.full failed on pod'), err.message);
+    assert.ok(err.message.includes('found rows in the table, and the column it adds has a default that gives another value at each call'), err.message);
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c18', 'full').map((c) => c[0]), ['id'], pod);
+    // Without the table that holds rows, the empty one gets the column.
+    const { result } = await applyWithEvents('c18', converging([base[0], base[1], declared[2]]), state);
+    assert.deepEqual(result.appliedTo, pods);
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c18', 'empty').map((c) => c[0]), ['id', 'at'], pod);
+  });
+
   if (modern) {
     test('settings, comment, a codec, a skip index and a projection are modified; a TTL no longer declared is removed', { timeout }, async () => {
       const base = [
@@ -301,6 +341,9 @@ describe('convergence', () => {
     // What the provider's read does on drift: the pod is left out of the observed state, and the
     // repair's apply runs on it.
     const observed = { ...state, pods: state.pods.filter((p) => p.name !== victim), podNames: state.podNames.filter((n) => n !== victim) };
+    // The plan checks the pod the apply runs on, not the covered ones (review C13).
+    const planned = await plan('c11', converging(declared), observed);
+    assert.deepEqual(planned.converge.map((p) => [p.pod, p.objects.map((o) => o.changes)]), [[victim, [['add column n after id']]]]);
     const { result, events } = await applyWithEvents('c11', converging(declared), observed);
     assert.deepEqual(result.appliedTo, [victim]);
     assert.deepEqual(events.filter((e) => e.action === 'alter').map((e) => [e.pod, e.changes]), [[victim, ['add column n after id']]]);
@@ -314,8 +357,14 @@ describe('convergence', () => {
     const base = ['CREATE DATABASE IF NOT EXISTS c12', table('id UInt64')];
     const { state } = await apply('c12', props(base));
     query(pods[0], 'INSERT INTO c12.t VALUES (1)');
+    const declared = [base[0], table('id UInt64, n UInt8 DEFAULT 4')];
+    // The plan runs the ALTER on one replica of the set and says the others replicate it (review C13).
+    const planned = await plan('c12', converging(declared), state);
+    const [runner, ...replicas] = planned.converge;
+    assert.deepEqual(runner.objects.map((o) => [o.object, o.statements.length > 0, o.replicatedFrom ?? null]), [['c12.t', true, null]]);
+    assert.deepEqual(replicas.map((p) => p.objects.map((o) => [o.object, o.statements, o.replicatedFrom, o.changes])), replicas.map(() => [['c12.t', [], runner.pod, runner.objects[0].changes]]));
     await sandbox.clearLogs();
-    const { result, events } = await applyWithEvents('c12', converging([base[0], table('id UInt64, n UInt8 DEFAULT 4')]), state);
+    const { result, events } = await applyWithEvents('c12', converging(declared), state);
     assert.deepEqual(result.appliedTo, pods);
     const execs = await sandbox.control('GET', '/sandbox/exec-log');
     const alters = execs.filter((e) => e.stdin.includes('clickhouse_schema_converge'));
@@ -326,6 +375,32 @@ describe('convergence', () => {
     for (const pod of pods) {
       assert.deepEqual(columns(pod, 'c12', 't').map((c) => c[0]), ['id', 'n'], pod);
     }
+  });
+
+  test1816('replication of ALTERs', 'replicas waiting for a claimant whose exec failed stop with the pass, and the next apply converges every replica', { timeout }, async () => {
+    // Review C16: waiting replicas polled until statementTimeoutMs (here 10 minutes, past the
+    // test's timeout) after the pod running the ALTERs had failed.
+    const table = (columns) =>
+      `CREATE TABLE IF NOT EXISTS c19.t (${columns}) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/c19/t', '{replica}') ORDER BY id`;
+    const base = ['CREATE DATABASE IF NOT EXISTS c19', table('id UInt64')];
+    const { state } = await apply('c19', props(base));
+    const declared = [base[0], table('id UInt64, n UInt8 DEFAULT 4')];
+    const slow = { statementTimeoutMs: 600_000 };
+    await sandbox.clearLogs();
+    // The first convergence exec answers nothing for 4 s, then its connection closes: the
+    // replica running the ALTERs fails, while the others wait for them.
+    await sandbox.control('POST', '/sandbox/faults', { kind: 'stall_exec', argv_contains: '-cv', count: 1, seconds: 4 });
+    const events = [];
+    const err = await rejection(apply('c19', converging(declared, slow), state, { onEvent: (e) => events.push(e) }));
+    const log = await sandbox.control('GET', '/sandbox/exec-log');
+    const stalled = log.find((e) => e.outcome === 'fault_stall');
+    assert.ok(stalled, 'the convergence exec was stalled');
+    assert.equal(err.pod, stalled.pod, err.message);
+    assert.match(err.message, /convergence/);
+    assert.ok(events.some((e) => e.kind === 'converge' && e.action === 'replicated'), 'another replica waited');
+    const { result } = await applyWithEvents('c19', converging(declared, slow), state);
+    assert.deepEqual(result.appliedTo, pods);
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c19', 't').map((c) => c[0]), ['id', 'n'], pod);
   });
 
   test('converge needs the check', { timeout }, async () => {

@@ -261,8 +261,13 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
         (_, ConvergeMode::Additive) => {
             let verify_plan =
                 VerifyPlan::new(&config.statements, &config.client.database).with_server_version();
+            // The pods the apply would run on: under NewPodsOnly, those the state does not cover.
             let pods: Vec<PodInfo> = match &decision {
-                Decision::NewPodsOnly { live, .. } => live.clone(),
+                Decision::NewPodsOnly { live, covered, .. } => live
+                    .iter()
+                    .filter(|p| !covered.iter().any(|c| c.name == p.name && c.uid == p.uid))
+                    .cloned()
+                    .collect(),
                 _ => run.list_matching().await?,
             };
             let mut ready: Vec<PodInfo> = pods

@@ -132,9 +132,14 @@ fn a_default_and_a_comment_are_modified() {
     for (engine, column) in [("18.16", "`v` String"), ("chdb-26.9", "`v` String")] {
         assert_eq!(
             statements(&plan(engine, "modify_default_comment")),
-            [format!(
-                "ALTER TABLE `app`.`t` MODIFY COLUMN {column} DEFAULT 'b', COMMENT COLUMN `v` 'new'"
-            )],
+            [
+                // Only where every part stores the column (review C3).
+                "SELECT throwIf(count() > 0) AS parts_without_the_column FROM system.parts WHERE database = 'app' \
+                 AND table = 't' AND active AND name NOT IN (SELECT name FROM system.parts_columns WHERE database = \
+                 'app' AND table = 't' AND active AND column = 'v')"
+                    .to_owned(),
+                format!("ALTER TABLE `app`.`t` MODIFY COLUMN {column} DEFAULT 'b', COMMENT COLUMN `v` 'new'")
+            ],
             "{engine}"
         );
     }
@@ -158,7 +163,7 @@ fn a_type_change_is_refused_then_allowed_and_a_live_column_kept() {
             vec![alter]
         } else {
             vec![
-                "SELECT throwIf(count() > 0, 'values that do not convert') FROM `app`.`t` WHERE \
+                "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE \
                  accurateCastOrNull(`v`, 'UInt16') IS NULL"
                     .to_owned(),
                 alter,

@@ -146,8 +146,13 @@ pub struct ObjectPlan {
     /// set it belongs to. Its ALTERs run on one replica of the set, and replicate.
     pub replica_path: Option<String>,
     /// The statements that bring it to the declaration, in order (one ALTER for a table; the
-    /// replacement of a view). Empty when anything is refused.
+    /// replacement of a view). Empty when anything is refused, and in a plan on a replica that
+    /// gets them by replication (see `replicated_from`).
     pub statements: Vec<String>,
+    /// In a plan, for a replica of a set whose ALTERs another pod's plan runs: that pod. The
+    /// changes then arrive by replication. (The apply lets the first replica that finds the
+    /// difference run them, which may be another one.)
+    pub replicated_from: Option<String>,
     /// Each change in words (`add column x after id`), in order.
     pub changes: Vec<String>,
     /// Live columns the declaration lacks: kept with their data, and reported.
@@ -580,6 +585,15 @@ fn plan_table(
                         continue;
                     }
                 };
+                if column_parts(&declared.text)
+                    .default
+                    .is_some_and(|(_, text, _)| varying_default(&text))
+                {
+                    plan.statements.push(guard_statement(
+                        NO_ROWS,
+                        &format!("{}.{}", ident(input.database), ident(input.name)),
+                    ));
+                }
                 let if_not_exists = if server.modern { "IF NOT EXISTS " } else { "" };
                 commands.push(format!("ADD COLUMN {if_not_exists}{}{place}", declared.text));
                 plan.changes.push(format!(
@@ -890,11 +904,13 @@ fn plan_column(
                 return;
             }
             Some((kind, text, _)) => {
+                plan.statements.push(stored_guard(input, name));
                 commands.push(format!("MODIFY COLUMN {column} {} {kind} {text}", d.ty.0));
                 plan.changes
                     .push(format!("{} of {name}: {text}", kind.to_ascii_lowercase()));
             }
             None if server.modern => {
+                plan.statements.push(stored_guard(input, name));
                 commands.push(format!(
                     "MODIFY COLUMN {column} REMOVE {}",
                     l.default.as_ref().map_or("DEFAULT", |p| p.0.as_str())
@@ -964,8 +980,103 @@ fn plan_column(
     }
 }
 
-/// How a statement that checks values before a type change starts (see [`conversion_guard`]).
-pub(crate) const GUARD_START: &str = "SELECT throwIf(count() > 0";
+/// How a statement that checks the table before an ALTER starts (see [`GUARDS`]).
+pub(crate) const GUARD_START: &str = "SELECT throwIf(count() > 0) AS ";
+
+/// A check that runs before an ALTER, in the same script, and fails the script (`throwIf`,
+/// ClickHouse code 395) where the ALTER would change or lose data: the name of its result (`says`:
+/// the failure is told by it, since 18.16's `throwIf` takes no message) and what the failure
+/// message explains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Guard {
+    pub(crate) says: &'static str,
+    pub(crate) explains: &'static str,
+}
+
+/// Before a type change on a modern server (see [`conversion_guard`]).
+pub(crate) const VALUES_CONVERT: Guard = Guard {
+    says: "values_that_do_not_convert",
+    explains: "found values of the column whose type changes that do not convert to the declared type exactly \
+               (they would fail the conversion, which leaves the table unreadable, or change value); the type \
+               was not changed. Convert or remove those values (accurateCastOrNull finds them), or declare a type \
+               that holds them",
+};
+
+/// Before a column's default expression changes or goes (see [`stored_guard`]).
+pub(crate) const COLUMN_STORED: Guard = Guard {
+    says: "parts_without_the_column",
+    explains: "found parts of the table that do not store the column whose default changes (parts written \
+               before the column was added): their rows read the column's current default, so changing it \
+               would change those rows' values; the default was not changed. OPTIMIZE TABLE ... FINAL, or \
+               ALTER TABLE ... MATERIALIZE COLUMN where the server has it, stores the column in every part; \
+               then deploy again",
+};
+
+/// Before a column whose default changes at every read is added (see [`varying_default`]).
+pub(crate) const NO_ROWS: Guard = Guard {
+    says: "rows_without_the_column",
+    explains: "found rows in the table, and the column it adds has a default that gives another value at each \
+               call (now(), rand(), ...): the server computes it for those rows at every read until a merge \
+               stores it, so each read, and each replica or pod, can see another value; the column was not \
+               added. Add it with a statement of your own and store its values (ALTER TABLE ... MATERIALIZE \
+               COLUMN), or declare a default that does not change",
+};
+
+/// Every guard, for reading a failure.
+pub(crate) const GUARDS: [Guard; 3] = [VALUES_CONVERT, COLUMN_STORED, NO_ROWS];
+
+/// A guard's statement: fails with `guard.says` where `from` (a `FROM ... WHERE ...` tail) counts
+/// any row.
+fn guard_statement(guard: Guard, from: &str) -> String {
+    format!("{GUARD_START}{} FROM {from}", guard.says)
+}
+
+/// Functions whose result changes from call to call (lower case): a default calling one is
+/// computed anew at every read of a part that does not store the column.
+const VARYING_FUNCTIONS: &[&str] = &[
+    "now",
+    "now64",
+    "nowinblock",
+    "today",
+    "yesterday",
+    "rand",
+    "rand32",
+    "rand64",
+    "randconstant",
+    "randcanonical",
+    "generateuuidv4",
+    "generateuuidv7",
+    "generatesnowflakeid",
+    "randomstring",
+    "randomfixedstring",
+    "randomprintableascii",
+    "randomstringutf8",
+    "fakedata",
+    "uptime",
+];
+
+/// Whether default expression `text` calls a function of [`VARYING_FUNCTIONS`].
+fn varying_default(text: &str) -> bool {
+    let tokens: Vec<Token> = significant(text).collect();
+    tokens.windows(2).any(|pair| {
+        pair[1].is_punct(text, "(")
+            && VARYING_FUNCTIONS.contains(&pair[0].text(text).to_ascii_lowercase().as_str())
+    })
+}
+
+/// The guard before changing or removing column `name`'s default: no active part of the table
+/// lacks the column.
+fn stored_guard(input: ObjectInput<'_>, name: &str) -> String {
+    let (database, table) = (literal(input.database), literal(input.name));
+    guard_statement(
+        COLUMN_STORED,
+        &format!(
+            "system.parts WHERE database = {database} AND table = {table} AND active AND name NOT IN (SELECT name \
+             FROM system.parts_columns WHERE database = {database} AND table = {table} AND active AND column = {})",
+            literal(name)
+        ),
+    )
+}
 
 /// Base types (their name without its trailing digits: `IPv` for `IPv4`) whose conversion
 /// `accurateCastOrNull` checks value by value: others (arrays, tuples, maps, ...) change with no
@@ -1014,12 +1125,14 @@ fn conversion_guard(input: ObjectInput<'_>, name: &str, ty: &str) -> Option<Stri
     } else {
         String::new()
     };
-    Some(format!(
-        "{GUARD_START}, {}) FROM {}.{} WHERE accurateCastOrNull({column}, {}) IS NULL{nulls}",
-        literal("values that do not convert"),
-        ident(input.database),
-        ident(input.name),
-        literal(&base)
+    Some(guard_statement(
+        VALUES_CONVERT,
+        &format!(
+            "{}.{} WHERE accurateCastOrNull({column}, {}) IS NULL{nulls}",
+            ident(input.database),
+            ident(input.name),
+            literal(&base)
+        ),
     ))
 }
 

@@ -3,6 +3,7 @@
 //! runs again. Nothing more is spent where the check finds the pod as declared.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Converge, PodPlan, plan_pod};
 use crate::error::ClickHouseSchemaError;
@@ -29,6 +30,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         report: PodReport,
         scratch: &str,
         stdout: &str,
+        stop: Option<&AtomicBool>,
     ) -> Result<(PodReport, PodPlan), Failure> {
         let pod_plan = plan_pod(plan, &report, scratch, stdout, converge.options());
         let pod = report.pod.clone();
@@ -36,53 +38,104 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // A replicated table's ALTER runs on one replica of its set; another replica of the set
         // leaves it to replication and waits for it.
         let mut own = pod_plan.clone();
-        let mut waiting: Vec<String> = Vec::new();
+        let mut waiting: Vec<(String, String)> = Vec::new();
+        let mut claimed: Vec<String> = Vec::new();
         {
             let mut claims = self
                 .converge_claims
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             for object in own.objects.iter_mut().filter(|o| !o.statements.is_empty()) {
-                if let Some(path) = &object.replica_path
-                    && !claims.insert(path.clone())
-                {
-                    object.statements.clear();
-                    waiting.push(object.object.clone());
+                if let Some(path) = &object.replica_path {
+                    if claims.insert(path.clone()) {
+                        claimed.push(path.clone());
+                    } else {
+                        object.statements.clear();
+                        waiting.push((object.object.clone(), path.clone()));
+                    }
                 }
             }
         }
-        for object in &waiting {
-            self.events.emit(Event::Converge {
-                pod: pod.clone(),
-                object: object.clone(),
-                action: "replicated".to_owned(),
-                changes: Vec::new(),
-                column: None,
-                message: format!(
-                    "{object} on {pod}: another replica of its set runs the ALTERs; waiting for them to replicate"
-                ),
-            });
+        for (object, _) in &waiting {
+            self.report_replicated(object, &pod);
         }
         if own.statements().next().is_none() && waiting.is_empty() {
             return Ok((accept(report, &pod_plan), pod_plan));
         }
         if own.statements().next().is_some() {
-            self.run_converge(&own, &pod).await?;
+            self.run_claimed(&own, &pod, &claimed).await?;
         }
         let deadline = self.clock.now() + self.statement_timeout;
         loop {
-            let report = accept(self.verify_pod_output(plan, &pod).await?.0, &pod_plan);
-            let arrived = report
-                .objects
-                .iter()
-                .filter(|o| waiting.contains(&o.name))
-                .all(|o| o.status == ObjectStatus::Ok);
-            if arrived || self.clock.now() >= deadline {
+            // Another pod of the pass failed: the pass stops, and nothing is left to wait for.
+            if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                return Err(Failure::Stopped);
+            }
+            let (checked, scratch, stdout) = self.verify_pod_output(plan, &pod).await?;
+            let report = accept(checked.clone(), &pod_plan);
+            waiting.retain(|(object, _)| {
+                report
+                    .objects
+                    .iter()
+                    .any(|o| &o.name == object && o.status != ObjectStatus::Ok)
+            });
+            if waiting.is_empty() || self.clock.now() >= deadline {
                 return Ok((report, pod_plan));
+            }
+            // A claimant that failed, or vanished, gave its claim back: this replica takes it and
+            // runs the ALTERs itself, planned from what it just found.
+            let taken: Vec<(String, String)> = {
+                let mut claims = self
+                    .converge_claims
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                waiting
+                    .iter()
+                    .filter(|(_, path)| claims.insert(path.clone()))
+                    .cloned()
+                    .collect()
+            };
+            if !taken.is_empty() {
+                let mut mine = plan_pod(plan, &checked, &scratch, &stdout, converge.options());
+                mine.objects
+                    .retain(|o| taken.iter().any(|(object, _)| *object == o.object));
+                waiting.retain(|w| !taken.contains(w));
+                let paths: Vec<String> = taken.into_iter().map(|(_, path)| path).collect();
+                if mine.statements().next().is_some() {
+                    self.report_plan(&mine);
+                    self.run_claimed(&mine, &pod, &paths).await?;
+                    continue;
+                }
+                // Nothing left to run for them here: what the check found decides.
+                release(&self.converge_claims, &paths);
             }
             self.unless_cancelled(self.clock.sleep(crate::reconcile::POLL_INTERVAL))
                 .await;
         }
+    }
+
+    /// [`Self::run_converge`] of ALTERs whose replica sets `claimed` this pod holds: a claim is
+    /// given back when they fail (or the pod vanishes), so another replica can run them.
+    async fn run_claimed(&self, pod_plan: &PodPlan, pod: &str, claimed: &[String]) -> Result<(), Failure> {
+        let ran = self.run_converge(pod_plan, pod).await;
+        if ran.is_err() {
+            release(&self.converge_claims, claimed);
+        }
+        ran
+    }
+
+    /// A `replicated` event: `object` on `pod` waits for another replica's ALTERs.
+    fn report_replicated(&self, object: &str, pod: &str) {
+        self.events.emit(Event::Converge {
+            pod: pod.to_owned(),
+            object: object.to_owned(),
+            action: "replicated".to_owned(),
+            changes: Vec::new(),
+            column: None,
+            message: format!(
+                "{object} on {pod}: another replica of its set runs the ALTERs; waiting for them to replicate"
+            ),
+        });
     }
 
     /// What convergence would do on each of `pods` (each Ready and with the container), from
@@ -108,9 +161,27 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         .await;
         results.sort_by_key(|(at, _)| *at);
         let mut out = Vec::new();
+        // As the apply does: a replica set's ALTERs run on one replica, the others replicate them.
+        let mut claims: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
         for (_, result) in results {
             match result {
-                Ok(pod_plan) => out.push(pod_plan),
+                Ok(mut pod_plan) => {
+                    for object in pod_plan.objects.iter_mut().filter(|o| !o.statements.is_empty()) {
+                        let Some(path) = &object.replica_path else {
+                            continue;
+                        };
+                        match claims.get(path) {
+                            Some(claimant) => {
+                                object.statements.clear();
+                                object.replicated_from = Some(claimant.clone());
+                            }
+                            None => {
+                                claims.insert(path.clone(), pod_plan.pod.clone());
+                            }
+                        }
+                    }
+                    out.push(pod_plan);
+                }
                 Err(Failure::Vanished | Failure::Stopped) => {}
                 Err(Failure::Error(err)) => return Err(err),
             }
@@ -318,12 +389,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                  next deploy plans again.",
                 object.statements.len()
             ),
-            FailureKind::Unconvertible => format!(
-                "its statement {position} ({} in all for it) found values of the column whose type changes \
-                 that do not convert to the declared type exactly (they would fail the conversion, which \
-                 leaves the table unreadable, or change value); the type was not changed.{before} Convert or \
-                 remove those values (accurateCastOrNull finds them), or declare a type that holds them.",
-                object.statements.len()
+            FailureKind::Guard(guard) => format!(
+                "its statement {position} ({} in all for it), a check before its ALTER, {}.{before}",
+                object.statements.len(),
+                guard.explains
             ),
             FailureKind::MutationFailed => format!(
                 "its statement {position} ({} in all for it) changed the table's definition, but the mutation \
@@ -396,8 +465,8 @@ fn pod_plan_objects<'p>(statements: &[(&'p super::ObjectPlan, &String)]) -> Vec<
 pub(super) enum FailureKind {
     /// The server refused it: nothing of it was applied.
     Refused,
-    /// The check before a type change found values that do not convert (`throwIf`'s code 395).
-    Unconvertible,
+    /// A check before an ALTER (`throwIf`'s code 395) found what the ALTER would change.
+    Guard(super::Guard),
     /// The ALTER changed the table's definition and its mutation failed (`UNFINISHED`, 341).
     MutationFailed,
     /// The client stopped without the server's answer, or the server's wait ran out: it may have
@@ -418,12 +487,26 @@ const KILLED_EXITS: &[i32] = &[124, 137, 143];
 
 pub(super) fn failure_kind(statement: &str, code: Option<u32>, exit_code: i32) -> FailureKind {
     match code {
-        Some(395) if statement.starts_with(super::GUARD_START) => FailureKind::Unconvertible,
+        Some(395)
+            if let Some(guard) = super::GUARDS
+                .into_iter()
+                .find(|g| statement.starts_with(super::GUARD_START) && statement.contains(g.says)) =>
+        {
+            FailureKind::Guard(guard)
+        }
         Some(341) => FailureKind::MutationFailed,
         Some(code) if UNKNOWN_OUTCOME_CODES.contains(&code) => FailureKind::Unknown,
         _ if KILLED_EXITS.contains(&exit_code) => FailureKind::Unknown,
         Some(_) => FailureKind::Refused,
         None => FailureKind::Unknown,
+    }
+}
+
+/// Gives back the replica-set claims `paths` (see [`Run::converge_pod`]).
+fn release(claims: &std::sync::Mutex<std::collections::BTreeSet<String>>, paths: &[String]) {
+    let mut claims = claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for path in paths {
+        claims.remove(path);
     }
 }
 

@@ -64,6 +64,16 @@ fn plan_printed(
     )
 }
 
+/// The check that runs before a change of `column`'s default in table `app.t`: no part lacks the
+/// column (review C3).
+fn stored(column: &str) -> String {
+    format!(
+        "SELECT throwIf(count() > 0) AS parts_without_the_column FROM system.parts WHERE database = 'app' AND \
+         table = 't' AND active AND name NOT IN (SELECT name FROM system.parts_columns WHERE database = 'app' AND \
+         table = 't' AND active AND column = '{column}')"
+    )
+}
+
 fn table(declared: &str, live: &str, server: Server) -> ObjectPlan {
     plan_with("TABLE", declared, live, "", server, options())
 }
@@ -108,7 +118,8 @@ fn a_name_with_an_escaped_quote_is_quoted_once() {
     assert_eq!(
         plan.statements,
         [
-            "ALTER TABLE `app`.`t` MODIFY COLUMN `we\\`ird` String DEFAULT 'b', ADD COLUMN IF NOT EXISTS `n` UInt8 AFTER `we\\`ird`"
+            stored("we`ird"),
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `we\\`ird` String DEFAULT 'b', ADD COLUMN IF NOT EXISTS `n` UInt8 AFTER `we\\`ird`".to_owned()
         ]
     );
 }
@@ -134,7 +145,10 @@ fn a_default_and_a_comment_are_modified() {
     );
     assert_eq!(
         plan.statements,
-        ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` String DEFAULT 'b', COMMENT COLUMN `v` 'new'"]
+        [
+            stored("v"),
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `v` String DEFAULT 'b', COMMENT COLUMN `v` 'new'".to_owned()
+        ]
     );
 }
 
@@ -145,7 +159,11 @@ fn a_removed_default_or_comment_needs_a_modern_server() {
         "CREATE TABLE app.t (`id` UInt64, `v` String DEFAULT 'a' COMMENT 'c') ENGINE = MergeTree ORDER BY id";
     assert_eq!(
         table(declared, live, NEW).statements,
-        ["ALTER TABLE `app`.`t` MODIFY COLUMN `v` REMOVE DEFAULT, MODIFY COLUMN `v` REMOVE COMMENT"]
+        [
+            stored("v"),
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `v` REMOVE DEFAULT, MODIFY COLUMN `v` REMOVE COMMENT"
+                .to_owned()
+        ]
     );
     assert!(table(declared, live, OLD).statements.is_empty());
     assert_eq!(table(declared, live, OLD).refused.len(), 1);
@@ -208,8 +226,8 @@ fn a_type_change_on_a_modern_server_first_checks_that_every_value_converts() {
     assert_eq!(
         plan.statements,
         [
-            "SELECT throwIf(count() > 0, 'values that do not convert') FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL",
-            "SELECT throwIf(count() > 0, 'values that do not convert') FROM `app`.`t` WHERE accurateCastOrNull(`n`, 'String') IS NULL AND `n` IS NOT NULL",
+            "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL",
+            "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`n`, 'String') IS NULL AND `n` IS NOT NULL",
             // An array's elements are not checked: accurateCastOrNull has no Nullable array.
             "ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt32, MODIFY COLUMN `n` LowCardinality(Nullable(String)), MODIFY COLUMN `a` Array(UInt16)",
         ]
@@ -227,12 +245,50 @@ fn a_type_change_on_a_modern_server_first_checks_that_every_value_converts() {
 }
 
 #[test]
+fn a_column_added_with_a_default_that_varies_needs_an_empty_table() {
+    // Review C3: `DEFAULT now()` is computed at every read of a part that does not store the
+    // column; the check before the ALTER lets it run only on a table without rows.
+    for (server, declared, live) in [
+        (
+            NEW,
+            "CREATE TABLE s.o0 (`id` UInt64, `at` DateTime DEFAULT now(), `k` UUID DEFAULT generateUUIDv4(), `c` String DEFAULT concat('a', 'b')) ENGINE = MergeTree ORDER BY id",
+            "CREATE TABLE app.t (`id` UInt64) ENGINE = MergeTree ORDER BY id",
+        ),
+        (
+            OLD,
+            "CREATE TABLE s.o0 ( id UInt64,  at DateTime DEFAULT now(),  k UUID DEFAULT generateUUIDv4(),  c String DEFAULT concat('a', 'b')) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+            "CREATE TABLE app.t ( id UInt64) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
+        ),
+    ] {
+        let plan = table(declared, live, server);
+        let guards: Vec<&String> = plan
+            .statements
+            .iter()
+            .filter(|s| s.starts_with(GUARD_START))
+            .collect();
+        // One check per such column (`at`, `k`), none for the constant `concat`.
+        assert_eq!(
+            guards, ["SELECT throwIf(count() > 0) AS rows_without_the_column FROM `app`.`t`"; 2],
+            "{plan:?}"
+        );
+        assert!(
+            plan.statements
+                .last()
+                .is_some_and(|s| s.starts_with("ALTER TABLE"))
+        );
+    }
+}
+
+#[test]
 fn a_failed_statement_says_whether_it_may_have_run() {
     use run::{FailureKind, failure_kind};
     let alter = "ALTER TABLE `app`.`t` ADD COLUMN `n` UInt8";
-    let guard = "SELECT throwIf(count() > 0, 'values that do not convert') FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL";
+    let guard = "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL";
     assert_eq!(failure_kind(alter, Some(44), 44), FailureKind::Refused);
-    assert_eq!(failure_kind(guard, Some(395), 139), FailureKind::Unconvertible);
+    assert_eq!(
+        failure_kind(guard, Some(395), 139),
+        FailureKind::Guard(VALUES_CONVERT)
+    );
     assert_eq!(failure_kind(alter, Some(395), 139), FailureKind::Refused);
     assert_eq!(failure_kind(alter, Some(341), 85), FailureKind::MutationFailed);
     for code in [159, 209, 210, 32, 394, 999] {
@@ -646,9 +702,11 @@ fn a_column_is_modified_once_per_alter() {
     assert_eq!(
         plan.statements,
         [
+            stored("c"),
             "ALTER TABLE `app`.`t` MODIFY COLUMN `c` UInt32 MATERIALIZED JSONExtractUInt(event, 'x'), ADD COLUMN \
-             IF NOT EXISTS `n` UInt8 AFTER `c`",
-            "ALTER TABLE `app`.`t` MODIFY COLUMN `c` UInt32 CODEC(T64, LZ4)",
+             IF NOT EXISTS `n` UInt8 AFTER `c`"
+                .to_owned(),
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `c` UInt32 CODEC(T64, LZ4)".to_owned(),
         ]
     );
 }

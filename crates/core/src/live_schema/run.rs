@@ -17,12 +17,14 @@ use crate::transport::{Clock, Event, ExecRequest, Executor, PodLister, Transport
 impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
     /// The live-schema check after the statements ran on `pod`: a mismatch fails the pod (and
     /// so the apply) under `verify: 'fail'`, and is reported as an event under `'warn'`.
-    /// `ran` is what the check printed in the statements' exec, if it ran there.
+    /// `ran` is what the check printed in the statements' exec, if it ran there; `stop` is the
+    /// fanout pass's, set when another pod failed (convergence stops waiting for replication).
     pub(crate) async fn verify_after_apply(
         &self,
         verification: Verification<'_>,
         pod: &str,
         ran: Option<CheckRan>,
+        stop: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<(), Failure> {
         let read = ran.and_then(|ran| {
             let report = verification.plan.read(pod, &ran.scratch, &ran.stdout).ok()?;
@@ -36,7 +38,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // Convergence: what differs is brought to the declaration where an ALTER can, and
             // checked again; what it leaves is reported below as without it.
             (Some(converge), Ok((report, scratch, stdout))) if !report.is_ok() => self
-                .converge_pod(verification.plan, converge, report, &scratch, &stdout)
+                .converge_pod(verification.plan, converge, report, &scratch, &stdout, stop)
                 .await
                 .map(|(report, pod_plan)| (report, Some(pod_plan))),
             (_, result) => result.map(|(report, ..)| (report, None)),

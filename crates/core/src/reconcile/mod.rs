@@ -570,7 +570,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if stopped() {
                 return Err(Failure::Stopped);
             }
-            self.verify_after_apply(verification, pod, ran).await?;
+            self.verify_after_apply(verification, pod, ran, pass.map(|p| &p.stop))
+                .await?;
         }
         if let (Some(ledger), false) = (self.ledger, closed) {
             if stopped() {
