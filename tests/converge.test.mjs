@@ -197,6 +197,29 @@ describe('convergence', () => {
     for (const pod of pods) assert.equal(query(pod, 'SELECT a, b FROM c4.v FORMAT TSV'), '2\t3', pod);
   });
 
+  test1816('a server without CREATE OR REPLACE VIEW', 'a view is replaced beside the old one, which serves until the swap; an object not a view under a name the swap uses is left with its rows', { timeout }, async () => {
+    // Review C5: DROP then CREATE left no view between them, or none at all when the CREATE failed.
+    const base = ['CREATE DATABASE IF NOT EXISTS c20', 'CREATE VIEW IF NOT EXISTS c20.v AS SELECT 1 AS a'];
+    const { state } = await apply('c20', props(base));
+    const [taken] = pods;
+    query(taken, 'CREATE TABLE c20.v__clickhouse_schema_new (x UInt8) ENGINE = MergeTree ORDER BY x');
+    query(taken, 'INSERT INTO c20.v__clickhouse_schema_new VALUES (9)');
+    const declared = [base[0], 'CREATE VIEW IF NOT EXISTS c20.v AS SELECT 2 AS a'];
+    const err = await rejection(apply('c20', converging(declared, { parallelism: 1 }), state));
+    assert.equal(err.code, 'E_STATEMENT_FAILED');
+    assert.equal(err.pod, taken);
+    assert.ok(err.message.includes('found an object that is not a view under a name the replacement of a view uses'), err.message);
+    assert.equal(query(taken, 'SELECT a FROM c20.v'), '1');
+    assert.equal(query(taken, 'SELECT x FROM c20.v__clickhouse_schema_new'), '9');
+    query(taken, 'DROP TABLE c20.v__clickhouse_schema_new');
+    const { result } = await applyWithEvents('c20', converging(declared), state);
+    assert.deepEqual(result.appliedTo, pods);
+    for (const pod of pods) {
+      assert.equal(query(pod, 'SELECT a FROM c20.v'), '2', pod);
+      assert.deepEqual(sandbox.tablesOn(pod, 'c20'), ['v'], pod);
+    }
+  });
+
   test('a live column the declaration lacks is reported and kept with its data', { timeout }, async () => {
     const base = ['CREATE DATABASE IF NOT EXISTS c5', 'CREATE TABLE IF NOT EXISTS c5.t (id UInt64, extra String) ENGINE = MergeTree ORDER BY id'];
     const state = await start('c5', base, 'c5.t', "(1, 'keep me')");
@@ -401,6 +424,34 @@ describe('convergence', () => {
     const { result } = await applyWithEvents('c19', converging(declared, slow), state);
     assert.deepEqual(result.appliedTo, pods);
     for (const pod of pods) assert.deepEqual(columns(pod, 'c19', 't').map((c) => c[0]), ['id', 'n'], pod);
+  });
+
+  test1816('ON CLUSTER through ZooKeeper', 'under onCluster the other hosts are checked before the ALTERs and after them, until they have taken them', { timeout }, async () => {
+    // Review C9: the plan came from one host, its ALTERs went to every host, and only that host
+    // was checked after. (The sandbox's cluster is one replicated shard, where ON CLUSTER alters
+    // only replicated tables; hosts that differ are refused, see converge/tests.rs.)
+    const clustered = (statements) =>
+      converging(statements, { execution: { mode: 'onCluster', cluster: 'sandbox' }, settings: { distributed_ddl_task_timeout: 60 } });
+    const table = (columns) =>
+      `CREATE TABLE IF NOT EXISTS c21.t ON CLUSTER sandbox (${columns}) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/c21/t', '{replica}') ORDER BY id`;
+    const base = ['CREATE DATABASE IF NOT EXISTS c21 ON CLUSTER sandbox', table('id UInt64')];
+    const { state } = await apply('c21', clustered(base));
+    const declared = [base[0], table('id UInt64, n UInt8')];
+    const planned = await plan('c21', clustered(declared), state);
+    assert.deepEqual(planned.converge.map((p) => [p.pod, p.objects.map((o) => [o.object, o.changes, o.refused])]), [[pods[0], [['c21.t', ['add column n after id'], []]]]], JSON.stringify(planned.converge));
+    await sandbox.clearLogs();
+    const { result } = await applyWithEvents('c21', clustered(declared), state);
+    assert.equal(result.changed, true);
+    const execs = await sandbox.control('GET', '/sandbox/exec-log');
+    const alters = execs.filter((e) => e.stdin.includes('clickhouse_schema_converge'));
+    assert.deepEqual(alters.map((e) => e.pod), [planned.converge[0].pod], 'one convergence exec, where the plan said');
+    // Each other host was checked before the ALTER and after it.
+    const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
+    for (const pod of pods.filter((p) => p !== alters[0].pod)) {
+      const checks = execs.filter((e) => e.pod === pod && isCheck(e));
+      assert.ok(checks.some((e) => e.id < alters[0].id) && checks.some((e) => e.id > alters[0].id), pod);
+    }
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c21', 't').map((c) => c[0]), ['id', 'n'], pod);
   });
 
   test('converge needs the check', { timeout }, async () => {

@@ -270,13 +270,11 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
                     .collect(),
                 _ => run.list_matching().await?,
             };
-            let mut ready: Vec<PodInfo> = pods
+            // Under onCluster the first is where the apply converges, the others are compared.
+            let ready: Vec<PodInfo> = pods
                 .into_iter()
                 .filter(|p| p.ready && p.has_container(&config.target.container))
                 .collect();
-            if let Execution::OnCluster { .. } = config.execution {
-                ready.truncate(1);
-            }
             if verify_plan.is_empty() {
                 Vec::new()
             } else {

@@ -361,11 +361,10 @@ pub fn plan_object(input: ObjectInput<'_>, server: Server, options: Options<'_>)
                         alter: None,
                     });
                 } else {
-                    plan.statements
-                        .push(format!("DROP TABLE IF EXISTS {target}{on_cluster}"));
-                    plan.statements.push(format!(
-                        "CREATE VIEW {target}{on_cluster} {}",
-                        input.declared_body
+                    plan.statements.extend(replace_view_statements(
+                        input.database,
+                        input.name,
+                        input.declared_body,
                     ));
                 }
                 plan.changes.push("replace the view".to_owned());
@@ -515,6 +514,18 @@ fn plan_table(
     let mut last: Vec<String> = Vec::new();
     // Commands that need an ALTER of their own (see the second `MODIFY COLUMN` of a column).
     let mut own: Vec<String> = Vec::new();
+    // Engines whose columns a server ALTERs (tried on 18.16 and 26.9): others (Log, TinyLog,
+    // StripeLog, Set, Join, File, Kafka, ...; Memory on 18.16) answer every column ALTER with an
+    // error (code 48), so their column differences are refused, saying why.
+    let engine = input
+        .live
+        .clause("ENGINE")
+        .and_then(|e| crate::sql::definition::engine_parts(&e.text))
+        .map(|(name, _)| name)
+        .unwrap_or_default();
+    let alters_columns = engine.ends_with("MergeTree")
+        || ["Merge", "Distributed", "Buffer", "Null"].contains(&engine.as_str())
+        || (server.modern && engine == "Memory");
     let declared_columns = plain_columns(input.declared);
     let live_columns = plain_columns(input.live);
     // The check names "column order" only when nothing else differs; convergence moves no column,
@@ -544,6 +555,13 @@ fn plan_table(
         let Some(name) = d.clause.strip_prefix("column ") else {
             continue;
         };
+        if !alters_columns {
+            plan.refused.push(refusal(
+                &d.clause,
+                &format!("the table's engine ({engine}) has no ALTER of its columns on this server"),
+            ));
+            continue;
+        }
         if let Some((kind, entry_name)) = entry_kind(name) {
             plan_entry(input, server, kind, entry_name, name, &mut commands, plan);
             continue;
@@ -1022,8 +1040,69 @@ pub(crate) const NO_ROWS: Guard = Guard {
                COLUMN), or declare a default that does not change",
 };
 
+/// Before a view is replaced on a server without `CREATE OR REPLACE VIEW` (see
+/// [`replace_view_statements`]).
+pub(crate) const IS_A_VIEW: Guard = Guard {
+    says: "view_to_replace",
+    explains: "found that the object of that name is not a plain view on this pod (it changed since the check, \
+               or is another kind of object); nothing was replaced",
+};
+
+/// Before the names a view's replacement uses are dropped (see [`replace_view_statements`]).
+pub(crate) const NAMES_FREE: Guard = Guard {
+    says: "replacement_names_taken",
+    explains: "found an object that is not a view under a name the replacement of a view uses (the view's name \
+               followed by __clickhouse_schema_new or __clickhouse_schema_old); nothing was replaced. Rename \
+               that object",
+};
+
 /// Every guard, for reading a failure.
-pub(crate) const GUARDS: [Guard; 3] = [VALUES_CONVERT, COLUMN_STORED, NO_ROWS];
+pub(crate) const GUARDS: [Guard; 5] = [VALUES_CONVERT, COLUMN_STORED, NO_ROWS, IS_A_VIEW, NAMES_FREE];
+
+/// The statements that replace view `database.name` with one created from `body` on a server
+/// without `CREATE OR REPLACE VIEW` (18.16). The new view is created beside the old one under a
+/// name of its own and swapped in with one `RENAME`, so a failure before the swap leaves the old
+/// view serving, and queries never meet a missing view; the old one is dropped after. Only views
+/// (which hold no data) are dropped: the checks first make sure the object is a view, and that
+/// the two names the replacement uses hold no table; a view left under them by a replacement that
+/// stopped half way is dropped.
+fn replace_view_statements(database: &str, name: &str, body: &str) -> Vec<String> {
+    let (new, old) = (
+        format!("{name}__clickhouse_schema_new"),
+        format!("{name}__clickhouse_schema_old"),
+    );
+    let qualified = |n: &str| format!("{}.{}", ident(database), ident(n));
+    let db = literal(database);
+    vec![
+        guard_statement(
+            IS_A_VIEW,
+            &format!(
+                "(SELECT count() AS views FROM system.tables WHERE database = {db} AND name = {} AND engine = 'View') \
+                 WHERE views != 1",
+                literal(name)
+            ),
+        ),
+        guard_statement(
+            NAMES_FREE,
+            &format!(
+                "system.tables WHERE database = {db} AND name IN ({}, {}) AND engine != 'View'",
+                literal(&new),
+                literal(&old)
+            ),
+        ),
+        format!("DROP TABLE IF EXISTS {}", qualified(&new)),
+        format!("DROP TABLE IF EXISTS {}", qualified(&old)),
+        format!("CREATE VIEW {} {body}", qualified(&new)),
+        format!(
+            "RENAME TABLE {} TO {}, {} TO {}",
+            qualified(name),
+            qualified(&old),
+            qualified(&new),
+            qualified(name)
+        ),
+        format!("DROP TABLE {}", qualified(&old)),
+    ]
+}
 
 /// A guard's statement: fails with `guard.says` where `from` (a `FROM ... WHERE ...` tail) counts
 /// any row.

@@ -32,8 +32,20 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         stdout: &str,
         stop: Option<&AtomicBool>,
     ) -> Result<(PodReport, PodPlan), Failure> {
-        let pod_plan = plan_pod(plan, &report, scratch, stdout, converge.options());
+        let mut pod_plan = plan_pod(plan, &report, scratch, stdout, converge.options());
         let pod = report.pod.clone();
+        // Under onCluster every ALTER reaches every host, planned from this one: the other hosts
+        // are checked first, and an object they would need altered otherwise is left alone.
+        let hosts = match converge.on_cluster {
+            Some(_) if pod_plan.statements().next().is_some() => {
+                let hosts = self.other_hosts(plan, converge, &pod).await?;
+                for (host, host_plan) in &hosts {
+                    refuse_divergent(&mut pod_plan, host, host_plan);
+                }
+                hosts
+            }
+            _ => Vec::new(),
+        };
         self.report_plan(&pod_plan);
         // A replicated table's ALTER runs on one replica of its set; another replica of the set
         // leaves it to replication and waits for it.
@@ -64,6 +76,36 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
         if own.statements().next().is_some() {
             self.run_claimed(&own, &pod, &claimed).await?;
+            // ...and checked again after, until each has taken them (a replicated table's ALTER
+            // ON CLUSTER runs on one replica and reaches the others by replication): a host that
+            // has not by the statement timeout decides.
+            let deadline = self.clock.now() + self.statement_timeout;
+            let altered = |name: &str| {
+                own.objects
+                    .iter()
+                    .any(|o| o.object == name && !o.statements.is_empty())
+            };
+            for (host, _) in &hosts {
+                loop {
+                    if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                        return Err(Failure::Stopped);
+                    }
+                    let (checked, ..) = self.verify_pod_output(plan, host).await?;
+                    let checked = accept(checked, &pod_plan);
+                    let taken = checked
+                        .objects
+                        .iter()
+                        .all(|o| !altered(&o.name) || o.status == ObjectStatus::Ok);
+                    if taken {
+                        break;
+                    }
+                    if self.clock.now() >= deadline {
+                        return Ok((checked, pod_plan));
+                    }
+                    self.unless_cancelled(self.clock.sleep(crate::reconcile::POLL_INTERVAL))
+                        .await;
+                }
+            }
         }
         let deadline = self.clock.now() + self.statement_timeout;
         loop {
@@ -114,6 +156,32 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
     }
 
+    /// Under onCluster: every other Ready pod with the container, and what convergence would
+    /// run there (one check each).
+    async fn other_hosts(
+        &self,
+        plan: &VerifyPlan,
+        converge: Converge<'_>,
+        pod: &str,
+    ) -> Result<Vec<(String, PodPlan)>, Failure> {
+        let pods = self.list_matching().await.map_err(Failure::Error)?;
+        let mut out = Vec::new();
+        for other in pods
+            .iter()
+            .filter(|p| p.name != pod && p.ready && p.has_container(&self.target.container))
+        {
+            match self.verify_pod_output(plan, &other.name).await {
+                Ok((report, scratch, stdout)) => out.push((
+                    other.name.clone(),
+                    plan_pod(plan, &report, &scratch, &stdout, converge.options()),
+                )),
+                Err(Failure::Vanished) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(out)
+    }
+
     /// [`Self::run_converge`] of ALTERs whose replica sets `claimed` this pod holds: a claim is
     /// given back when they fail (or the pod vanishes), so another replica can run them.
     async fn run_claimed(&self, pod_plan: &PodPlan, pod: &str, claimed: &[String]) -> Result<(), Failure> {
@@ -161,29 +229,39 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         .await;
         results.sort_by_key(|(at, _)| *at);
         let mut out = Vec::new();
-        // As the apply does: a replica set's ALTERs run on one replica, the others replicate them.
-        let mut claims: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
         for (_, result) in results {
             match result {
-                Ok(mut pod_plan) => {
-                    for object in pod_plan.objects.iter_mut().filter(|o| !o.statements.is_empty()) {
-                        let Some(path) = &object.replica_path else {
-                            continue;
-                        };
-                        match claims.get(path) {
-                            Some(claimant) => {
-                                object.statements.clear();
-                                object.replicated_from = Some(claimant.clone());
-                            }
-                            None => {
-                                claims.insert(path.clone(), pod_plan.pod.clone());
-                            }
-                        }
-                    }
-                    out.push(pod_plan);
-                }
+                Ok(pod_plan) => out.push(pod_plan),
                 Err(Failure::Vanished | Failure::Stopped) => {}
                 Err(Failure::Error(err)) => return Err(err),
+            }
+        }
+        // Under onCluster the apply converges from the first host, after it compared the others.
+        if converge.on_cluster.is_some() && !out.is_empty() {
+            let mut first = out.remove(0);
+            if first.statements().next().is_some() {
+                for other in &out {
+                    refuse_divergent(&mut first, &other.pod, other);
+                }
+            }
+            return Ok(vec![first]);
+        }
+        // As the apply does: a replica set's ALTERs run on one replica, the others replicate them.
+        let mut claims: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+        for pod_plan in &mut out {
+            for object in pod_plan.objects.iter_mut().filter(|o| !o.statements.is_empty()) {
+                let Some(path) = &object.replica_path else {
+                    continue;
+                };
+                match claims.get(path) {
+                    Some(claimant) => {
+                        object.statements.clear();
+                        object.replicated_from = Some(claimant.clone());
+                    }
+                    None => {
+                        claims.insert(path.clone(), pod_plan.pod.clone());
+                    }
+                }
             }
         }
         Ok(out)
@@ -234,7 +312,19 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
         // Under a query id of its own, so that a cancellation, a lost lease or a dropped exec can
         // stop it where it runs (see `reconcile::abandoned`).
-        let (request, query_id) = self.script_request("cv", pod, script);
+        let (mut request, query_id) = self.script_request("cv", pod, script);
+        // Each statement is bounded as a statement alone is, and the script by their sum: one
+        // bound for every ALTER of a pod would cut a long list short.
+        request.command = crate::command::render_batch(
+            self.client,
+            self.settings,
+            request.stdin.len(),
+            self.statement_timeout,
+            statements.len(),
+            &query_id,
+            None,
+        );
+        request.timeout = crate::command::batch_exec_timeout(self.statement_timeout, statements.len(), false);
         // A transport failure is not retried: an ALTER may have run, and the check decides after
         // the next apply's statements.
         let output = match self
@@ -499,6 +589,33 @@ pub(super) fn failure_kind(statement: &str, code: Option<u32>, exit_code: i32) -
         _ if KILLED_EXITS.contains(&exit_code) => FailureKind::Unknown,
         Some(_) => FailureKind::Refused,
         None => FailureKind::Unknown,
+    }
+}
+
+/// Refuses each object of `pod_plan` whose statements another host (`host`, whose plan is
+/// `host_plan`) would not run alike: under onCluster they would reach it too.
+pub(super) fn refuse_divergent(pod_plan: &mut PodPlan, host: &str, host_plan: &PodPlan) {
+    for object in pod_plan.objects.iter_mut().filter(|o| !o.statements.is_empty()) {
+        let there = host_plan.objects.iter().find(|o| o.object == object.object);
+        if there.is_some_and(|t| t.statements == object.statements && t.refused.is_empty()) {
+            continue;
+        }
+        let needs = match there {
+            None => "nothing convergence does (it is as declared there, or missing)".to_owned(),
+            Some(t) if !t.refused.is_empty() => "a change convergence refuses there".to_owned(),
+            Some(t) => t.changes.join(", "),
+        };
+        object.refused.push(super::Refusal {
+            clause: "hosts".to_owned(),
+            why: format!(
+                "its ALTERs would run ON CLUSTER on every host, and host {host} needs {needs}, not what this one \
+                 needs ({}); make the hosts alike first, or change each with statements of your own",
+                object.changes.join(", ")
+            ),
+            alter: None,
+        });
+        object.statements.clear();
+        object.changes.clear();
     }
 }
 

@@ -377,6 +377,99 @@ fn a_column_whose_statistics_or_settings_differ_is_refused() {
 }
 
 #[test]
+fn columns_of_an_engine_without_column_alters_are_refused() {
+    // Review C16: Log, Set, Join, ... (and Memory on 18.16) answer a column ALTER with code 48.
+    for (engine, server) in [("Log", NEW), ("TinyLog", OLD), ("Memory", OLD), ("Set", NEW)] {
+        let plan = table(
+            &format!("CREATE TABLE s.o0 (`id` UInt64, `n` UInt8) ENGINE = {engine}"),
+            &format!("CREATE TABLE app.t (`id` UInt64) ENGINE = {engine}"),
+            server,
+        );
+        assert!(plan.statements.is_empty(), "{engine}: {plan:?}");
+        assert_eq!(plan.refused.len(), 1, "{engine}: {plan:?}");
+        assert_eq!(plan.refused[0].clause, "column n");
+        assert!(
+            plan.refused[0]
+                .why
+                .contains(&format!("engine ({engine}) has no ALTER of its columns"))
+        );
+    }
+    for (engine, server) in [
+        ("Memory", NEW),
+        ("Null", OLD),
+        ("Distributed(c, app, t_local)", OLD),
+        ("Merge(app, '^t_')", NEW),
+    ] {
+        let plan = table(
+            &format!("CREATE TABLE s.o0 (`id` UInt64, `n` UInt8) ENGINE = {engine}"),
+            &format!("CREATE TABLE app.t (`id` UInt64) ENGINE = {engine}"),
+            server,
+        );
+        assert!(plan.refused.is_empty(), "{engine}: {plan:?}");
+        assert_eq!(plan.statements.len(), 1, "{engine}: {plan:?}");
+    }
+}
+
+#[test]
+fn under_on_cluster_an_object_another_host_needs_altered_otherwise_is_refused() {
+    // Review C9: the ALTERs reach every host; planned from one, they may not fit another.
+    let object = |name: &str, statements: &[&str], changes: &[&str]| ObjectPlan {
+        object: name.into(),
+        statements: statements.iter().map(|s| s.to_string()).collect(),
+        changes: changes.iter().map(|s| s.to_string()).collect(),
+        ..ObjectPlan::default()
+    };
+    let add = "ALTER TABLE `app`.`t` ON CLUSTER `c` ADD COLUMN n UInt8 AFTER `id`";
+    let here = || PodPlan {
+        pod: "p0".into(),
+        server_version: None,
+        objects: vec![
+            object("app.t", &[add], &["add column n after id"]),
+            object(
+                "app.u",
+                &["ALTER TABLE `app`.`u` ON CLUSTER `c` ADD COLUMN m UInt8 AFTER `id`"],
+                &["add column m after id"],
+            ),
+        ],
+    };
+    // Alike there: nothing refused.
+    let mut alike = here();
+    run::refuse_divergent(&mut alike, "p1", &here());
+    assert_eq!(alike, here());
+    // p2 holds t as declared already, and needs u altered otherwise.
+    let other = PodPlan {
+        pod: "p2".into(),
+        server_version: None,
+        objects: vec![object(
+            "app.u",
+            &["ALTER TABLE `app`.`u` ON CLUSTER `c` ADD COLUMN k UInt8"],
+            &["add column k"],
+        )],
+    };
+    let mut differs = here();
+    run::refuse_divergent(&mut differs, "p2", &other);
+    for o in &differs.objects {
+        assert!(o.statements.is_empty(), "{o:?}");
+        assert_eq!(o.refused[0].clause, "hosts");
+    }
+    assert!(
+        differs.objects[0].refused[0]
+            .why
+            .contains("host p2 needs nothing convergence does")
+    );
+    assert!(
+        differs.objects[0].refused[0]
+            .why
+            .contains("not what this one needs (add column n after id)")
+    );
+    assert!(
+        differs.objects[1].refused[0]
+            .why
+            .contains("host p2 needs add column k")
+    );
+}
+
+#[test]
 fn a_live_only_column_is_kept_and_reported() {
     let plan = table(
         "CREATE TABLE s.o0 ( id UInt64,  n UInt8) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
@@ -532,8 +625,17 @@ fn a_changed_view_is_replaced() {
     assert_eq!(
         plan_with("VIEW", declared, live, body, OLD, options()).statements,
         [
-            "DROP TABLE IF EXISTS `app`.`t`",
-            "CREATE VIEW `app`.`t` AS SELECT 2 AS a"
+            // Review C5: created beside the old one and swapped in, after checks that only views
+            // are dropped.
+            "SELECT throwIf(count() > 0) AS view_to_replace FROM (SELECT count() AS views FROM system.tables WHERE \
+             database = 'app' AND name = 't' AND engine = 'View') WHERE views != 1",
+            "SELECT throwIf(count() > 0) AS replacement_names_taken FROM system.tables WHERE database = 'app' AND \
+             name IN ('t__clickhouse_schema_new', 't__clickhouse_schema_old') AND engine != 'View'",
+            "DROP TABLE IF EXISTS `app`.`t__clickhouse_schema_new`",
+            "DROP TABLE IF EXISTS `app`.`t__clickhouse_schema_old`",
+            "CREATE VIEW `app`.`t__clickhouse_schema_new` AS SELECT 2 AS a",
+            "RENAME TABLE `app`.`t` TO `app`.`t__clickhouse_schema_old`, `app`.`t__clickhouse_schema_new` TO `app`.`t`",
+            "DROP TABLE `app`.`t__clickhouse_schema_old`",
         ]
     );
     let on_cluster = plan_with(
