@@ -355,26 +355,15 @@ fn render_with(
     statement_timeout: Duration,
     flags: &str,
 ) -> Vec<String> {
-    render_bounded(
+    render_runs(
         client,
         settings,
         statement_bytes,
         bound_secs(statement_timeout),
         pod_timeout_secs(statement_timeout),
         flags,
+        None,
     )
-}
-
-/// The command, with `secs` as the server's bound of each statement and `pod_secs` as the pod's.
-fn render_bounded(
-    client: &ClientConfig,
-    settings: &BTreeMap<String, SettingValue>,
-    statement_bytes: usize,
-    secs: u64,
-    pod_secs: u64,
-    flags: &str,
-) -> Vec<String> {
-    render_runs(client, settings, statement_bytes, secs, pod_secs, flags, None)
 }
 
 /// A second client run in the same exec, after the first exited 0 (see [`render_batch`]): the
@@ -409,8 +398,8 @@ fn client_args(
     args
 }
 
-/// [`render_bounded`], and when `then` is given a second client run after the first one exited
-/// 0, with [`STATEMENTS_ENDED_LABEL`] printed between them. Each run gets its part of the one
+/// The command, with `secs` as the server's bound of each statement and `pod_secs` as the pod's,
+/// and when `then` is given a second client run after the first one exited 0, with [`STATEMENTS_ENDED_LABEL`] printed between them. Each run gets its part of the one
 /// input that was read and counted: `head -c` and `tail -c +` cut it by the byte count in argv,
 /// which a shell's pattern removal could do only in time quadratic in the input's size.
 fn render_runs(

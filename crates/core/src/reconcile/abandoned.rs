@@ -85,9 +85,6 @@ pub(crate) struct Watch<'w> {
     /// Whether an attempt that failed in transport may be sent again, asked after it failed: not
     /// once it was seen past what a retry is for (a script whose statements all ended).
     pub may_retry: &'w (dyn Fn() -> bool + Send + Sync),
-    /// Whether its client, were it left running, would send a further statement of the user's
-    /// (see [`Abandoned::script`]).
-    pub sends_more: bool,
 }
 
 /// What [`Run::exec_tracked_seeing`] tells its watcher.
@@ -246,10 +243,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 ends_by: sent + request.timeout,
                 token: 0,
                 queued_for_hosts: crate::sql::ddl_status::has_on_cluster(&request.stdin),
-                script: match watch {
-                    Some(watch) => watch.sends_more,
-                    None => request.command.iter().any(|a| a.contains(" --multiquery")),
-                },
+                // A script's client (a pod's statements among them, even one statement, which it
+                // sends after its marker and the ledger's rows, each a query of its own) would
+                // send a further query were it left running.
+                script: request.command.iter().any(|a| a.contains(" --multiquery")),
             });
             let result = match watch {
                 None => self.unless_cancelled(self.transport.exec(request.clone())).await,

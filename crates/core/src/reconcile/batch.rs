@@ -370,9 +370,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         let watch = Watch {
             seen: &seen,
             may_retry: &may_retry,
-            // Even with one statement: the client sends it after its marker (and the ledger's rows
-            // around it), each a query of its own, so the server may show none running meanwhile.
-            sends_more: true,
         };
         let all = span(0, last);
         let what = format!("{all} (one script)");
