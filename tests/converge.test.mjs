@@ -163,6 +163,23 @@ describe('convergence', () => {
         assert.ok(!ddl.includes('TTL'), ddl);
         assert.equal(query(pod, 'SELECT count() FROM c3.t'), '1');
       }
+
+      // The same index and projection names with other definitions: dropped, added and
+      // materialized in one ALTER, and every part has them (review S2).
+      const replaced = [base[0], declared[1].replace('TYPE bloom_filter', 'TYPE minmax').replace('ORDER BY v)', 'ORDER BY (v, id))')];
+      const { result } = await applyWithEvents('c3', converging(replaced), state);
+      assert.deepEqual(result.appliedTo, pods);
+      for (const pod of pods) {
+        const ddl = query(pod, "SELECT create_table_query FROM system.tables WHERE database = 'c3' AND name = 't' FORMAT TabSeparatedRaw");
+        assert.ok(ddl.includes('INDEX iv v TYPE minmax'), ddl);
+        assert.equal(query(pod, "SELECT count() FROM system.mutations WHERE database = 'c3' AND NOT is_done"), '0', pod);
+        assert.equal(
+          query(pod, "SELECT countIf(secondary_indices_uncompressed_bytes > 0) = count() FROM system.parts WHERE database = 'c3' AND table = 't' AND active"),
+          '1',
+          pod,
+        );
+        assert.equal(query(pod, "SELECT count() > 0 FROM system.projection_parts WHERE database = 'c3' AND table = 't' AND name = 'p' AND active"), '1', pod);
+      }
     });
 
     test('a new table or column TTL is refused with the ALTER it would take, and no row is deleted', { timeout }, async () => {
