@@ -344,6 +344,9 @@ pub fn plan_object(input: ObjectInput<'_>, server: Server, options: Options<'_>)
                 .all(|d| d.clause == "AS" || d.clause.starts_with("column "));
             if replace && !input.declared_body.trim().is_empty() {
                 if server.modern {
+                    // The kind word is not compared (a LIVE VIEW prints like a view): only a plain
+                    // view is replaced.
+                    plan.statements.push(view_guard(input.database, input.name));
                     plan.statements.push(format!(
                         "CREATE OR REPLACE VIEW {target}{on_cluster} {}",
                         input.declared_body
@@ -1059,6 +1062,20 @@ pub(crate) const NAMES_FREE: Guard = Guard {
 /// Every guard, for reading a failure.
 pub(crate) const GUARDS: [Guard; 5] = [VALUES_CONVERT, COLUMN_STORED, NO_ROWS, IS_A_VIEW, NAMES_FREE];
 
+/// The guard that `database.name` is a plain view (`View`, not a live, window or materialized
+/// one, nor a table).
+fn view_guard(database: &str, name: &str) -> String {
+    guard_statement(
+        IS_A_VIEW,
+        &format!(
+            "(SELECT count() AS views FROM system.tables WHERE database = {} AND name = {} AND engine = 'View') \
+             WHERE views != 1",
+            literal(database),
+            literal(name)
+        ),
+    )
+}
+
 /// The statements that replace view `database.name` with one created from `body` on a server
 /// without `CREATE OR REPLACE VIEW` (18.16). The new view is created beside the old one under a
 /// name of its own and swapped in with one `RENAME`, so a failure before the swap leaves the old
@@ -1074,14 +1091,7 @@ fn replace_view_statements(database: &str, name: &str, body: &str) -> Vec<String
     let qualified = |n: &str| format!("{}.{}", ident(database), ident(n));
     let db = literal(database);
     vec![
-        guard_statement(
-            IS_A_VIEW,
-            &format!(
-                "(SELECT count() AS views FROM system.tables WHERE database = {db} AND name = {} AND engine = 'View') \
-                 WHERE views != 1",
-                literal(name)
-            ),
-        ),
+        view_guard(database, name),
         guard_statement(
             NAMES_FREE,
             &format!(
