@@ -469,6 +469,25 @@ describe('convergence', () => {
       assert.ok(checks.some((e) => e.id < alters[0].id) && checks.some((e) => e.id > alters[0].id), pod);
     }
     for (const pod of pods) assert.deepEqual(columns(pod, 'c21', 't').map((c) => c[0]), ['id', 'n'], pod);
+
+    // A default change: its check (every part stores the column) runs on each host before the
+    // ALTER reaches them all (review V1).
+    query(pods[0], 'INSERT INTO c21.t VALUES (1, 2)');
+    await sandbox.clearLogs();
+    const changed = [base[0], table('id UInt64, n UInt8 DEFAULT 5')];
+    const { result: again } = await applyWithEvents('c21', clustered(changed), result.state);
+    assert.equal(again.changed, true);
+    const log = await sandbox.control('GET', '/sandbox/exec-log');
+    const alter = log.find((e) => e.stdin.includes('clickhouse_schema_converge') && e.stdin.includes('ALTER TABLE'));
+    for (const pod of pods.filter((p) => p !== alter.pod)) {
+      const guards = log.filter((e) => e.pod === pod && e.stdin.includes('parts_without_the_column') && !e.stdin.includes('ALTER TABLE'));
+      assert.equal(guards.length, 1, pod);
+      assert.ok(guards[0].id < alter.id, pod);
+    }
+    for (const pod of pods) {
+      assert.equal(query(pod, "SELECT default_expression FROM system.columns WHERE database = 'c21' AND table = 't' AND name = 'n'"), '5', pod);
+      assert.equal(query(pod, 'SELECT n FROM c21.t'), '2', pod);
+    }
   });
 
   test('converge needs the check', { timeout }, async () => {

@@ -606,9 +606,12 @@ fn plan_table(
                         continue;
                     }
                 };
+                // ALIAS and EPHEMERAL are never stored: nothing is computed for old rows.
                 if column_parts(&declared.text)
                     .default
-                    .is_some_and(|(_, text, _)| varying_default(&text))
+                    .is_some_and(|(kind, text, _)| {
+                        matches!(kind.as_str(), "DEFAULT" | "MATERIALIZED") && varying_default(&text)
+                    })
                 {
                     plan.statements.push(guard_statement(
                         NO_ROWS,
@@ -881,9 +884,31 @@ fn plan_column(
             ident(input.name),
             d.ty.0
         );
+        let replicated = input
+            .live
+            .clause("ENGINE")
+            .and_then(|e| crate::sql::definition::engine_parts(&e.text))
+            .is_some_and(|(engine, _)| crate::sql::definition::is_replicated(&engine));
+        if options.allow_type_change.contains(&qualified) && !server.modern && replicated {
+            // 18.16 changes a replicated table's definition first and converts its parts after,
+            // one by one, retrying a value that does not convert for ever (merges held while it
+            // tries); and it has no function that checks every value first.
+            plan.refused.push(Refusal {
+                clause: clause.clone(),
+                why: format!(
+                    "its type changes from {} to {} on a replicated table, which this server converts after it \
+                     changed the definition, part by part, retrying for ever a value that does not convert; \
+                     convergence cannot check the values first here. Check them, then run the ALTER as a \
+                     statement of your own",
+                    l.ty.0, d.ty.0
+                ),
+                alter: Some(alter),
+            });
+            return;
+        }
         if options.allow_type_change.contains(&qualified) {
             if server.modern
-                && let Some(guard) = conversion_guard(input, name, &d.ty.0)
+                && let Some(guard) = conversion_guard(input, name, &l.ty.0, &d.ty.0)
             {
                 plan.statements.push(guard);
                 plan.changes.push(format!(
@@ -1120,36 +1145,35 @@ fn guard_statement(guard: Guard, from: &str) -> String {
     format!("{GUARD_START}{} FROM {from}", guard.says)
 }
 
-/// Functions whose result changes from call to call (lower case): a default calling one is
+/// Functions whose result changes from call to call, or with the host or over time (lower case;
+/// a name that starts with one of [`VARYING_PREFIXES`] is one too): a default calling one is
 /// computed anew at every read of a part that does not store the column.
 const VARYING_FUNCTIONS: &[&str] = &[
-    "now",
-    "now64",
-    "nowinblock",
     "today",
     "yesterday",
-    "rand",
-    "rand32",
-    "rand64",
-    "randconstant",
-    "randcanonical",
-    "generateuuidv4",
-    "generateuuidv7",
-    "generatesnowflakeid",
-    "randomstring",
-    "randomfixedstring",
-    "randomprintableascii",
-    "randomstringutf8",
-    "fakedata",
     "uptime",
+    "hostname",
+    "fqdn",
+    "getmacro",
+    "serveruuid",
+    "fakedata",
+    "currentuser",
 ];
 
-/// Whether default expression `text` calls a function of [`VARYING_FUNCTIONS`].
+/// Beginnings of such functions' names: `now`, `now64`, `nowInBlock`; `rand`, `randUniform`,
+/// `randomString`, ...; `generateUUIDv4`, `generateULID`, ...; `dictGet*` and `joinGet*` (their
+/// value follows the dictionary or table).
+const VARYING_PREFIXES: &[&str] = &["now", "rand", "generate", "dictget", "joinget"];
+
+/// Whether default expression `text` calls a function whose value varies (see
+/// [`VARYING_FUNCTIONS`]).
 fn varying_default(text: &str) -> bool {
     let tokens: Vec<Token> = significant(text).collect();
     tokens.windows(2).any(|pair| {
+        let name = pair[0].text(text).to_ascii_lowercase();
         pair[1].is_punct(text, "(")
-            && VARYING_FUNCTIONS.contains(&pair[0].text(text).to_ascii_lowercase().as_str())
+            && (VARYING_FUNCTIONS.contains(&name.as_str())
+                || VARYING_PREFIXES.iter().any(|p| name.starts_with(p)))
     })
 }
 
@@ -1160,7 +1184,7 @@ fn stored_guard(input: ObjectInput<'_>, name: &str) -> String {
     guard_statement(
         COLUMN_STORED,
         &format!(
-            "system.parts WHERE database = {database} AND table = {table} AND active AND name NOT IN (SELECT name \
+            "system.parts WHERE database = {database} AND table = {table} AND active AND rows > 0 AND name NOT IN (SELECT name \
              FROM system.parts_columns WHERE database = {database} AND table = {table} AND active AND column = {})",
             literal(name)
         ),
@@ -1191,36 +1215,48 @@ const CHECKED_TYPES: &[&str] = &[
 /// fails the mutation, which is retried for ever and leaves the table unreadable, and a value out
 /// of the new range would wrap. (18.16 converts inside the ALTER and changes nothing when a value
 /// fails.) `None` for a type the check cannot cast to.
-fn conversion_guard(input: ObjectInput<'_>, name: &str, ty: &str) -> Option<String> {
-    let ty = ty.trim();
-    let unwrap = |t: &'_ str, wrapper: &str| -> Option<String> {
-        t.strip_prefix(wrapper)
+fn conversion_guard(input: ObjectInput<'_>, name: &str, from: &str, ty: &str) -> Option<String> {
+    let unwrap = |t: &str, wrapper: &str| -> Option<String> {
+        t.trim()
+            .strip_prefix(wrapper)
             .and_then(|r| r.strip_suffix(')'))
             .map(|inner| inner.trim().to_owned())
     };
-    let inner = unwrap(ty, "LowCardinality(").unwrap_or_else(|| ty.to_owned());
-    let (nullable, base) = match unwrap(&inner, "Nullable(") {
-        Some(base) => (true, base),
-        None => (false, inner),
+    // `LowCardinality(Nullable(T))` and the like: whether NULL is held, and the base type.
+    let base = |t: &str| -> (bool, String) {
+        let inner = unwrap(t, "LowCardinality(").unwrap_or_else(|| t.trim().to_owned());
+        match unwrap(&inner, "Nullable(") {
+            Some(base) => (true, base),
+            None => (false, inner),
+        }
     };
-    let word: String = base.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+    let (nullable, to) = base(ty);
+    let word: String = to.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
     let word = word.trim_end_matches(|c: char| c.is_ascii_digit());
     if !CHECKED_TYPES.contains(&word) {
         return None;
     }
     let column = ident(name);
-    let nulls = if nullable {
-        format!(" AND {column} IS NOT NULL")
-    } else {
-        String::new()
-    };
+    let cast = format!("accurateCastOrNull({column}, {})", literal(&to));
+    let mut condition = format!("{cast} IS NULL");
+    if nullable {
+        condition = format!("({condition} AND {column} IS NOT NULL)");
+    }
+    // A value that converts but not back to itself changes (a Decimal's scale, a DateTime64's
+    // fraction, a DateTime's time of day): unless it comes from text, which is parsed.
+    let (_, from) = base(from);
+    if !from.starts_with("String") && !from.starts_with("FixedString") {
+        condition.push_str(&format!(
+            " OR CAST({cast}, {}) != {column}",
+            literal(&format!("Nullable({from})"))
+        ));
+    }
     Some(guard_statement(
         VALUES_CONVERT,
         &format!(
-            "{}.{} WHERE accurateCastOrNull({column}, {}) IS NULL{nulls}",
+            "{}.{} WHERE {condition}",
             ident(input.database),
-            ident(input.name),
-            literal(&base)
+            ident(input.name)
         ),
     ))
 }

@@ -48,63 +48,42 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         };
         self.report_plan(&pod_plan);
         // A replicated table's ALTER runs on one replica of its set; another replica of the set
-        // leaves it to replication and waits for it.
+        // leaves it to replication and waits for it. A claim is held for the whole run: a
+        // claimant that failed may have run its ALTERs, so no other replica runs them again.
         let mut own = pod_plan.clone();
-        let mut waiting: Vec<(String, String)> = Vec::new();
-        let mut claimed: Vec<String> = Vec::new();
+        let mut waiting: Vec<String> = Vec::new();
         {
             let mut claims = self
                 .converge_claims
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             for object in own.objects.iter_mut().filter(|o| !o.statements.is_empty()) {
-                if let Some(path) = &object.replica_path {
-                    if claims.insert(path.clone()) {
-                        claimed.push(path.clone());
-                    } else {
-                        object.statements.clear();
-                        waiting.push((object.object.clone(), path.clone()));
-                    }
+                if let Some(path) = &object.replica_path
+                    && !claims.insert(path.clone())
+                {
+                    object.statements.clear();
+                    waiting.push(object.object.clone());
                 }
             }
         }
-        for (object, _) in &waiting {
+        for object in &waiting {
             self.report_replicated(object, &pod);
         }
         if own.statements().next().is_none() && waiting.is_empty() {
             return Ok((accept(report, &pod_plan), pod_plan));
         }
         if own.statements().next().is_some() {
-            self.run_claimed(&own, &pod, &claimed).await?;
-            // ...and checked again after, until each has taken them (a replicated table's ALTER
-            // ON CLUSTER runs on one replica and reaches the others by replication): a host that
-            // has not by the statement timeout decides.
-            let deadline = self.clock.now() + self.statement_timeout;
-            let altered = |name: &str| {
-                own.objects
-                    .iter()
-                    .any(|o| o.object == name && !o.statements.is_empty())
-            };
-            for (host, _) in &hosts {
-                loop {
-                    if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
-                        return Err(Failure::Stopped);
-                    }
-                    let (checked, ..) = self.verify_pod_output(plan, host).await?;
-                    let checked = accept(checked, &pod_plan);
-                    let taken = checked
-                        .objects
-                        .iter()
-                        .all(|o| !altered(&o.name) || o.status == ObjectStatus::Ok);
-                    if taken {
-                        break;
-                    }
-                    if self.clock.now() >= deadline {
-                        return Ok((checked, pod_plan));
-                    }
-                    self.unless_cancelled(self.clock.sleep(crate::reconcile::POLL_INTERVAL))
-                        .await;
+            // The checks before an ALTER (see `GUARDS`) read this host's data; under onCluster
+            // the ALTER changes every host's, so they run on each other host first.
+            let guards = only_guards(&own);
+            if guards.statements().next().is_some() {
+                for (host, _) in &hosts {
+                    self.run_script(&guards, host, false).await?;
                 }
+            }
+            self.run_script(&own, &pod, true).await?;
+            if let Some(report) = self.hosts_converged(plan, &own, &hosts, stop).await? {
+                return Ok((report, pod_plan));
             }
         }
         let deadline = self.clock.now() + self.statement_timeout;
@@ -113,47 +92,68 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
                 return Err(Failure::Stopped);
             }
-            let (checked, scratch, stdout) = self.verify_pod_output(plan, &pod).await?;
-            let report = accept(checked.clone(), &pod_plan);
-            waiting.retain(|(object, _)| {
-                report
-                    .objects
-                    .iter()
-                    .any(|o| &o.name == object && o.status != ObjectStatus::Ok)
-            });
-            if waiting.is_empty() || self.clock.now() >= deadline {
+            let report = accept(self.verify_pod_output(plan, &pod).await?.0, &pod_plan);
+            let arrived = report
+                .objects
+                .iter()
+                .filter(|o| waiting.contains(&o.name))
+                .all(|o| o.status == ObjectStatus::Ok);
+            if arrived || self.clock.now() >= deadline {
                 return Ok((report, pod_plan));
-            }
-            // A claimant that failed, or vanished, gave its claim back: this replica takes it and
-            // runs the ALTERs itself, planned from what it just found.
-            let taken: Vec<(String, String)> = {
-                let mut claims = self
-                    .converge_claims
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                waiting
-                    .iter()
-                    .filter(|(_, path)| claims.insert(path.clone()))
-                    .cloned()
-                    .collect()
-            };
-            if !taken.is_empty() {
-                let mut mine = plan_pod(plan, &checked, &scratch, &stdout, converge.options());
-                mine.objects
-                    .retain(|o| taken.iter().any(|(object, _)| *object == o.object));
-                waiting.retain(|w| !taken.contains(w));
-                let paths: Vec<String> = taken.into_iter().map(|(_, path)| path).collect();
-                if mine.statements().next().is_some() {
-                    self.report_plan(&mine);
-                    self.run_claimed(&mine, &pod, &paths).await?;
-                    continue;
-                }
-                // Nothing left to run for them here: what the check found decides.
-                release(&self.converge_claims, &paths);
             }
             self.unless_cancelled(self.clock.sleep(crate::reconcile::POLL_INTERVAL))
                 .await;
         }
+    }
+
+    /// Under onCluster, after the ALTERs of `own` ran: each other host (`hosts`, with what
+    /// convergence would have run there) checked until it has taken them (a replicated table's
+    /// ALTER ON CLUSTER runs on one replica and reaches the others by replication). The report of
+    /// the first host that differs otherwise, or has not taken them by the statement timeout, to
+    /// decide on; `None` when every host is as declared (what convergence keeps by design aside).
+    async fn hosts_converged(
+        &self,
+        plan: &VerifyPlan,
+        own: &PodPlan,
+        hosts: &[(String, PodPlan)],
+        stop: Option<&AtomicBool>,
+    ) -> Result<Option<PodReport>, Failure> {
+        let deadline = self.clock.now() + self.statement_timeout;
+        let altered = |name: &str| {
+            own.objects
+                .iter()
+                .any(|o| o.object == name && !o.statements.is_empty())
+        };
+        for (host, host_plan) in hosts {
+            loop {
+                if stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+                    return Err(Failure::Stopped);
+                }
+                let checked = match self.verify_pod_output(plan, host).await {
+                    // Gone since the list: it is no host of the cluster's any more.
+                    Err(Failure::Vanished) => break,
+                    other => other?.0,
+                };
+                // What that host keeps by design is its own plan's to say.
+                let checked = accept(checked, host_plan);
+                let differing: Vec<&str> = checked
+                    .objects
+                    .iter()
+                    .filter(|o| o.status != ObjectStatus::Ok)
+                    .map(|o| o.name.as_str())
+                    .collect();
+                if differing.is_empty() {
+                    break;
+                }
+                // Only what was altered may still be on its way; anything else differs there.
+                if differing.iter().any(|name| !altered(name)) || self.clock.now() >= deadline {
+                    return Ok(Some(checked));
+                }
+                self.unless_cancelled(self.clock.sleep(crate::reconcile::POLL_INTERVAL))
+                    .await;
+            }
+        }
+        Ok(None)
     }
 
     /// Under onCluster: every other Ready pod with the container, and what convergence would
@@ -180,16 +180,6 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         }
         Ok(out)
-    }
-
-    /// [`Self::run_converge`] of ALTERs whose replica sets `claimed` this pod holds: a claim is
-    /// given back when they fail (or the pod vanishes), so another replica can run them.
-    async fn run_claimed(&self, pod_plan: &PodPlan, pod: &str, claimed: &[String]) -> Result<(), Failure> {
-        let ran = self.run_converge(pod_plan, pod).await;
-        if ran.is_err() {
-            release(&self.converge_claims, claimed);
-        }
-        ran
     }
 
     /// A `replicated` event: `object` on `pod` waits for another replica's ALTERs.
@@ -301,9 +291,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         }
     }
 
-    /// Runs every planned statement of `pod_plan` in one exec, stopping at the first failure,
-    /// which names the object, the statement's position and the pod.
-    async fn run_converge(&self, pod_plan: &PodPlan, pod: &str) -> Result<(), Failure> {
+    /// Runs every planned statement of `pod_plan` in one exec on `pod`, stopping at the first
+    /// failure, which names the object, the statement's position and the pod. With `alters`, an
+    /// `alter` event for each object all of whose statements ran (without: only the checks before
+    /// the ALTERs, on another host).
+    async fn run_script(&self, pod_plan: &PodPlan, pod: &str, alters: bool) -> Result<(), Failure> {
         let statements: Vec<(&super::ObjectPlan, &String)> = pod_plan.statements().collect();
         let mut script = String::new();
         for (at, (_, statement)) in statements.iter().enumerate() {
@@ -405,7 +397,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let (object, statement) = statements[*at];
                 let hosts = crate::sql::ddl_status::problems(statement, text, self.null_status());
                 if !hosts.is_empty() {
-                    self.report_altered(&statements[..*at], pod);
+                    self.report_altered(&statements[..*at], pod, alters);
                     let (hosts_text, code) = self.host_outcomes(statement, &hosts);
                     let position = object.statements.iter().position(|s| s == statement).unwrap_or(0);
                     return Err(Failure::Error(
@@ -429,7 +421,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     ));
                 }
             }
-            self.report_altered(&statements, pod);
+            self.report_altered(&statements, pod, alters);
             return Ok(());
         }
         let redacted = redact_clickhouse_output(&output.stderr, &request.stdin);
@@ -459,7 +451,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         };
         // Statements before the one that failed ran; whole objects among them are reported as
         // altered.
-        self.report_altered(&statements[..at], pod);
+        self.report_altered(&statements[..at], pod, alters);
         let (object, statement) = statements[at];
         let position = object.statements.iter().position(|s| s == statement).unwrap_or(0);
         let before = if position == 0 {
@@ -472,7 +464,22 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 object.statements[..position].join("; ")
             )
         };
-        let what = match failure_kind(statement, redacted.clickhouse_code, output.exit_code) {
+        let host_rows = crate::sql::ddl_status::has_on_cluster(statement)
+            && printed
+                .iter()
+                .any(|(printed_at, text)| *printed_at == at && !text.trim().is_empty());
+        let failed = Failed {
+            code: redacted.clickhouse_code,
+            exit_code: output.exit_code,
+            stderr: &redacted.text,
+            host_rows,
+        };
+        let what = match failure_kind(statement, &failed) {
+            FailureKind::CheckFailed => format!(
+                "its statement {position} ({} in all for it), a check before its ALTER, could not run; nothing \
+                 was changed.{before} The next deploy checks the pod again.",
+                object.statements.len()
+            ),
             FailureKind::Refused => format!(
                 "the server refused its statement {position} ({} in all for it), which did not run, nor did \
                  what follows it.{before} Nothing is recorded; fix the declaration (or the table), and the \
@@ -518,8 +525,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         ))
     }
 
-    /// An `alter` event for each object all of whose statements are among `ran`.
-    fn report_altered(&self, ran: &[(&super::ObjectPlan, &String)], pod: &str) {
+    /// An `alter` event for each object all of whose statements are among `ran`, when `alters`.
+    fn report_altered(&self, ran: &[(&super::ObjectPlan, &String)], pod: &str, alters: bool) {
+        if !alters {
+            return;
+        }
         for object in pod_plan_objects(ran) {
             if object
                 .statements
@@ -559,9 +569,11 @@ pub(super) enum FailureKind {
     Guard(super::Guard),
     /// The ALTER changed the table's definition and its mutation failed (`UNFINISHED`, 341).
     MutationFailed,
-    /// The client stopped without the server's answer, or the server's wait ran out: it may have
-    /// been applied, or may still be.
+    /// The client stopped without the server's answer, the server's wait ran out, or some hosts
+    /// of an ALTER ON CLUSTER ran it: it may have been applied, or may still be.
     Unknown,
+    /// A check before an ALTER failed to run (a timeout, a cancel, an error): nothing was changed.
+    CheckFailed,
 }
 
 /// ClickHouse codes after which the statement may have been applied, or still runs: a timeout
@@ -575,21 +587,41 @@ const UNKNOWN_OUTCOME_CODES: &[u32] = &[32, 159, 209, 210, 394, 999];
 /// or SIGTERM (143).
 const KILLED_EXITS: &[i32] = &[124, 137, 143];
 
-pub(super) fn failure_kind(statement: &str, code: Option<u32>, exit_code: i32) -> FailureKind {
-    match code {
-        Some(395)
-            if let Some(guard) = super::GUARDS
+pub(super) fn failure_kind(statement: &str, failed: &Failed<'_>) -> FailureKind {
+    if statement.starts_with(super::GUARD_START) {
+        // A check only reads: whatever stopped it, nothing was changed.
+        return match failed.code {
+            Some(395) => super::GUARDS
                 .into_iter()
-                .find(|g| statement.starts_with(super::GUARD_START) && statement.contains(g.says)) =>
-        {
-            FailureKind::Guard(guard)
-        }
+                .find(|g| statement.contains(g.says))
+                .map_or(FailureKind::CheckFailed, FailureKind::Guard),
+            _ => FailureKind::CheckFailed,
+        };
+    }
+    match failed.code {
+        // An ALTER ON CLUSTER that printed host rows before it threw: some hosts may have run it.
+        _ if failed.host_rows => FailureKind::Unknown,
+        // Also what a replicated table answers when it left a mutation to replicas that are
+        // inactive: done asynchronously, not failed.
+        Some(341) if failed.stderr.contains("inactive") => FailureKind::Unknown,
         Some(341) => FailureKind::MutationFailed,
         Some(code) if UNKNOWN_OUTCOME_CODES.contains(&code) => FailureKind::Unknown,
-        _ if KILLED_EXITS.contains(&exit_code) => FailureKind::Unknown,
+        _ if KILLED_EXITS.contains(&failed.exit_code) => FailureKind::Unknown,
         Some(_) => FailureKind::Refused,
         None => FailureKind::Unknown,
     }
+}
+
+/// What a failed statement of a convergence script left to read.
+pub(super) struct Failed<'a> {
+    /// The ClickHouse code of its exception.
+    pub(super) code: Option<u32>,
+    /// The client's exit status.
+    pub(super) exit_code: i32,
+    /// What the client printed on stderr (redacted).
+    pub(super) stderr: &'a str,
+    /// It printed host status rows (an ALTER ON CLUSTER) before it failed.
+    pub(super) host_rows: bool,
 }
 
 /// Refuses each object of `pod_plan` whose statements another host (`host`, whose plan is
@@ -603,6 +635,7 @@ pub(super) fn refuse_divergent(pod_plan: &mut PodPlan, host: &str, host_plan: &P
         let needs = match there {
             None => "nothing convergence does (it is as declared there, or missing)".to_owned(),
             Some(t) if !t.refused.is_empty() => "a change convergence refuses there".to_owned(),
+            Some(t) if t.changes.is_empty() || t.changes == object.changes => "other statements".to_owned(),
             Some(t) => t.changes.join(", "),
         };
         object.refused.push(super::Refusal {
@@ -619,12 +652,13 @@ pub(super) fn refuse_divergent(pod_plan: &mut PodPlan, host: &str, host_plan: &P
     }
 }
 
-/// Gives back the replica-set claims `paths` (see [`Run::converge_pod`]).
-fn release(claims: &std::sync::Mutex<std::collections::BTreeSet<String>>, paths: &[String]) {
-    let mut claims = claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    for path in paths {
-        claims.remove(path);
+/// `pod_plan` with only its checks before an ALTER (see `GUARDS`), to run on another host.
+fn only_guards(pod_plan: &PodPlan) -> PodPlan {
+    let mut guards = pod_plan.clone();
+    for object in &mut guards.objects {
+        object.statements.retain(|s| s.starts_with(super::GUARD_START));
     }
+    guards
 }
 
 /// `report` with each object's accepted differences (see [`super::ObjectPlan::accepted`]) left

@@ -69,7 +69,7 @@ fn plan_printed(
 fn stored(column: &str) -> String {
     format!(
         "SELECT throwIf(count() > 0) AS parts_without_the_column FROM system.parts WHERE database = 'app' AND \
-         table = 't' AND active AND name NOT IN (SELECT name FROM system.parts_columns WHERE database = 'app' AND \
+         table = 't' AND active AND rows > 0 AND name NOT IN (SELECT name FROM system.parts_columns WHERE database = 'app' AND \
          table = 't' AND active AND column = '{column}')"
     )
 }
@@ -227,10 +227,28 @@ fn a_type_change_on_a_modern_server_first_checks_that_every_value_converts() {
         plan.statements,
         [
             "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL",
-            "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`n`, 'String') IS NULL AND `n` IS NOT NULL",
+            // From a number: the value must also come back as itself (review V11).
+            "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE (accurateCastOrNull(`n`, 'String') IS NULL AND `n` IS NOT NULL) OR CAST(accurateCastOrNull(`n`, 'String'), 'Nullable(UInt8)') != `n`",
             // An array's elements are not checked: accurateCastOrNull has no Nullable array.
             "ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt32, MODIFY COLUMN `n` LowCardinality(Nullable(String)), MODIFY COLUMN `a` Array(UInt16)",
         ]
+    );
+    // A smaller scale converts, and changes the value: the round trip says so.
+    let scale = plan_with(
+        "TABLE",
+        "CREATE TABLE s.o0 (`id` UInt64, `d` Decimal(18, 2)) ENGINE = MergeTree ORDER BY id",
+        "CREATE TABLE app.t (`id` UInt64, `d` Decimal(18, 4)) ENGINE = MergeTree ORDER BY id",
+        "",
+        NEW,
+        Options {
+            allow_type_change: &["app.t.d".to_owned()],
+            on_cluster: None,
+        },
+    );
+    assert_eq!(
+        scale.statements[0],
+        "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`d`, \
+         'Decimal(18, 2)') IS NULL OR CAST(accurateCastOrNull(`d`, 'Decimal(18, 2)'), 'Nullable(Decimal(18, 4))') != `d`"
     );
     // 18.16 converts inside the ALTER, and a value that fails changes nothing.
     let old = plan_with(
@@ -277,28 +295,119 @@ fn a_column_added_with_a_default_that_varies_needs_an_empty_table() {
                 .is_some_and(|s| s.starts_with("ALTER TABLE"))
         );
     }
+    // Review V14: more of them, and not a column never stored.
+    for (default, guarded) in [
+        ("DEFAULT randUniform(0, 1)", true),
+        ("DEFAULT dictGet('geo', 'country', id)", true),
+        ("MATERIALIZED generateULID()", true),
+        ("DEFAULT hostName()", true),
+        ("ALIAS now()", false),
+        ("DEFAULT toDate('2020-01-01')", false),
+    ] {
+        let plan = table(
+            &format!("CREATE TABLE s.o0 (`id` UInt64, `x` String {default}) ENGINE = MergeTree ORDER BY id"),
+            "CREATE TABLE app.t (`id` UInt64) ENGINE = MergeTree ORDER BY id",
+            NEW,
+        );
+        assert_eq!(
+            plan.statements.iter().any(|s| s.starts_with(GUARD_START)),
+            guarded,
+            "{default}"
+        );
+    }
+}
+
+#[test]
+fn a_type_change_of_a_replicated_table_on_18_16_is_refused_even_when_allowed() {
+    // Review V2: 18.16 changes a replicated table's definition first and converts its parts after,
+    // retrying a value that does not convert for ever.
+    let allowed = ["app.t.v".to_owned()];
+    let plan = plan_with(
+        "TABLE",
+        "CREATE TABLE s.o0 ( id UInt64,  v UInt32) ENGINE = ReplicatedMergeTree('/t/{shard}', '{replica}') ORDER BY id SETTINGS index_granularity = 8192",
+        "CREATE TABLE app.t ( id UInt64,  v String) ENGINE = ReplicatedMergeTree('/t/{shard}', '{replica}') ORDER BY id SETTINGS index_granularity = 8192",
+        "",
+        OLD,
+        Options {
+            allow_type_change: &allowed,
+            on_cluster: None,
+        },
+    );
+    assert!(plan.statements.is_empty(), "{plan:?}");
+    assert!(
+        plan.refused[0].why.contains("on a replicated table"),
+        "{}",
+        plan.refused[0].why
+    );
+    assert_eq!(
+        plan.refused[0].alter.as_deref(),
+        Some("ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt32")
+    );
 }
 
 #[test]
 fn a_failed_statement_says_whether_it_may_have_run() {
-    use run::{FailureKind, failure_kind};
+    use run::{Failed, FailureKind, failure_kind};
+    let failed = |code: Option<u32>, exit_code: i32| Failed {
+        code,
+        exit_code,
+        stderr: "",
+        host_rows: false,
+    };
     let alter = "ALTER TABLE `app`.`t` ADD COLUMN `n` UInt8";
     let guard = "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL";
-    assert_eq!(failure_kind(alter, Some(44), 44), FailureKind::Refused);
+    assert_eq!(failure_kind(alter, &failed(Some(44), 44)), FailureKind::Refused);
     assert_eq!(
-        failure_kind(guard, Some(395), 139),
+        failure_kind(guard, &failed(Some(395), 139)),
         FailureKind::Guard(VALUES_CONVERT)
     );
-    assert_eq!(failure_kind(alter, Some(395), 139), FailureKind::Refused);
-    assert_eq!(failure_kind(alter, Some(341), 85), FailureKind::MutationFailed);
+    assert_eq!(failure_kind(alter, &failed(Some(395), 139)), FailureKind::Refused);
+    assert_eq!(
+        failure_kind(alter, &failed(Some(341), 85)),
+        FailureKind::MutationFailed
+    );
     for code in [159, 209, 210, 32, 394, 999] {
-        assert_eq!(failure_kind(alter, Some(code), 1), FailureKind::Unknown, "{code}");
+        assert_eq!(
+            failure_kind(alter, &failed(Some(code), 1)),
+            FailureKind::Unknown,
+            "{code}"
+        );
     }
     // Stopped from outside (the pod's timeout, a kill), or no answer of the server at all.
     for exit in [124, 137, 143] {
-        assert_eq!(failure_kind(alter, None, exit), FailureKind::Unknown, "{exit}");
+        assert_eq!(
+            failure_kind(alter, &failed(None, exit)),
+            FailureKind::Unknown,
+            "{exit}"
+        );
     }
-    assert_eq!(failure_kind(alter, None, 1), FailureKind::Unknown);
+    assert_eq!(failure_kind(alter, &failed(None, 1)), FailureKind::Unknown);
+    // Review V9: a check that could not run (a timeout, an error) changed nothing.
+    for (code, exit) in [(Some(159), 159), (Some(43), 43), (None, 124)] {
+        assert_eq!(
+            failure_kind(guard, &failed(code, exit)),
+            FailureKind::CheckFailed,
+            "{code:?}"
+        );
+    }
+    // Review V10: 341 is also "left to inactive replicas, done asynchronously".
+    let inactive = Failed {
+        stderr: "Code: 341. DB::Exception: Mutation is not finished because some replicas are inactive right now",
+        ..failed(Some(341), 85)
+    };
+    assert_eq!(failure_kind(alter, &inactive), FailureKind::Unknown);
+    // Review V6: an ALTER ON CLUSTER that printed host rows before it threw ran on some hosts.
+    let on_hosts = Failed {
+        host_rows: true,
+        ..failed(Some(44), 44)
+    };
+    assert_eq!(
+        failure_kind(
+            "ALTER TABLE `app`.`t` ON CLUSTER `c` ADD COLUMN n UInt8",
+            &on_hosts
+        ),
+        FailureKind::Unknown
+    );
 }
 
 #[test]
