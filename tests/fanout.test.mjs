@@ -34,10 +34,19 @@ const props = (extra = {}) => sandboxProps(sandbox, statements, extra);
 
 test('pods are applied in parallel, each in order, and every step is reported as it happens', { timeout }, async () => {
   const events = [];
-  await sandbox.clearLogs();
-  const result = await apply('fan-schema', props(), undefined, { onEvent: (e) => events.push(e) });
-  await new Promise((resolve) => setImmediate(resolve));
   const pods = sandbox.info.pods;
+  await sandbox.clearLogs();
+  // The first pod's exec is set up for 5 s before its process starts (as a slow kubelet would),
+  // so that in parallel the third pod starts before the first ends even on a loaded machine,
+  // where one pod's whole list in one exec can end before another's first statement is seen.
+  await sandbox.control('PUT', '/sandbox/exec-setup', { pod: pods[0], ms: 5000 });
+  let result;
+  try {
+    result = await apply('fan-schema', props(), undefined, { onEvent: (e) => events.push(e) });
+  } finally {
+    await sandbox.control('PUT', '/sandbox/exec-setup', { pod: pods[0], ms: 0 });
+  }
+  await new Promise((resolve) => setImmediate(resolve));
   assert.deepEqual(result.appliedTo, pods);
 
   // The exec log: each pod got the list in order, and the live-schema check after it, in one exec
