@@ -249,7 +249,9 @@ pub fn plan_pod(
                 options,
             );
             planned.statement_index = o.statement_index;
-            planned.replica_path = replica_path(&d.live, &d.database, &d.name, stdout);
+            let uuid = declared_uuid(&d.declared_body)
+                .unwrap_or_else(|| format!("{{uuid of {}.{} on {}}}", d.database, d.name, report.pod));
+            planned.replica_path = replica_path(&d.live, &d.database, &d.name, &uuid, stdout);
             Some(planned)
         })
         .collect();
@@ -260,9 +262,19 @@ pub fn plan_pod(
     }
 }
 
+/// The UUID a declaration gives its table (`CREATE TABLE t UUID '...' (...)`), from `body`, the
+/// text after the table's name.
+fn declared_uuid(body: &str) -> Option<String> {
+    let tokens: Vec<Token> = significant(body).take_while(|t| !t.is_punct(body, "(")).collect();
+    tokens.windows(2).find_map(|pair| {
+        (pair[0].is_keyword(body, "UUID") && pair[1].quote(body) == Some(b'\''))
+            .then(|| String::from_utf8_lossy(&pair[1].value(body)).into_owned())
+    })
+}
+
 /// A `Replicated` table's ZooKeeper path (its first engine argument) with `{database}`,
-/// `{table}` and the pod's macros (the check's `macro` rows) expanded.
-fn replica_path(live: &Definition, database: &str, name: &str, stdout: &str) -> Option<String> {
+/// `{table}`, `{uuid}` (as `uuid`) and the pod's macros (the check's `macro` rows) expanded.
+fn replica_path(live: &Definition, database: &str, name: &str, uuid: &str, stdout: &str) -> Option<String> {
     let (engine, args) = crate::sql::definition::engine_parts(&live.clause("ENGINE")?.text)?;
     if !crate::sql::definition::is_replicated(&engine) {
         return None;
@@ -273,13 +285,13 @@ fn replica_path(live: &Definition, database: &str, name: &str, stdout: &str) -> 
         // The server's default path: one set per table.
         path = format!("{{default}}/{database}/{name}");
     }
-    // `{uuid}` is the table's own UUID, which the check does not read: the table's name stands
-    // for it, so two tables of one shard are two replica sets (the replicas of one table, made
-    // ON CLUSTER, share its UUID and its name).
+    // `{uuid}` is the table's own UUID, which the check does not read. A declaration that gives
+    // one gives it on every pod; otherwise each pod's CREATE drew its own, and the pod's table is a
+    // replica set of its own (replicas made ON CLUSTER share a UUID, but then one pod converges).
     path = path
         .replace("{database}", database)
         .replace("{table}", name)
-        .replace("{uuid}", &format!("{{uuid of {database}.{name}}}"));
+        .replace("{uuid}", uuid);
     for line in stdout.lines() {
         let fields: Vec<&str> = line.split('\t').collect();
         if let ["macro", macro_name, value, ..] = fields.as_slice() {

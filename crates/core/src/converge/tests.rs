@@ -889,17 +889,28 @@ fn tables_whose_paths_hold_a_uuid_are_replica_sets_of_their_own() {
          '{replica}') ORDER BY id SETTINGS index_granularity = 8192",
     );
     let macros = "macro\tshard\ts1\nmacro\treplica\tr1\n";
-    let a = replica_path(&live, "app", "a", macros).expect("replicated");
-    let b = replica_path(&live, "app", "b", macros).expect("replicated");
+    let a = replica_path(&live, "app", "a", "u-a", macros).expect("replicated");
+    let b = replica_path(&live, "app", "b", "u-b", macros).expect("replicated");
     assert_ne!(a, b, "two tables of one shard are not one replica set");
-    assert_eq!(a, "/clickhouse/tables/{uuid of app.a}/s1");
+    assert_eq!(a, "/clickhouse/tables/u-a/s1");
+    // The UUID a declaration gives is the table's on every pod; without one, each pod drew its
+    // own (review V8).
+    assert_eq!(
+        declared_uuid("UUID '6f1e0a3c-1d2b-4c5e-9f00-0123456789ab' (`id` UInt64) ENGINE = ReplicatedMergeTree ORDER BY id")
+            .as_deref(),
+        Some("6f1e0a3c-1d2b-4c5e-9f00-0123456789ab")
+    );
+    assert_eq!(
+        declared_uuid("(`id` UUID, `u` UUID DEFAULT generateUUIDv4()) ENGINE = Memory"),
+        None
+    );
     // A path without a UUID is as the server expands it.
     let named = parse(
         "CREATE TABLE app.a (`id` UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', \
          '{replica}') ORDER BY id",
     );
     assert_eq!(
-        replica_path(&named, "app", "a", macros).as_deref(),
+        replica_path(&named, "app", "a", "u-a", macros).as_deref(),
         Some("/clickhouse/tables/s1/app/a")
     );
 }
