@@ -243,7 +243,9 @@ pub async fn plan<T: PodLister + Executor, C: Clock>(
         cluster.clock,
     )
     .with_cancel(cluster.cancel)
-    .with_events(cluster.events);
+    .with_events(cluster.events)
+    // What the rebuild's survey reads as a reason to rebuild depends on it.
+    .with_converge((config.converge == ConvergeMode::Additive).then(|| converge_options(config)));
     let fingerprint = fingerprint(config);
     let decision = decide(
         &run,

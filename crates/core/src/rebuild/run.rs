@@ -287,11 +287,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .map_err(|f| self.failure_error(f, &pod.name))?;
             let definitions = check.definitions(&scratch, &stdout);
             for object in &report.objects {
-                // The declared `ORDER BY`, as the server prints it: what tells the primary key a
-                // converged `MODIFY ORDER BY` leaves from one only a rebuild changes.
+                // Under convergence, the declared `ORDER BY` as the server prints it: what tells the
+                // primary key a converged `MODIFY ORDER BY` leaves (which convergence accepts) from
+                // one only a rebuild changes. Without convergence that key is a difference the
+                // check reports, with a rebuild entry as the way out, and the rebuild makes it.
                 let declared_order = definitions
                     .iter()
                     .find(|d| d.statement_index == object.statement_index)
+                    .filter(|_| self.converge.is_some())
                     .and_then(|d| d.declared.clause("ORDER BY"))
                     .map(|p| p.text.as_str());
                 if object.status != ObjectStatus::Missing {
