@@ -136,7 +136,9 @@ fn a_default_and_a_comment_are_modified() {
                 // Only where every part stores the column (review C3).
                 "SELECT throwIf(count() > 0) AS parts_without_the_column FROM system.parts WHERE database = 'app' \
                  AND table = 't' AND active AND rows > 0 AND name NOT IN (SELECT name FROM system.parts_columns WHERE database = \
-                 'app' AND table = 't' AND active AND column = 'v')"
+                 'app' AND table = 't' AND active AND column = 'v') SETTINGS read_overflow_mode = 'throw', \
+                 timeout_overflow_mode = 'throw', result_overflow_mode = 'throw', max_rows_to_read = 0, \
+                 max_bytes_to_read = 0"
                     .to_owned(),
                 format!("ALTER TABLE `app`.`t` MODIFY COLUMN {column} DEFAULT 'b', COMMENT COLUMN `v` 'new'")
             ],
@@ -165,7 +167,8 @@ fn a_type_change_is_refused_then_allowed_and_a_live_column_kept() {
             vec![
                 "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE \
                  accurateCastOrNull(`v`, 'UInt16') IS NULL OR CAST(accurateCastOrNull(`v`, 'UInt16'), \
-                 'Nullable(UInt8)') != `v`"
+                 'Nullable(UInt8)') != `v` SETTINGS read_overflow_mode = 'throw', timeout_overflow_mode = 'throw', \
+                 result_overflow_mode = 'throw', max_rows_to_read = 0, max_bytes_to_read = 0"
                     .to_owned(),
                 alter,
             ]

@@ -1154,8 +1154,17 @@ fn replace_view_statements(database: &str, name: &str, body: &str) -> Vec<String
 /// A guard's statement: fails with `guard.says` where `from` (a `FROM ... WHERE ...` tail) counts
 /// any row.
 fn guard_statement(guard: Guard, from: &str) -> String {
-    format!("{GUARD_START}{} FROM {from}", guard.says)
+    format!(
+        "{GUARD_START}{} FROM {from} SETTINGS {GUARD_SETTINGS}",
+        guard.says
+    )
 }
+
+/// Settings of every check: a read or a time limit that ends it early must fail it, not let it
+/// count only part of the table (`*_overflow_mode = 'break'` in the props' settings or a server
+/// profile would). Both servers take a `SETTINGS` clause on a `SELECT`.
+pub(crate) const GUARD_SETTINGS: &str = "read_overflow_mode = 'throw', timeout_overflow_mode = 'throw', \
+                                         result_overflow_mode = 'throw', max_rows_to_read = 0, max_bytes_to_read = 0";
 
 /// Functions whose result changes from call to call, or with the host or over time (lower case;
 /// a name that starts with one of [`VARYING_PREFIXES`] is one too): a default calling one is

@@ -67,11 +67,17 @@ fn plan_printed(
 /// The check that runs before a change of `column`'s default in table `app.t`: no part lacks the
 /// column (review C3).
 fn stored(column: &str) -> String {
-    format!(
+    checked(&format!(
         "SELECT throwIf(count() > 0) AS parts_without_the_column FROM system.parts WHERE database = 'app' AND \
          table = 't' AND active AND rows > 0 AND name NOT IN (SELECT name FROM system.parts_columns WHERE database = 'app' AND \
          table = 't' AND active AND column = '{column}')"
-    )
+    ))
+}
+
+/// A check's statement as the planner renders it: with settings that make a limit fail it
+/// (review V9).
+fn checked(sql: &str) -> String {
+    format!("{sql} SETTINGS {GUARD_SETTINGS}")
 }
 
 fn table(declared: &str, live: &str, server: Server) -> ObjectPlan {
@@ -226,11 +232,11 @@ fn a_type_change_on_a_modern_server_first_checks_that_every_value_converts() {
     assert_eq!(
         plan.statements,
         [
-            "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL",
+            checked("SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`v`, 'UInt32') IS NULL"),
             // From a number: the value must also come back as itself (review V11).
-            "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE (accurateCastOrNull(`n`, 'String') IS NULL AND `n` IS NOT NULL) OR CAST(accurateCastOrNull(`n`, 'String'), 'Nullable(UInt8)') != `n`",
+            checked("SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE (accurateCastOrNull(`n`, 'String') IS NULL AND `n` IS NOT NULL) OR CAST(accurateCastOrNull(`n`, 'String'), 'Nullable(UInt8)') != `n`"),
             // An array's elements are not checked: accurateCastOrNull has no Nullable array.
-            "ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt32, MODIFY COLUMN `n` LowCardinality(Nullable(String)), MODIFY COLUMN `a` Array(UInt16)",
+            "ALTER TABLE `app`.`t` MODIFY COLUMN `v` UInt32, MODIFY COLUMN `n` LowCardinality(Nullable(String)), MODIFY COLUMN `a` Array(UInt16)".to_owned(),
         ]
     );
     // A smaller scale converts, and changes the value: the round trip says so.
@@ -247,8 +253,10 @@ fn a_type_change_on_a_modern_server_first_checks_that_every_value_converts() {
     );
     assert_eq!(
         scale.statements[0],
-        "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`d`, \
-         'Decimal(18, 2)') IS NULL OR CAST(accurateCastOrNull(`d`, 'Decimal(18, 2)'), 'Nullable(Decimal(18, 4))') != `d`"
+        checked(
+            "SELECT throwIf(count() > 0) AS values_that_do_not_convert FROM `app`.`t` WHERE accurateCastOrNull(`d`, \
+             'Decimal(18, 2)') IS NULL OR CAST(accurateCastOrNull(`d`, 'Decimal(18, 2)'), 'Nullable(Decimal(18, 4))') != `d`"
+        )
     );
     // 18.16 converts inside the ALTER, and a value that fails changes nothing.
     let old = plan_with(
@@ -286,7 +294,8 @@ fn a_column_added_with_a_default_that_varies_needs_an_empty_table() {
             .collect();
         // One check per such column (`at`, `k`), none for the constant `concat`.
         assert_eq!(
-            guards, ["SELECT throwIf(count() > 0) AS rows_without_the_column FROM `app`.`t`"; 2],
+            guards,
+            vec![&checked("SELECT throwIf(count() > 0) AS rows_without_the_column FROM `app`.`t`"); 2],
             "{plan:?}"
         );
         assert!(
@@ -729,25 +738,33 @@ fn a_changed_view_is_replaced() {
     let live = "CREATE VIEW app.t (`a` UInt8) AS SELECT 1 AS a";
     let body = "AS SELECT 2 AS a";
     // Only a plain view (review S1: a live view prints like one).
-    let is_a_view = "SELECT throwIf(count() > 0) AS view_to_replace FROM (SELECT count() AS views FROM system.tables \
-                     WHERE database = 'app' AND name = 't' AND engine = 'View') WHERE views != 1";
+    let is_a_view = checked(
+        "SELECT throwIf(count() > 0) AS view_to_replace FROM (SELECT count() AS views FROM system.tables \
+         WHERE database = 'app' AND name = 't' AND engine = 'View') WHERE views != 1",
+    );
     assert_eq!(
         plan_with("VIEW", declared, live, body, NEW, options()).statements,
-        [is_a_view, "CREATE OR REPLACE VIEW `app`.`t` AS SELECT 2 AS a"]
+        [
+            is_a_view.clone(),
+            "CREATE OR REPLACE VIEW `app`.`t` AS SELECT 2 AS a".to_owned()
+        ]
     );
     assert_eq!(
         plan_with("VIEW", declared, live, body, OLD, options()).statements,
         [
             // Review C5: created beside the old one and swapped in, after checks that only views
             // are dropped.
-            is_a_view,
-            "SELECT throwIf(count() > 0) AS replacement_names_taken FROM system.tables WHERE database = 'app' AND \
-             name IN ('t__clickhouse_schema_new', 't__clickhouse_schema_old') AND engine != 'View'",
-            "DROP TABLE IF EXISTS `app`.`t__clickhouse_schema_new`",
-            "DROP TABLE IF EXISTS `app`.`t__clickhouse_schema_old`",
-            "CREATE VIEW `app`.`t__clickhouse_schema_new` AS SELECT 2 AS a",
-            "RENAME TABLE `app`.`t` TO `app`.`t__clickhouse_schema_old`, `app`.`t__clickhouse_schema_new` TO `app`.`t`",
-            "DROP TABLE `app`.`t__clickhouse_schema_old`",
+            is_a_view.clone(),
+            checked(
+                "SELECT throwIf(count() > 0) AS replacement_names_taken FROM system.tables WHERE database = 'app' AND \
+                 name IN ('t__clickhouse_schema_new', 't__clickhouse_schema_old') AND engine != 'View'"
+            ),
+            "DROP TABLE IF EXISTS `app`.`t__clickhouse_schema_new`".to_owned(),
+            "DROP TABLE IF EXISTS `app`.`t__clickhouse_schema_old`".to_owned(),
+            "CREATE VIEW `app`.`t__clickhouse_schema_new` AS SELECT 2 AS a".to_owned(),
+            "RENAME TABLE `app`.`t` TO `app`.`t__clickhouse_schema_old`, `app`.`t__clickhouse_schema_new` TO `app`.`t`"
+                .to_owned(),
+            "DROP TABLE `app`.`t__clickhouse_schema_old`".to_owned(),
         ]
     );
     let on_cluster = plan_with(
@@ -765,7 +782,7 @@ fn a_changed_view_is_replaced() {
         on_cluster.statements,
         [
             is_a_view,
-            "CREATE OR REPLACE VIEW `app`.`t` ON CLUSTER `main` AS SELECT 2 AS a"
+            "CREATE OR REPLACE VIEW `app`.`t` ON CLUSTER `main` AS SELECT 2 AS a".to_owned()
         ]
     );
     // 18.16 under onCluster: its DROP would reach hosts nobody checked; refused, nothing run.
