@@ -454,14 +454,27 @@ describe('convergence', () => {
     const base = ['CREATE DATABASE IF NOT EXISTS c21 ON CLUSTER sandbox', table('id UInt64')];
     const { state } = await apply('c21', clustered(base));
     const declared = [base[0], table('id UInt64, n UInt8')];
+    // A host the deploy does not compare (here one that is not Ready) would get the ALTERs all the
+    // same: the check before them finds it in the cluster, and nothing is altered (review V4).
+    await sandbox.control('PUT', `/sandbox/pods/${pods[2]}/state`, { state: 'not_ready' });
+    let refused;
+    try {
+      refused = await rejection(apply('c21', clustered(declared), state));
+    } finally {
+      await sandbox.control('PUT', `/sandbox/pods/${pods[2]}/state`, { state: 'running' });
+    }
+    assert.equal(refused.code, 'E_STATEMENT_FAILED');
+    assert.ok(refused.message.includes('found more hosts in the cluster than the pods compared'), refused.message);
+    for (const pod of pods) assert.deepEqual(columns(pod, 'c21', 't').map((c) => c[0]), ['id'], pod);
+
     const planned = await plan('c21', clustered(declared), state);
     assert.deepEqual(planned.converge.map((p) => [p.pod, p.objects.map((o) => [o.object, o.changes, o.refused])]), [[pods[0], [['c21.t', ['add column n after id'], []]]]], JSON.stringify(planned.converge));
     await sandbox.clearLogs();
     const { result } = await applyWithEvents('c21', clustered(declared), state);
     assert.equal(result.changed, true);
     const execs = await sandbox.control('GET', '/sandbox/exec-log');
-    const alters = execs.filter((e) => e.stdin.includes('clickhouse_schema_converge'));
-    assert.deepEqual(alters.map((e) => e.pod), [planned.converge[0].pod], 'one convergence exec, where the plan said');
+    const alters = execs.filter((e) => e.stdin.includes('clickhouse_schema_converge') && e.stdin.includes('ALTER TABLE'));
+    assert.deepEqual(alters.map((e) => e.pod), [planned.converge[0].pod], 'one exec of ALTERs, where the plan said');
     // Each other host was checked before the ALTER and after it.
     const isCheck = (e) => e.stdin.startsWith('CREATE DATABASE _clickhouse_schema_verify_');
     for (const pod of pods.filter((p) => p !== alters[0].pod)) {

@@ -1096,8 +1096,44 @@ pub(crate) const NAMES_FREE: Guard = Guard {
                that object",
 };
 
+/// Before ALTERs ON CLUSTER (see [`hosts_guard`]).
+pub(crate) const HOSTS_COMPARED: Guard = Guard {
+    says: "cluster_hosts_not_compared",
+    explains: "found more hosts in the cluster than the pods compared before the ALTERs ON CLUSTER (hosts \
+               the pod selector does not match, or pods that are not Ready): what those hosts hold is not known, \
+               and the ALTERs would reach them too; nothing was changed. Match every host of the cluster with \
+               the selector, and deploy when they are Ready",
+};
+
 /// Every guard, for reading a failure.
-pub(crate) const GUARDS: [Guard; 5] = [VALUES_CONVERT, COLUMN_STORED, NO_ROWS, IS_A_VIEW, NAMES_FREE];
+pub(crate) const GUARDS: [Guard; 6] = [
+    VALUES_CONVERT,
+    COLUMN_STORED,
+    NO_ROWS,
+    IS_A_VIEW,
+    NAMES_FREE,
+    HOSTS_COMPARED,
+];
+
+/// The guard before ALTERs ON CLUSTER `cluster` planned from `compared` pods: the cluster has no
+/// host beyond them (an ALTER ON CLUSTER reaches every host of `system.clusters`, compared or not:
+/// a table there under a replaced view's name would be dropped).
+pub(crate) fn hosts_guard(cluster: &str, compared: usize) -> String {
+    guard_statement(
+        HOSTS_COMPARED,
+        &format!(
+            "(SELECT count() AS hosts FROM system.clusters WHERE cluster = {}) WHERE hosts > {compared}",
+            literal(cluster)
+        ),
+    )
+}
+
+/// `pod_plan` with [`hosts_guard`] before its first statement, under onCluster.
+pub(crate) fn with_hosts_guard(pod_plan: &mut PodPlan, cluster: &str, compared: usize) {
+    if let Some(first) = pod_plan.objects.iter_mut().find(|o| !o.statements.is_empty()) {
+        first.statements.insert(0, hosts_guard(cluster, compared));
+    }
+}
 
 /// The guard that `database.name` is a plain view (`View`, not a live, window or materialized
 /// one, nor a table).

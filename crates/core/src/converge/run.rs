@@ -37,11 +37,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         // Under onCluster every ALTER reaches every host, planned from this one: the other hosts
         // are checked first, and an object they would need altered otherwise is left alone.
         let hosts = match converge.on_cluster {
-            Some(_) if pod_plan.statements().next().is_some() => {
+            Some(cluster) if pod_plan.statements().next().is_some() => {
                 let hosts = self.other_hosts(plan, converge, &pod).await?;
                 for (host, host_plan) in &hosts {
                     refuse_divergent(&mut pod_plan, host, host_plan);
                 }
+                super::with_hosts_guard(&mut pod_plan, cluster, hosts.len() + 1);
                 hosts
             }
             _ => Vec::new(),
@@ -227,12 +228,13 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             }
         }
         // Under onCluster the apply converges from the first host, after it compared the others.
-        if converge.on_cluster.is_some() && !out.is_empty() {
+        if let (Some(cluster), false) = (converge.on_cluster, out.is_empty()) {
             let mut first = out.remove(0);
             if first.statements().next().is_some() {
                 for other in &out {
                     refuse_divergent(&mut first, &other.pod, other);
                 }
+                super::with_hosts_guard(&mut first, cluster, out.len() + 1);
             }
             return Ok(vec![first]);
         }

@@ -588,6 +588,39 @@ fn under_on_cluster_an_object_another_host_needs_altered_otherwise_is_refused() 
 }
 
 #[test]
+fn alters_on_cluster_first_check_that_the_cluster_has_no_host_beyond_those_compared() {
+    // Review V4: an ALTER ON CLUSTER reaches every host of the cluster, compared or not.
+    let mut pod_plan = PodPlan {
+        pod: "p0".into(),
+        server_version: None,
+        objects: vec![
+            ObjectPlan {
+                object: "app.r".into(),
+                refused: vec![refusal("ENGINE", "no")],
+                ..ObjectPlan::default()
+            },
+            ObjectPlan {
+                object: "app.t".into(),
+                statements: vec!["ALTER TABLE `app`.`t` ON CLUSTER `c` ADD COLUMN n UInt8".into()],
+                ..ObjectPlan::default()
+            },
+        ],
+    };
+    with_hosts_guard(&mut pod_plan, "c", 3);
+    assert!(pod_plan.objects[0].statements.is_empty());
+    assert_eq!(
+        pod_plan.objects[1].statements,
+        [
+            checked(
+                "SELECT throwIf(count() > 0) AS cluster_hosts_not_compared FROM (SELECT count() AS hosts FROM \
+                 system.clusters WHERE cluster = 'c') WHERE hosts > 3"
+            ),
+            "ALTER TABLE `app`.`t` ON CLUSTER `c` ADD COLUMN n UInt8".to_owned(),
+        ]
+    );
+}
+
+#[test]
 fn a_live_only_column_is_kept_and_reported() {
     let plan = table(
         "CREATE TABLE s.o0 ( id UInt64,  n UInt8) ENGINE = MergeTree ORDER BY id SETTINGS index_granularity = 8192",
