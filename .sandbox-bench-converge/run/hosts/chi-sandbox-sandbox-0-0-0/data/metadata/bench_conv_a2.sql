@@ -1,0 +1,2 @@
+ATTACH DATABASE bench_conv_a2
+ENGINE = Ordinary

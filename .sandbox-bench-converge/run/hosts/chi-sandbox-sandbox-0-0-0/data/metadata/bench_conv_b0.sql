@@ -1,0 +1,2 @@
+ATTACH DATABASE bench_conv_b0
+ENGINE = Ordinary

@@ -1,0 +1,2 @@
+ATTACH DATABASE bench_conv_b2
+ENGINE = Ordinary

@@ -1,0 +1,2 @@
+ATTACH DATABASE bench_conv_a0
+ENGINE = Ordinary

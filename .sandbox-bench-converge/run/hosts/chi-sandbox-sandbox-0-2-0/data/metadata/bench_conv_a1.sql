@@ -1,0 +1,2 @@
+ATTACH DATABASE bench_conv_a1
+ENGINE = Ordinary
