@@ -1,2 +1,0 @@
-ATTACH DATABASE bench_conv_b2
-ENGINE = Ordinary

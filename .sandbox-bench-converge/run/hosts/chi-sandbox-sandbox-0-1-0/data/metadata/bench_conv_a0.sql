@@ -1,2 +1,0 @@
-ATTACH DATABASE bench_conv_a0
-ENGINE = Ordinary

@@ -1,2 +1,0 @@
-ATTACH DATABASE bench_conv_a1
-ENGINE = Ordinary

@@ -1,8 +1,0 @@
-ATTACH TABLE t18
-(
-    id UInt64, 
-    n UInt8 DEFAULT 1
-)
-ENGINE = MergeTree
-ORDER BY id
-SETTINGS index_granularity = 8192

@@ -1,2 +1,0 @@
-ATTACH DATABASE bench_conv_b1
-ENGINE = Ordinary
