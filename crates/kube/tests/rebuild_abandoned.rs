@@ -28,6 +28,10 @@
 //! `Replicated` table), a row written between a pod's view drop and its RENAME: the old tables
 //! must stay, since whose rows are missing cannot be told; `keepOld: false` dropped them.
 //!
+//! And a late row with a row of its partition deleted after verification (as a TTL would): the
+//! counts after the swap stood still or fell, so the late row was dropped with the old table, on
+//! one source and on two; rows and their hashes are compared with the snapshot now.
+//!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
 //! just before the first verification reads it, to stop the swap's script after its RENAME, and to
 //! copy a row dated ahead twice.
@@ -128,7 +132,8 @@ through_inner!(
     WriterIntoTheNewTable,
     FoldDuringSnapshot,
     LateRowAtEachRead,
-    CutFinish
+    CutFinish,
+    BeforeFinalVerification
 );
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
@@ -256,6 +261,12 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(tables_partitioned_by_a_date_and_by_a_string(&sb)).await {
         failures.push(format!("tables partitioned by a Date and by a String: {e}"));
     }
+    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, &[3])).await {
+        failures.push(format!("a late row and a removed one after verification: {e}"));
+    }
+    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, &[3, 6])).await {
+        failures.push(format!("a late row and two removed ones after verification: {e}"));
+    }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -281,6 +292,11 @@ async fn several_sources_keep_their_old_tables_when_a_row_reached_one_only() {
     }
     if let Err(e) = Box::pin(a_row_between_a_drop_and_its_rename(&sb, true)).await {
         failures.push(format!("a late row on the second source after verification: {e}"));
+    }
+    if let Err(e) = Box::pin(a_late_row_and_a_removed_one_on_two_sources(&sb)).await {
+        failures.push(format!(
+            "a late row on one source and a removed one on the other before the last verification: {e}"
+        ));
     }
     // Last: it restarts the servers with a limit on drops.
     if let Err(e) = Box::pin(a_table_over_the_drop_limit(&sb)).await {
@@ -329,6 +345,11 @@ async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
     }
     if let Err(e) = Box::pin(a_check_over_a_limit_is_not_a_refusal(&sb)).await {
         failures.push(format!("a conversion check over a server limit [26.9]: {e}"));
+    }
+    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, &[3])).await {
+        failures.push(format!(
+            "a late row and a removed one after verification [26.9]: {e}"
+        ));
     }
     if let Err(e) = Box::pin(tables_partitioned_by_a_date_and_by_a_string(&sb)).await {
         failures.push(format!(
@@ -2193,5 +2214,236 @@ async fn a_declaration_changed_back_while_a_rebuild_was_unfinished(sb: &Sandbox)
     check(
         rows == "102\t102\tid\n",
         format!("the table as it was, with its rows: {rows:?}"),
+    )
+}
+
+/// One source (a local table), and between verification and the swap a late row (dated before
+/// the cut-over) and the removal of `removed` other rows of its partition (a DELETE, as a TTL
+/// would): counts alone saw no partition with more rows than verification found, and
+/// `keepOld: false` dropped the old table with the late row (review M5 of
+/// rebuild-session-42-fixes.md). The rows' hashes are compared after the swap now, so the late
+/// row is copied, once, and the old table goes. A column holds NULLs, which the rows' hashes
+/// must take.
+async fn a_late_row_and_removed_ones_after_verification(sb: &Sandbox, removed: &[u64]) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let db = format!("rb_hidden_{}", removed.len());
+    // Verification by checksums too on the second run: rows with a NULL hashed as NULL and the
+    // counts' reader failed on them.
+    let verify = if removed.len() > 1 { "checksum" } else { "count" };
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            &db,
+            &format!(
+                "(id UInt64, kind String, note Nullable(String)) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"
+            ),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1, "verify": verify }),
+        )
+    };
+    let id = "rb-hidden";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    sql_on(
+        &t,
+        &pod,
+        format!("INSERT INTO {db}.t SELECT number + 1, 'k', if(number % 2 = 0, NULL, 'n') FROM system.numbers LIMIT 100"),
+    )
+    .await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    // The cut-over is 101. Row 0 and the removed rows are all in partition 0.
+    let gone = removed.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    let late = RowAfterADrop {
+        inner: &t,
+        row: format!("INSERT INTO {db}.t VALUES (0, 'late', NULL)"),
+        at_drop: 1,
+        into: None,
+        also: Some((
+            pod.clone(),
+            format!("ALTER TABLE {db}.t DELETE WHERE id IN ({gone})"),
+        )),
+        drops: Mutex::new(Vec::new()),
+        on: Mutex::new(None),
+    };
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&late, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    check(
+        late.on.lock().unwrap().is_some(),
+        "the late row was written at the view's drop".to_owned(),
+    )?;
+    let sorted = sql_on(
+        &t,
+        &pod,
+        format!("SELECT sorting_key FROM system.tables WHERE database = '{db}' AND name = 't'"),
+    )
+    .await?;
+    check(sorted == "kind, id\n", format!("rebuilt: {sorted:?}"))?;
+    let late_rows = sql_on(
+        &t,
+        &pod,
+        format!("SELECT count() FROM {db}.t WHERE kind = 'late'"),
+    )
+    .await?;
+    check(
+        late_rows == "1\n",
+        format!("the late row is in the rebuilt table once: {late_rows:?}; the apply: {outcome:?}"),
+    )?;
+    let rows = sql_on(&t, &pod, format!("SELECT count(), uniqExact(id) FROM {db}.t")).await?;
+    // The removed rows were copied before their DELETE; the old table alone lost them.
+    check(rows == "101\t101\n", format!("every row once: {rows:?}"))?;
+    let old = sql_on(
+        &t,
+        &pod,
+        format!("SELECT count() FROM system.tables WHERE database = '{db}' AND name LIKE 't\\_\\_%'"),
+    )
+    .await?;
+    check(
+        old == "0\n",
+        format!("no old table or rebuild object stays: {old:?}"),
+    )
+}
+
+/// Runs `statements` (pod, SQL) once, just before the first read of the live table's counts that
+/// follows a backfill's copy: the last verification's first read.
+struct BeforeFinalVerification<'a> {
+    inner: &'a KubeTransport,
+    live_counts: String,
+    statements: Vec<(String, String)>,
+    copied: AtomicBool,
+    done: AtomicBool,
+}
+
+impl Executor for BeforeFinalVerification<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        if request.stdin.contains("'copied'") {
+            self.copied.store(true, Ordering::SeqCst);
+        }
+        let now = self.copied.load(Ordering::SeqCst)
+            && request.stdin.contains(&self.live_counts)
+            && !self.done.swap(true, Ordering::SeqCst);
+        let (inner, statements) = (self.inner, now.then(|| self.statements.clone()));
+        async move {
+            for (pod, sql) in statements.unwrap_or_default() {
+                let out = inner
+                    .exec(statement_exec(&pod, &sql, Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(out.exit_code, 0, "{sql}: {out:?}");
+                // A mutation is waited for (18.16 has no `mutations_sync`).
+                let mut waiting = String::new();
+                for _ in 0..100 {
+                    waiting = inner
+                        .exec(statement_exec(
+                            &pod,
+                            "SELECT count() FROM system.mutations WHERE is_done = 0",
+                            Duration::from_secs(30),
+                        ))
+                        .await?
+                        .stdout;
+                    if waiting == "0\n" {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                assert_eq!(waiting, "0\n", "the mutation of {sql} ends");
+            }
+            inner.exec(request).await
+        }
+    }
+}
+
+/// Several sources (a local table on each of two pods into one `ReplicatedMergeTree`), and before
+/// the last verification a late row on the second pod and a row of the same partition deleted on
+/// the first: the sum of the counts is what the new table holds, verification passed, and each
+/// source's count then included the late row, so `keepOld: false` dropped both old tables with it
+/// (review M4 of rebuild-session-42-fixes.md). The old tables are compared with the snapshot row
+/// hashes and all, and are kept now.
+async fn a_late_row_and_a_removed_one_on_two_sources(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pods = sb.pod_names();
+    let db = "rb_two_sums";
+    let clock = RealClock(Instant::now());
+    let props = |engine: &str, order: &str| {
+        rebuild_props(
+            db,
+            &format!("(id UInt64, kind String) ENGINE = {engine} PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let id = "rb-two-sums";
+    let v1 = validate(id, &props("MergeTree", "id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    for (i, pod) in pods.iter().enumerate() {
+        sql_on(
+            &t,
+            pod,
+            format!(
+                "INSERT INTO {db}.t SELECT number + 1 + {}, 'k' FROM system.numbers LIMIT 100",
+                i * 100
+            ),
+        )
+        .await?;
+    }
+    let v2 = validate(
+        id,
+        &props(
+            &format!("ReplicatedMergeTree('/clickhouse/tables/{{shard}}/{db}/t_v2', '{{replica}}')"),
+            "(kind, id)",
+        ),
+    )
+    .map_err(|e| format!("{e:?}"))?;
+    // The cut-over is 201; rows 150 and 3 are both in partition 0.
+    let meddling = BeforeFinalVerification {
+        inner: &t,
+        live_counts: format!("FROM `{db}`.`t` GROUP BY p"),
+        statements: vec![
+            (
+                pods[1].clone(),
+                format!("INSERT INTO {db}.t VALUES (150, 'late')"),
+            ),
+            (pods[0].clone(), format!("ALTER TABLE {db}.t DELETE WHERE id = 3")),
+        ],
+        copied: AtomicBool::new(false),
+        done: AtomicBool::new(false),
+    };
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&meddling, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    check(
+        meddling.done.load(Ordering::SeqCst),
+        "the late row was written before the last verification".to_owned(),
+    )?;
+    let in_table = sql_on(
+        &t,
+        &pods[0],
+        format!("SELECT count() FROM {db}.t WHERE kind = 'late'"),
+    )
+    .await?;
+    let kept = sql_on(
+        &t,
+        &pods[1],
+        format!("SELECT count() FROM system.tables WHERE database = '{db}' AND name = 't__old'"),
+    )
+    .await?;
+    let kept_row = if kept == "1\n" {
+        sql_on(
+            &t,
+            &pods[1],
+            format!("SELECT count() FROM {db}.t__old WHERE kind = 'late'"),
+        )
+        .await?
+    } else {
+        "0\n".to_owned()
+    };
+    check(
+        in_table == "1\n" || kept_row == "1\n",
+        format!(
+            "the late row is in the table ({in_table:?}) or in the second pod's kept old table ({kept_row:?}); the \
+             apply: {outcome:?}"
+        ),
     )
 }

@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{RebuildTable, RebuildVerify};
+use crate::config::RebuildTable;
 use crate::live_schema::{
     DifferenceReport, ObjectReport, ObjectStatus, changes_later, plain_table_body, statement_body,
 };
@@ -801,8 +801,9 @@ impl RebuildPlan {
 
     /// Per live partition of `table_suffix` (the live table or the new one), in two ranges: the
     /// rows before the cut-over (the backfill's) and those from the cut-over up to `bound` (the
-    /// view's; every row from the cut-over on when `None`), each as rows and, when asked, a
-    /// checksum. Under a `Replicated` table (`sync`), waits for its replication queue first.
+    /// view's; every row from the cut-over on when `None`), each as rows and a checksum of
+    /// `columns` (none: 0). Under a `Replicated` table (`sync`), waits for its replication queue
+    /// first.
     pub fn counts_script(
         &self,
         table_suffix: &str,
@@ -817,14 +818,13 @@ impl RebuildPlan {
             Some(bound) => format!("{} AND {}", self.from(cutover), self.before(bound)),
             None => self.from(cutover),
         };
-        let checksum = |condition: &str| match self.config.verify {
-            RebuildVerify::Checksum if !columns.is_empty() => {
-                format!(
-                    "sumWithOverflowIf(cityHash64({}), {condition})",
-                    column_list(columns)
-                )
+        let checksum = |condition: &str| {
+            if columns.is_empty() {
+                "toUInt64(0)".to_owned()
+            } else {
+                let columns: Vec<String> = columns.iter().map(|c| ident(c)).collect();
+                format!("sumWithOverflowIf({}, {condition})", row_hash(&columns))
             }
-            _ => "toUInt64(0)".to_owned(),
         };
         // The partition as text, which the catch-up's filter compares with (`key_filter`).
         let key = if live_key.trim().is_empty() {
@@ -987,16 +987,7 @@ impl RebuildPlan {
             .filter(|(sync, _)| *sync)
             .map(|(_, suffix)| format!("SYSTEM SYNC REPLICA {};\n", self.name(suffix)))
             .collect::<String>();
-        // Each column hashed by itself first: a NULL anywhere would make the row's hash NULL.
-        let hash = format!(
-            "cityHash64({})",
-            names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| format!("ifNull(cityHash64({name}), {i})"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let hash = row_hash(&names);
         // The rows the new table holds more often first (they fail verification), one more than
         // are shown, so that a list cut short says so.
         format!(
@@ -1335,6 +1326,20 @@ fn declared_type(entry: &str) -> String {
         }
     }
     entry[first.start..end].to_owned()
+}
+
+/// One hash of a row's `values` (expressions), each hashed by itself first: a NULL anywhere
+/// would make `cityHash64` of them all NULL, and a sum of such hashes NULL.
+fn row_hash(values: &[String]) -> String {
+    format!(
+        "cityHash64({})",
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, value)| format!("ifNull(cityHash64({value}), {i})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 fn column_list(columns: &[String]) -> String {

@@ -1349,7 +1349,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .get(table)
             .map(|(_, k)| k.clone())
             .unwrap_or_default();
-        let columns = rebuild::checksum_columns(inspection, table);
+        // Rows are hashed only when `verify` asks (a scan of every column costs).
+        let columns = match plan.config.verify {
+            crate::config::RebuildVerify::Checksum => rebuild::checksum_columns(inspection, table),
+            _ => Vec::new(),
+        };
         let copied_columns = rebuild::copy_columns(inspection, table);
         let live_engine = inspection
             .tables
@@ -1858,47 +1862,74 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .get(table)
                 .map(|(_, k)| k.clone())
                 .unwrap_or_default();
-            let columns = rebuild::checksum_columns(inspection, table);
+            let live_engine = inspection
+                .tables
+                .get(table)
+                .map(|(e, _)| e.clone())
+                .unwrap_or_default();
+            let plain = plan.copies_differences(&live_engine);
+            // Rows are hashed here whatever `verify` says, where merges fold no rows: a late row
+            // and a row removed since (a TTL, a DELETE) in one partition leave its count as it
+            // was, and only the rows' hashes tell.
+            let columns = if plain {
+                rebuild::checksum_columns(inspection, table)
+            } else {
+                Vec::new()
+            };
             let replicated = inspection.replicas.contains_key(table);
             let at = At::new(plan, "swap", &pod.name);
             let counts_of = |suffix: &'static str, replicated: bool| {
                 plan.counts_script(suffix, &live_key, &columns, replicated, cutover, None)
             };
-            // The new table's rows before the cut-over came from the old tables alone until the
-            // RENAME, so a partition an old table holds more of than verification found in it got
-            // rows since (rows written to the new table after the RENAME do not hide them, as
-            // they would in a comparison with the new table now). With several sources (local
-            // tables becoming one `Replicated` table) each source's old table is read on one of
-            // its pods and compared with its own counts at verification (which then matched the
-            // new table's, or it fails): a sum over sources would let a row gone from one (a
-            // merge that folds, a TTL, a DELETE) hide a late row on another.
+            // Each source's old table is read on one of its pods: several sources are local
+            // tables becoming one `Replicated` table.
             let mut per_source: BTreeMap<String, &PodInfo> = BTreeMap::new();
             for p in pods {
                 per_source.entry(source_of(p)).or_insert(p);
             }
             let verified = copied_before.get(target).cloned().unwrap_or_default();
+            let mut old_before = rebuild::Counts::new();
             let mut old_after = rebuild::Counts::new();
-            let mut behind: BTreeSet<String> = BTreeSet::new();
+            let mut grew: BTreeSet<String> = BTreeSet::new();
             for (source, p) in &per_source {
                 let counts = self
                     .read_counts(At::new(plan, "swap", &p.name), counts_of(OLD_SUFFIX, replicated))
                     .await?;
-                // One source: what verification left in the new table (its last read may have
-                // found the source ahead, rows that arrived after it, which are copied now).
+                // Where merges fold rows (counts fall as they do), a partition an old table holds
+                // more rows of than verification found in it got rows since. One source: what
+                // verification left in the new table; several: each source against its own
+                // counts (a sum would let a fold on one hide a late row on another).
                 let own = if per_source.len() == 1 {
                     verified.0.clone()
                 } else {
                     verified.1.get(source).cloned().unwrap_or_default()
                 };
-                behind.extend(
+                grew.extend(
                     rebuild::count_differences(&counts.before, &own)
                         .into_iter()
                         .filter(|(_, o, v)| o.0 > v.0)
                         .map(|(p, _, _)| p),
                 );
+                rebuild::add_counts(&mut old_before, &counts.before);
                 rebuild::add_counts(&mut old_after, &counts.after);
             }
-            let behind: Vec<String> = behind.into_iter().collect();
+            // Otherwise the new table's rows before the cut-over came from the old tables alone
+            // until the RENAME, and its snapshot holds them as they were then (rows written to
+            // the table since do not hide any): a partition whose rows or hash differ between
+            // the old tables and the snapshot either got a row after it was verified or lost one
+            // (a TTL, a DELETE), and the comparison row by row below tells which.
+            let snapshot = if plain || per_source.len() != 1 {
+                Some(self.read_counts(at, counts_of(STAGE_SUFFIX, false)).await?)
+            } else {
+                None
+            };
+            let behind: Vec<String> = match &snapshot {
+                Some(snapshot) if plain => rebuild::count_differences(&snapshot.before, &old_before)
+                    .into_iter()
+                    .map(|(p, _, _)| p)
+                    .collect(),
+                _ => grew.into_iter().collect(),
+            };
             // Rows from the cut-over on that reached the old table only: an insert that began
             // between the view's drop and the RENAME (on servers whose inserts outlive a dropped
             // view). The view carried every other such row, so the difference is what it missed.
@@ -1906,24 +1937,25 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             if behind.is_empty() && after.is_empty() {
                 continue;
             }
-            let live_engine = inspection
-                .tables
-                .get(table)
-                .map(|(e, _)| e.clone())
-                .unwrap_or_default();
-            if per_source.len() != 1 || !plan.copies_differences(&live_engine) {
-                // Several sources: rows from the cut-over on that reached an old table only show
-                // as more such rows in the old tables together than in the new one's snapshot
-                // (a plain table on the pod: no queue to wait for).
-                let missed: Vec<String> = if per_source.len() != 1 {
-                    let snapshot = self.read_counts(at, counts_of(STAGE_SUFFIX, false)).await?;
-                    old_after
+            if per_source.len() != 1 || !plain {
+                // Several sources: every row from the cut-over on reached the new table through
+                // a view (or the copy of rows dated ahead), so the old tables together hold them
+                // as the snapshot does; a row written between a view's drop and its RENAME
+                // makes them differ (a plain table on the pod: no queue to wait for). Where
+                // merges fold rows, only more such rows in the old tables tell.
+                let missed: Vec<String> = match &snapshot {
+                    Some(snapshot) if per_source.len() != 1 && plain => {
+                        rebuild::count_differences(&snapshot.after, &old_after)
+                            .into_iter()
+                            .map(|(p, _, _)| p)
+                            .collect()
+                    }
+                    Some(snapshot) if per_source.len() != 1 => old_after
                         .iter()
                         .filter(|(p, (n, _))| snapshot.after.get(*p).map_or(0, |s| s.0) < *n)
                         .map(|(p, _)| p.clone())
-                        .collect()
-                } else {
-                    Vec::new()
+                        .collect(),
+                    _ => Vec::new(),
                 };
                 if behind.is_empty() && missed.is_empty() {
                     // Only rows the view carried, as far as counts can tell.
@@ -1939,10 +1971,11 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     None,
                     None,
                     format!(
-                        "{key}: {} partition(s) of the old tables hold rows the new table lacks (dated before the \
-                         cut-over, they arrived after their partition was verified; or from the cut-over on, they were \
-                         written between a view's drop and its RENAME); {table}{OLD_SUFFIX} is kept on {} pod(s) so \
-                         that nothing is lost: copy them by hand, then drop it",
+                        "{key}: {} partition(s) of the old tables differ from the rows the new table got from them \
+                         (dated before the cut-over, a row arrived after its partition was verified, or one was \
+                         removed since; or from the cut-over on, a row was written between a view's drop and its \
+                         RENAME); {table}{OLD_SUFFIX} is kept on {} pod(s) so that nothing is lost: compare it with \
+                         the table, copy what is missing by hand, then drop it",
                         behind.iter().chain(&missed).collect::<BTreeSet<_>>().len(),
                         pods.len()
                     ),
