@@ -261,11 +261,22 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(tables_partitioned_by_a_date_and_by_a_string(&sb)).await {
         failures.push(format!("tables partitioned by a Date and by a String: {e}"));
     }
-    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, &[3])).await {
+    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, true, &[3])).await {
         failures.push(format!("a late row and a removed one after verification: {e}"));
     }
-    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, &[3, 6])).await {
-        failures.push(format!("a late row and two removed ones after verification: {e}"));
+    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(
+        &sb,
+        false,
+        &[3, 6],
+    ))
+    .await
+    {
+        failures.push(format!("two rows removed after verification: {e}"));
+    }
+    if let Err(e) = Box::pin(a_row_corrected_in_a_converted_column(&sb)).await {
+        failures.push(format!(
+            "a row corrected in a converted column after verification: {e}"
+        ));
     }
     sb.shutdown().await.expect("shutdown");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -346,10 +357,19 @@ async fn a_row_copied_twice_under_writes_on_the_modern_engine() {
     if let Err(e) = Box::pin(a_check_over_a_limit_is_not_a_refusal(&sb)).await {
         failures.push(format!("a conversion check over a server limit [26.9]: {e}"));
     }
-    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, &[3])).await {
+    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(&sb, true, &[3])).await {
         failures.push(format!(
             "a late row and a removed one after verification [26.9]: {e}"
         ));
+    }
+    if let Err(e) = Box::pin(a_late_row_and_removed_ones_after_verification(
+        &sb,
+        false,
+        &[3, 6],
+    ))
+    .await
+    {
+        failures.push(format!("two rows removed after verification [26.9]: {e}"));
     }
     if let Err(e) = Box::pin(tables_partitioned_by_a_date_and_by_a_string(&sb)).await {
         failures.push(format!(
@@ -2218,25 +2238,32 @@ async fn a_declaration_changed_back_while_a_rebuild_was_unfinished(sb: &Sandbox)
 }
 
 /// One source (a local table), and between verification and the swap a late row (dated before
-/// the cut-over) and the removal of `removed` other rows of its partition (a DELETE, as a TTL
-/// would): counts alone saw no partition with more rows than verification found, and
+/// the cut-over, when `late`) and the removal of `removed` other rows of its partition (a DELETE,
+/// as a TTL would): counts alone saw no partition with more rows than verification found, and
 /// `keepOld: false` dropped the old table with the late row (review M5 of
-/// rebuild-session-42-fixes.md). The rows' hashes are compared after the swap now, so the late
-/// row is copied, once, and the old table goes. A column holds NULLs, which the rows' hashes
-/// must take.
-async fn a_late_row_and_removed_ones_after_verification(sb: &Sandbox, removed: &[u64]) -> Result<(), String> {
+/// rebuild-session-42-fixes.md). The rows and their hashes are compared with the snapshot now:
+/// the late row is copied, once; the removed rows stay in the table as they were copied, and an
+/// event says so; where both happened in one partition (which an UPDATE also looks like), the old
+/// table is kept to compare with. The table's columns hold NULLs and types 18.16's `cityHash64`
+/// rejects (`Decimal`, `UUID`, an array of `Nullable`), which the hashes must take.
+async fn a_late_row_and_removed_ones_after_verification(
+    sb: &Sandbox,
+    late: bool,
+    removed: &[u64],
+) -> Result<(), String> {
     let t = transport_of(sb).await?;
     let pod = sb.pod_names()[0].clone();
-    let db = format!("rb_hidden_{}", removed.len());
-    // Verification by checksums too on the second run: rows with a NULL hashed as NULL and the
-    // counts' reader failed on them.
-    let verify = if removed.len() > 1 { "checksum" } else { "count" };
+    let db = format!("rb_hidden_{}_{}", u8::from(late), removed.len());
+    // Verification by checksums on one of the runs: a NULL made the sum NULL, which the counts'
+    // reader failed on.
+    let verify = if late { "count" } else { "checksum" };
     let clock = RealClock(Instant::now());
     let props = |order: &str| {
         rebuild_props(
             &db,
             &format!(
-                "(id UInt64, kind String, note Nullable(String)) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"
+                "(id UInt64, kind String, note Nullable(String), price Decimal(10, 2), ref UUID, flags \
+                 Array(Nullable(UInt8))) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"
             ),
             json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1, "verify": verify }),
         )
@@ -2249,15 +2276,24 @@ async fn a_late_row_and_removed_ones_after_verification(sb: &Sandbox, removed: &
     sql_on(
         &t,
         &pod,
-        format!("INSERT INTO {db}.t SELECT number + 1, 'k', if(number % 2 = 0, NULL, 'n') FROM system.numbers LIMIT 100"),
+        format!(
+            "INSERT INTO {db}.t SELECT number + 1, 'k', if(number % 2 = 0, NULL, 'n'), number / 4, \
+             generateUUIDv4(), [1, NULL] FROM system.numbers LIMIT 100"
+        ),
     )
     .await?;
     let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
     // The cut-over is 101. Row 0 and the removed rows are all in partition 0.
     let gone = removed.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
-    let late = RowAfterADrop {
+    let meddling = RowAfterADrop {
         inner: &t,
-        row: format!("INSERT INTO {db}.t VALUES (0, 'late', NULL)"),
+        row: if late {
+            format!(
+                "INSERT INTO {db}.t VALUES (0, 'late', NULL, 0.5, '61f0c404-5cb3-11e7-907b-a6006ad3dba0', [NULL])"
+            )
+        } else {
+            "SELECT 1".to_owned()
+        },
         at_drop: 1,
         into: None,
         also: Some((
@@ -2267,43 +2303,60 @@ async fn a_late_row_and_removed_ones_after_verification(sb: &Sandbox, removed: &
         drops: Mutex::new(Vec::new()),
         on: Mutex::new(None),
     };
-    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&late, &clock, &NoEvents))
+    let events = Recorded::default();
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&meddling, &clock, &events))
         .await
         .map_err(|e| format!("the rebuild: {e}"))?;
     check(
-        late.on.lock().unwrap().is_some(),
-        "the late row was written at the view's drop".to_owned(),
+        meddling.on.lock().unwrap().is_some(),
+        "the rows were changed at the view's drop".to_owned(),
     )?;
-    let sorted = sql_on(
-        &t,
-        &pod,
-        format!("SELECT sorting_key FROM system.tables WHERE database = '{db}' AND name = 't'"),
-    )
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let sorted = query(format!(
+        "SELECT sorting_key FROM system.tables WHERE database = '{db}' AND name = 't'"
+    ))
     .await?;
     check(sorted == "kind, id\n", format!("rebuilt: {sorted:?}"))?;
-    let late_rows = sql_on(
-        &t,
-        &pod,
-        format!("SELECT count() FROM {db}.t WHERE kind = 'late'"),
-    )
-    .await?;
+    let late_rows = query(format!("SELECT count() FROM {db}.t WHERE kind = 'late'")).await?;
     check(
-        late_rows == "1\n",
+        late_rows == format!("{}\n", u8::from(late)),
         format!("the late row is in the rebuilt table once: {late_rows:?}; the apply: {outcome:?}"),
     )?;
-    let rows = sql_on(&t, &pod, format!("SELECT count(), uniqExact(id) FROM {db}.t")).await?;
     // The removed rows were copied before their DELETE; the old table alone lost them.
-    check(rows == "101\t101\n", format!("every row once: {rows:?}"))?;
-    let old = sql_on(
-        &t,
-        &pod,
-        format!("SELECT count() FROM system.tables WHERE database = '{db}' AND name LIKE 't\\_\\_%'"),
-    )
-    .await?;
+    let rows = query(format!("SELECT count(), uniqExact(id) FROM {db}.t")).await?;
+    let expected = 100 + u64::from(late);
     check(
-        old == "0\n",
-        format!("no old table or rebuild object stays: {old:?}"),
-    )
+        rows == format!("{expected}\t{expected}\n"),
+        format!("every row once: {rows:?}"),
+    )?;
+    let said = events.messages();
+    check(
+        said.iter().any(|m| {
+            m.contains(&format!(
+                "{} row(s) of 1 partition(s) were removed or changed in the old table",
+                removed.len()
+            ))
+        }),
+        format!("an event says rows were removed after they were copied: {said:#?}"),
+    )?;
+    let left = query(format!(
+        "SELECT name FROM system.tables WHERE database = '{db}' AND name LIKE 't\\_\\_%' ORDER BY name"
+    ))
+    .await?;
+    if late {
+        // A late row and removed ones in one partition: the old table stays, with the late row.
+        check(left == "t__old\n", format!("only the old table stays: {left:?}"))?;
+        let kept = query(format!("SELECT count() FROM {db}.t__old WHERE kind = 'late'")).await?;
+        check(
+            kept == "1\n",
+            format!("the kept old table holds the late row: {kept:?}"),
+        )
+    } else {
+        check(
+            left.is_empty(),
+            format!("no old table or rebuild object stays: {left:?}"),
+        )
+    }
 }
 
 /// Runs `statements` (pod, SQL) once, just before the first read of the live table's counts that
@@ -2445,5 +2498,68 @@ async fn a_late_row_and_a_removed_one_on_two_sources(sb: &Sandbox) -> Result<(),
             "the late row is in the table ({in_table:?}) or in the second pod's kept old table ({kept_row:?}); the \
              apply: {outcome:?}"
         ),
+    )
+}
+
+/// A column whose type the rebuild changes (`Enum8` to `String`), and after verification a row
+/// corrected by a DELETE and an INSERT of it with another value there: only that column tells
+/// the two apart, and it was left out of the hashes (its types differ), so the corrected row was
+/// dropped with the old table. Its values are converted before they are hashed now: the
+/// corrected row is copied, and the old table kept, since an earlier version is in the table too
+/// (review H1 of rebuild-after-swap-hashes.md).
+async fn a_row_corrected_in_a_converted_column(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let db = "rb_converted";
+    let clock = RealClock(Instant::now());
+    let props = |kind: &str, order: &str| {
+        rebuild_props(
+            db,
+            &format!("(id UInt64, kind {kind}) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let id = "rb-converted";
+    let v1 = validate(id, &props("Enum8('a' = 1, 'b' = 2)", "id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    sql_on(
+        &t,
+        &pod,
+        format!("INSERT INTO {db}.t SELECT number + 1, 'a' FROM system.numbers LIMIT 100"),
+    )
+    .await?;
+    let v2 = validate(id, &props("String", "(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let meddling = RowAfterADrop {
+        inner: &t,
+        row: format!("INSERT INTO {db}.t VALUES (3, 'b')"),
+        at_drop: 1,
+        into: None,
+        also: Some((
+            pod.clone(),
+            format!("ALTER TABLE {db}.t DELETE WHERE id = 3 AND kind = 'a'"),
+        )),
+        drops: Mutex::new(Vec::new()),
+        on: Mutex::new(None),
+    };
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&meddling, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let kinds = query(format!(
+        "SELECT arraySort(groupArray(kind)) FROM {db}.t WHERE id = 3"
+    ))
+    .await?;
+    check(
+        kinds == "['a','b']\n",
+        format!("the corrected row is in the table beside the copied one: {kinds:?}; the apply: {outcome:?}"),
+    )?;
+    let kept = query(format!("SELECT kind FROM {db}.t__old WHERE id = 3"))
+        .await
+        .map_err(|e| format!("the old table is kept ({e})"))?;
+    check(
+        kept == "b\n",
+        format!("the kept old table holds the corrected row: {kept:?}"),
     )
 }

@@ -802,18 +802,40 @@ impl RebuildPlan {
     /// Per live partition of `table_suffix` (the live table or the new one), in two ranges: the
     /// rows before the cut-over (the backfill's) and those from the cut-over up to `bound` (the
     /// view's; every row from the cut-over on when `None`), each as rows and a checksum of
-    /// `columns` (none: 0). Under a `Replicated` table (`sync`), waits for its replication queue
-    /// first.
+    /// `columns` (none: 0; the live or old table's values converted to the new table's types,
+    /// so both sides hash alike). Under a `Replicated` table (`sync`), waits for its replication
+    /// queue first. With `partitions` (their text, as this script prints them), only those are
+    /// read: a filter on the partition key, which the server checks before it reads the other
+    /// columns.
+    #[allow(clippy::too_many_arguments)]
     pub fn counts_script(
         &self,
         table_suffix: &str,
         live_key: &str,
-        columns: &[String],
+        columns: &[HashedColumn],
         sync: bool,
         cutover: &Cutover,
         bound: Option<&Cutover>,
+        partitions: Option<&[String]>,
     ) -> String {
         let before = self.before(cutover);
+        // The live (or old) table's values of a converted column are converted first.
+        let old_side = table_suffix.is_empty() || table_suffix == OLD_SUFFIX;
+        let values: Vec<String> = columns
+            .iter()
+            .map(|c| {
+                let value = if old_side && c.converted {
+                    format!("CAST({} AS {})", ident(&c.name), c.ty)
+                } else {
+                    ident(&c.name)
+                };
+                if hashes_directly(&c.ty) {
+                    value
+                } else {
+                    format!("toString({value})")
+                }
+            })
+            .collect();
         let after = match bound {
             Some(bound) => format!("{} AND {}", self.from(cutover), self.before(bound)),
             None => self.from(cutover),
@@ -822,27 +844,53 @@ impl RebuildPlan {
             if columns.is_empty() {
                 "toUInt64(0)".to_owned()
             } else {
-                let columns: Vec<String> = columns.iter().map(|c| ident(c)).collect();
-                format!("sumWithOverflowIf({}, {condition})", row_hash(&columns))
+                format!("sumWithOverflowIf({}, {condition})", row_hash(&values))
             }
         };
-        // The partition as text, which the catch-up's filter compares with (`key_filter`).
-        let key = if live_key.trim().is_empty() {
-            format!("'{UNPARTITIONED}'")
-        } else {
-            format!("toString(({live_key}))")
-        };
+        let key = partition_text(live_key);
         let sync = if sync {
             format!("SYSTEM SYNC REPLICA {};\n", self.name(table_suffix))
         } else {
             String::new()
         };
+        let only = partitions.map_or_else(String::new, |partitions| {
+            format!(
+                " WHERE {key} IN ({})",
+                partitions
+                    .iter()
+                    .map(|p| literal(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
         format!(
-            "{sync}SELECT {key} AS p, countIf({before}), {}, countIf({after}), {} FROM {table} GROUP BY p ORDER BY p \
-             FORMAT TSV;\n{end}",
+            "{sync}SELECT {key} AS p, countIf({before}), {}, countIf({after}), {} FROM {table}{only} GROUP BY p ORDER \
+             BY p FORMAT TSV;\n{end}",
             checksum(&before),
             checksum(&after),
             table = self.name(table_suffix),
+            end = end_statement(),
+        )
+    }
+
+    /// The partitions of the old table (their text, as [`Self::counts_script`] prints them, one
+    /// `p` line each) holding a part made since the dual write at `cutover` began on the pod (its
+    /// `cutover` receipt; every partition when there is none): an insert, a merge, a mutation or
+    /// a TTL. Every other partition is as it was before the backfill copied it, so only these
+    /// need their rows hashed after the swap. Parts made within 5 s before the receipt count too
+    /// (a part's time is its directory's, in whole seconds).
+    pub fn changed_partitions_query(&self, live_key: &str, cutover: &Cutover) -> String {
+        format!(
+            "SELECT DISTINCT 'p', {key} FROM {old} WHERE _part IN (SELECT name FROM system.parts WHERE database = {db} \
+             AND table = {old_name} AND active AND modification_time + 5 >= (SELECT min(at) FROM {receipts} WHERE \
+             table_name = {table_key} AND step = 'cutover' AND cutover = {cut})) FORMAT TSV;\n{end}",
+            key = partition_text(live_key),
+            old = self.name(OLD_SUFFIX),
+            db = literal(&self.database),
+            old_name = literal(&format!("{}{OLD_SUFFIX}", self.table)),
+            receipts = self.receipts(),
+            table_key = literal(&self.key()),
+            cut = literal(&cutover.value),
             end = end_statement(),
         )
     }
@@ -987,7 +1035,8 @@ impl RebuildPlan {
             .filter(|(sync, _)| *sync)
             .map(|(_, suffix)| format!("SYSTEM SYNC REPLICA {};\n", self.name(suffix)))
             .collect::<String>();
-        let hash = row_hash(&names);
+        // As text: the aliases' types are not known here, and `cityHash64` takes text of any.
+        let hash = row_hash(&names.iter().map(|n| format!("toString({n})")).collect::<Vec<_>>());
         // The rows the new table holds more often first (they fail verification), one more than
         // are shown, so that a list cut short says so.
         format!(
@@ -997,6 +1046,15 @@ impl RebuildPlan {
             ROW_DIFFERENCES_SHOWN + 1,
             end = end_statement(),
         )
+    }
+
+    /// Whether the rows of the old table and of the new one can be compared one by one after the
+    /// swap: [`Self::copies_differences`], and no TTL of either rewrites rows
+    /// ([`ttl_rewrites_rows`]; `live_create` is the live table's CREATE as the server prints it).
+    pub fn compares_rows(&self, live_engine: &str, live_create: Option<&str>) -> bool {
+        self.copies_differences(live_engine)
+            && !ttl_rewrites_rows(&self.body)
+            && !live_create.is_some_and(ttl_rewrites_rows)
     }
 
     /// Whether the rows of the two tables can be copied as their difference (see
@@ -1348,6 +1406,16 @@ fn column_list(columns: &[String]) -> String {
 
 /// The partition verification names an unpartitioned table's one partition.
 const UNPARTITIONED: &str = "tuple()";
+
+/// A row's partition as text, which the counts print and the catch-up's filter compares with
+/// (`key_filter`).
+fn partition_text(live_key: &str) -> String {
+    if live_key.trim().is_empty() {
+        format!("'{UNPARTITIONED}'")
+    } else {
+        format!("toString(({live_key}))")
+    }
+}
 
 /// The rows of the live partition verification printed as `partition` (the key as text), or
 /// every row for an unpartitioned table (or an empty `partition`: the whole table).
@@ -1709,22 +1777,103 @@ pub fn copy_columns_between(
         .collect()
 }
 
-/// Columns a checksum can compare: shared ones whose type is the same in both tables (a value
-/// converted on the way, `String` to `UInt32` say, hashes otherwise).
-pub fn checksum_columns(inspection: &Inspection, table: &str) -> Vec<String> {
-    let new = format!("{table}{NEW_SUFFIX}");
-    shared_columns(inspection, table)
+/// A column the counts hash ([`RebuildPlan::counts_script`]): its name, its type in the new table,
+/// and whether the live (old) table's type differs, its values then converted to the new type
+/// before they are hashed, as the backfill's insert converts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashedColumn {
+    /// The column's name.
+    pub name: String,
+    /// Its type in the new table.
+    pub ty: String,
+    /// Whether the live table's type differs.
+    pub converted: bool,
+}
+
+/// The columns the counts hash: every shared one (see [`HashedColumn`]).
+pub fn checksum_columns(inspection: &Inspection, table: &str) -> Vec<HashedColumn> {
+    copy_columns(inspection, table)
         .into_iter()
-        .filter(|name| {
-            let type_in = |t: &str| {
-                inspection
-                    .columns_of(t)
-                    .find(|c| &c.1 == name)
-                    .map(|c| c.2.clone())
+        .filter_map(|(name, to)| {
+            let converted = to.is_some();
+            let ty = match to {
+                Some(to) => to,
+                None => inspection
+                    .columns_of(&format!("{table}{NEW_SUFFIX}"))
+                    .find(|c| c.1 == name)
+                    .map(|c| c.2.clone())?,
             };
-            type_in(table) == type_in(&new)
+            Some(HashedColumn { name, ty, converted })
         })
         .collect()
+}
+
+/// Whether a table's definition (a CREATE, or `(columns) ENGINE ...`) has a TTL that rewrites
+/// rows instead of only deleting them: a column's TTL (its values go back to the default) or a
+/// table TTL with `SET` or `GROUP BY` (rows rolled up). Merges then change rows without any insert,
+/// so two tables' rows can differ with nothing written to either. A column named `ttl` counts too:
+/// erring that way costs only the comparison by rows.
+pub fn ttl_rewrites_rows(sql: &str) -> bool {
+    let mut depth = 0usize;
+    let mut columns_seen = false;
+    let mut table_ttl = false;
+    for token in significant(sql) {
+        if token.is_punct(sql, "(") {
+            depth += 1;
+            continue;
+        }
+        if token.is_punct(sql, ")") {
+            depth = depth.saturating_sub(1);
+            columns_seen |= depth == 0;
+            continue;
+        }
+        if token.kind != TokenKind::Word {
+            continue;
+        }
+        let word = token.text(sql).to_ascii_uppercase();
+        match (depth, word.as_str()) {
+            (1, "TTL") if !columns_seen => return true,
+            (0, "TTL") if columns_seen => table_ttl = true,
+            (0, "SETTINGS") => table_ttl = false,
+            (0, "SET" | "GROUP") if table_ttl => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether `cityHash64` takes a value of type `ty` as it is on every supported server: 18.16
+/// rejects `Decimal`, `UUID`, `LowCardinality`, tuples and arrays holding a NULL, and later
+/// servers some of the newer types; every other value is hashed as its text (`toString`), which
+/// each of them prints.
+fn hashes_directly(ty: &str) -> bool {
+    let ty = ty.trim();
+    let inner = ty
+        .strip_prefix("Nullable(")
+        .and_then(|t| t.strip_suffix(')'))
+        .unwrap_or(ty);
+    if let Some(element) = inner.strip_prefix("Array(").and_then(|t| t.strip_suffix(')')) {
+        return !element.starts_with("Nullable(") && ty == inner && hashes_directly(element);
+    }
+    matches!(
+        inner,
+        "UInt8"
+            | "UInt16"
+            | "UInt32"
+            | "UInt64"
+            | "Int8"
+            | "Int16"
+            | "Int32"
+            | "Int64"
+            | "Float32"
+            | "Float64"
+            | "String"
+            | "Date"
+            | "DateTime"
+    ) || inner.starts_with("FixedString(")
+        || inner.starts_with("DateTime('")
+        || inner.starts_with("Enum8(")
+        || inner.starts_with("Enum16(")
 }
 
 /// Whether `sql` (an object's CREATE, or any statement) reads or writes `db.table`: `db.table`

@@ -28,6 +28,10 @@ use crate::sql::redact::{redact_clickhouse_output, redact_row_values};
 use crate::state::PodRef;
 use crate::transport::{Clock, Event, ExecOutput, Executor, PodInfo, PodLister, TransportErrorKind};
 
+/// At most this many partitions are named in the read of the rows' hashes after the swap; more
+/// are read as the whole table (a statement's text has a size limit on the server).
+const CHANGED_PARTITIONS_LISTED: usize = 1000;
+
 /// Which pods hold each allowed table (`database.table`), which of them need it rebuilt (with
 /// the parts that differ), and the objects the statements declare.
 struct Survey {
@@ -1383,6 +1387,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                             replicated,
                             cutover,
                             bound.as_ref(),
+                            None,
                         ),
                         true,
                     )
@@ -1401,7 +1406,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let out = self
                     .rebuild_exec(
                         &at,
-                        plan.counts_script("", &live_key, &columns, sync, cutover, bound.as_ref()),
+                        plan.counts_script("", &live_key, &columns, sync, cutover, bound.as_ref(), None),
                         true,
                     )
                     .await?;
@@ -1867,8 +1872,10 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .get(table)
                 .map(|(e, _)| e.clone())
                 .unwrap_or_default();
-            let plain = plan.copies_differences(&live_engine);
-            // Rows are hashed here whatever `verify` says, where merges fold no rows: a late row
+            // Whether merges keep rows as written (no fold, no TTL that rewrites them), so that
+            // the old tables' rows can be compared with the snapshot's one by one.
+            let plain = plan.compares_rows(&live_engine, inspection.create.as_deref());
+            // Rows are hashed here whatever `verify` says, where merges change no row: a late row
             // and a row removed since (a TTL, a DELETE) in one partition leave its count as it
             // was, and only the rows' hashes tell.
             let columns = if plain {
@@ -1878,8 +1885,19 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             };
             let replicated = inspection.replicas.contains_key(table);
             let at = At::new(plan, "swap", &pod.name);
-            let counts_of = |suffix: &'static str, replicated: bool| {
-                plan.counts_script(suffix, &live_key, &columns, replicated, cutover, None)
+            // Counts alone, or with hashes of the rows of `hashed` partitions (all of them with
+            // an empty list).
+            let counts_of = |suffix: &'static str, replicated: bool, hashed: Option<&[String]>| match hashed {
+                None => plan.counts_script(suffix, &live_key, &[], replicated, cutover, None, None),
+                Some(partitions) => plan.counts_script(
+                    suffix,
+                    &live_key,
+                    &columns,
+                    replicated,
+                    cutover,
+                    None,
+                    (!partitions.is_empty()).then_some(partitions),
+                ),
             };
             // Each source's old table is read on one of its pods: several sources are local
             // tables becoming one `Replicated` table.
@@ -1891,10 +1909,21 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let mut old_before = rebuild::Counts::new();
             let mut old_after = rebuild::Counts::new();
             let mut grew: BTreeSet<String> = BTreeSet::new();
+            let mut changed: BTreeSet<String> = BTreeSet::new();
             for (source, p) in &per_source {
+                let at = At::new(plan, "swap", &p.name);
                 let counts = self
-                    .read_counts(At::new(plan, "swap", &p.name), counts_of(OLD_SUFFIX, replicated))
+                    .read_counts(at, counts_of(OLD_SUFFIX, replicated, None))
                     .await?;
+                if plain && !columns.is_empty() {
+                    let out = self
+                        .rebuild_exec(&at, plan.changed_partitions_query(&live_key, cutover), true)
+                        .await?;
+                    changed.extend(
+                        rebuild::parse_tagged(&out, "p")
+                            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?,
+                    );
+                }
                 // Where merges fold rows (counts fall as they do), a partition an old table holds
                 // more rows of than verification found in it got rows since. One source: what
                 // verification left in the new table; several: each source against its own
@@ -1919,15 +1948,58 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // the old tables and the snapshot either got a row after it was verified or lost one
             // (a TTL, a DELETE), and the comparison row by row below tells which.
             let snapshot = if plain || per_source.len() != 1 {
-                Some(self.read_counts(at, counts_of(STAGE_SUFFIX, false)).await?)
+                Some(self.read_counts(at, counts_of(STAGE_SUFFIX, false, None)).await?)
             } else {
                 None
             };
-            let behind: Vec<String> = match &snapshot {
-                Some(snapshot) if plain => rebuild::count_differences(&snapshot.before, &old_before)
+            // The rows' hashes, read only in the partitions of the old tables that changed since
+            // the dual write began (see `changed_partitions_query`): every other one is as the
+            // backfill copied it, and reading every column of a large table after the RENAME
+            // could outlast the step's bound. A long list is left out (every partition read).
+            let mut old_hashed = rebuild::SplitCounts::default();
+            let mut snapshot_hashed = rebuild::SplitCounts::default();
+            if !changed.is_empty() {
+                let changed: Vec<String> = if changed.len() > CHANGED_PARTITIONS_LISTED {
+                    Vec::new()
+                } else {
+                    changed.into_iter().collect()
+                };
+                for p in per_source.values() {
+                    let counts = self
+                        .read_counts(
+                            At::new(plan, "swap", &p.name),
+                            counts_of(OLD_SUFFIX, replicated, Some(&changed)),
+                        )
+                        .await?;
+                    rebuild::add_counts(&mut old_hashed.before, &counts.before);
+                    rebuild::add_counts(&mut old_hashed.after, &counts.after);
+                }
+                snapshot_hashed = self
+                    .read_counts(at, counts_of(STAGE_SUFFIX, false, Some(&changed)))
+                    .await?;
+            }
+            let differ = |snapshot: &rebuild::Counts,
+                          old: &rebuild::Counts,
+                          hashed_snapshot: &rebuild::Counts,
+                          hashed_old: &rebuild::Counts| {
+                rebuild::count_differences(snapshot, old)
                     .into_iter()
+                    .chain(rebuild::count_differences(hashed_snapshot, hashed_old))
                     .map(|(p, _, _)| p)
-                    .collect(),
+                    .collect::<BTreeSet<_>>()
+            };
+            let behind: Vec<String> = match &snapshot {
+                Some(snapshot) if plain => differ(
+                    &snapshot.before,
+                    &old_before,
+                    &snapshot_hashed.before,
+                    &old_hashed.before,
+                )
+                .into_iter()
+                .chain(grew)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
                 _ => grew.into_iter().collect(),
             };
             // Rows from the cut-over on that reached the old table only: an insert that began
@@ -1944,12 +2016,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 // makes them differ (a plain table on the pod: no queue to wait for). Where
                 // merges fold rows, only more such rows in the old tables tell.
                 let missed: Vec<String> = match &snapshot {
-                    Some(snapshot) if per_source.len() != 1 && plain => {
-                        rebuild::count_differences(&snapshot.after, &old_after)
-                            .into_iter()
-                            .map(|(p, _, _)| p)
-                            .collect()
-                    }
+                    Some(snapshot) if per_source.len() != 1 && plain => differ(
+                        &snapshot.after,
+                        &old_after,
+                        &snapshot_hashed.after,
+                        &old_hashed.after,
+                    )
+                    .into_iter()
+                    .collect(),
                     Some(snapshot) if per_source.len() != 1 => old_after
                         .iter()
                         .filter(|(p, (n, _))| snapshot.after.get(*p).map_or(0, |s| s.0) < *n)
@@ -1961,9 +2035,17 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     // Only rows the view carried, as far as counts can tell.
                     continue;
                 }
-                // Several sources' old tables against one new table: whose rows are missing cannot
-                // be told, so every old table stays for the user to look at.
+                // Several sources' old tables against one new table, or rows that merges change:
+                // which rows are missing cannot be told, so every old table stays for the user to
+                // look at.
                 keep.extend(pods.iter().map(|p| p.name.clone()));
+                let why = if per_source.len() != 1 {
+                    "several old tables fed the one new table"
+                } else if plan.copies_differences(&live_engine) {
+                    "a TTL of the table rewrites rows when parts merge"
+                } else {
+                    "its engine folds rows when parts merge"
+                };
                 self.rebuild_event(
                     plan,
                     "swap",
@@ -1974,8 +2056,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         "{key}: {} partition(s) of the old tables differ from the rows the new table got from them \
                          (dated before the cut-over, a row arrived after its partition was verified, or one was \
                          removed since; or from the cut-over on, a row was written between a view's drop and its \
-                         RENAME); {table}{OLD_SUFFIX} is kept on {} pod(s) so that nothing is lost: compare it with \
-                         the table, copy what is missing by hand, then drop it",
+                         RENAME) and {why}, so the missing rows cannot be told; {table}{OLD_SUFFIX} is kept on {} \
+                         pod(s) so that nothing is lost: compare it with the table, copy what is missing by hand, then \
+                         drop it",
                         behind.iter().chain(&missed).collect::<BTreeSet<_>>().len(),
                         pods.len()
                     ),
@@ -1990,6 +2073,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         p,
                         plan.before(cutover),
                         "dated before the cut-over reached the old table after it was verified",
+                        true,
                     )
                 })
                 .chain(after.into_iter().map(|p| {
@@ -1997,8 +2081,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         p,
                         plan.from(cutover),
                         "from the cut-over on reached the old table after its view was dropped",
+                        false,
                     )
                 }));
+            // Rows the snapshot holds and the old table no longer does, per partition before the
+            // cut-over: the rows copied less what the old table gained.
+            let mut removed: BTreeMap<&String, (u64, u64)> = BTreeMap::new();
             // The old table's rows against the new table's snapshot (see `snapshot_script`). A
             // receipt says the copies begin: an apply that finishes this swap after them compares
             // with the whole table, which holds the copies. A copy whose outcome is unknown is
@@ -2006,7 +2094,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // finishes the swap that way.
             self.rebuild_exec(&at, plan.copying_receipt(&cutover.value, &pod.name), true)
                 .await?;
-            for (p, range, what) in ranges {
+            for (p, range, what, before) in ranges {
                 let at = At {
                     partition: Some(p),
                     ..At::new(plan, "swap", &pod.name)
@@ -2022,8 +2110,51 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     false,
                     Some(STAGE_SUFFIX),
                 );
-                self.catch_up(&at, script, &format!("{what}; copied after the swap"), false)
+                let copied = self
+                    .catch_up(&at, script, &format!("{what}; copied after the swap"), false)
                     .await?;
+                if before && let Some(snapshot) = &snapshot {
+                    // old = snapshot - removed + copied
+                    let rows = |counts: &rebuild::Counts| counts.get(p).map_or(0, |c| c.0);
+                    let gone = (copied + rows(&snapshot.before)).saturating_sub(rows(&old_before));
+                    if gone > 0 {
+                        removed.insert(p, (gone, copied));
+                    }
+                }
+            }
+            if !removed.is_empty() {
+                // Rows changed or removed in the old table after they were copied (a TTL, an
+                // ALTER ... DELETE or UPDATE): the table holds them as they were copied. Where
+                // rows were copied into such a partition too, an UPDATE may have put a changed
+                // row beside its earlier version, so the old table stays to compare with.
+                let gone: u64 = removed.values().map(|(g, _)| g).sum();
+                let mixed = removed.values().any(|(_, c)| *c > 0);
+                if mixed {
+                    keep.extend(pods.iter().map(|p| p.name.clone()));
+                }
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(&pod.name),
+                    None,
+                    None,
+                    format!(
+                        "{key}: {gone} row(s) of {} partition(s) were removed or changed in the old table after they \
+                         were copied (a TTL, an ALTER TABLE ... DELETE or UPDATE): {table} holds them as they were \
+                         copied, so run such a mutation again on it{}",
+                        removed.len(),
+                        if mixed {
+                            format!(
+                                "; rows were also copied into those partitions after the swap, so {table}{OLD_SUFFIX} \
+                                 is kept on {} pod(s) to compare with (a row an UPDATE changed would be there in both \
+                                 versions): drop it once you have",
+                                pods.len()
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ),
+                );
             }
         }
         for pod in due {

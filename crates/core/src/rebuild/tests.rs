@@ -499,10 +499,23 @@ fn the_inspection_reads_which_declarations_made_the_objects_and_whether_it_read_
 #[test]
 fn counts_split_at_the_cut_over_with_or_without_checksums_and_wait_for_replication() {
     let mut plan = events_plan("at").unwrap();
-    let columns = vec!["id".to_owned()];
+    let column = |name: &str, ty: &str, converted: bool| HashedColumn {
+        name: name.to_owned(),
+        ty: ty.to_owned(),
+        converted,
+    };
+    let columns = vec![column("id", "UInt64", false)];
     let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
     let bound = Cutover::parse(CutoverKind::Time, "200").unwrap();
-    let count = plan.counts_script(NEW_SUFFIX, "toYYYYMMDD(at)", &[], true, &cutover, Some(&bound));
+    let count = plan.counts_script(
+        NEW_SUFFIX,
+        "toYYYYMMDD(at)",
+        &[],
+        true,
+        &cutover,
+        Some(&bound),
+        None,
+    );
     assert!(count.starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\n"));
     assert!(count.contains(
         "SELECT toString((toYYYYMMDD(at))) AS p, countIf(`at` < toDateTime(100)), toUInt64(0), countIf(`at` >= \
@@ -510,20 +523,49 @@ fn counts_split_at_the_cut_over_with_or_without_checksums_and_wait_for_replicati
     ));
     // Without a bound, every row from the cut-over on.
     assert!(
-        plan.counts_script("", "", &[], false, &cutover, None)
+        plan.counts_script("", "", &[], false, &cutover, None, None)
             .starts_with("SELECT 'tuple()' AS p, countIf(`at` < toDateTime(100)), toUInt64(0), countIf(`at` >= toDateTime(100)), toUInt64(0) FROM `shop`.`events`")
     );
     // Rows are hashed when columns are given (verification gives them under `verify:
     // 'checksum'`, the comparison after the swap always), whatever `verify` says.
     plan.config.verify = RebuildVerify::Count;
     assert!(
-        plan.counts_script("", "", &[], false, &cutover, None)
+        plan.counts_script("", "", &[], false, &cutover, None, None)
             .contains("countIf(`at` < toDateTime(100)), toUInt64(0),")
     );
     assert!(
-        plan.counts_script("", "", &columns, false, &cutover, None)
+        plan.counts_script("", "", &columns, false, &cutover, None, None)
             .contains("sumWithOverflowIf(cityHash64(ifNull(cityHash64(`id`), 0)), `at` < toDateTime(100)), countIf(`at` >= toDateTime(100)), sumWithOverflowIf(cityHash64(ifNull(cityHash64(`id`), 0)), `at` >= toDateTime(100))")
     );
+    // A converted column is converted on the live (or old) side only; a type 18.16's
+    // `cityHash64` rejects (Decimal, UUID, LowCardinality, an array of Nullable) is hashed as
+    // text; a NULL makes neither the row's hash nor the sum NULL.
+    let mixed = vec![
+        column("code", "UInt32", true),
+        column("price", "Decimal(10, 2)", false),
+        column("tags", "Array(String)", false),
+        column("maybe", "Array(Nullable(UInt8))", false),
+        column("note", "Nullable(String)", false),
+        column("kind", "LowCardinality(String)", false),
+    ];
+    let hash = "cityHash64(ifNull(cityHash64({code}), 0), ifNull(cityHash64(toString(`price`)), 1), \
+                ifNull(cityHash64(`tags`), 2), ifNull(cityHash64(toString(`maybe`)), 3), ifNull(cityHash64(`note`), 4), \
+                ifNull(cityHash64(toString(`kind`)), 5))";
+    for (suffix, code) in [
+        ("", "CAST(`code` AS UInt32)"),
+        (OLD_SUFFIX, "CAST(`code` AS UInt32)"),
+        (NEW_SUFFIX, "`code`"),
+        (STAGE_SUFFIX, "`code`"),
+    ] {
+        let script = plan.counts_script(suffix, "", &mixed, false, &cutover, None, None);
+        assert!(
+            script.contains(&format!(
+                "sumWithOverflowIf({}, `at` < toDateTime(100))",
+                hash.replace("{code}", code)
+            )),
+            "{suffix}: {script}"
+        );
+    }
     assert!(
         plan.bound_query(CutoverKind::Time)
             .contains("toUnixTimestamp(now())) - 10")
@@ -665,7 +707,16 @@ fn the_inspection_reads_what_18_16_prints() {
     assert_eq!(ours, vec!["20261101"]);
     // Shared, insertable columns in the new table's order; a MATERIALIZED one is computed.
     assert_eq!(shared_columns(&inspection, "events"), vec!["id", "at"]);
-    assert_eq!(checksum_columns(&inspection, "events"), vec!["id", "at"]);
+    let names = |columns: Vec<HashedColumn>| -> Vec<(String, String, bool)> {
+        columns.into_iter().map(|c| (c.name, c.ty, c.converted)).collect()
+    };
+    assert_eq!(
+        names(checksum_columns(&inspection, "events")),
+        vec![
+            ("id".to_owned(), "UInt64".to_owned(), false),
+            ("at".to_owned(), "DateTime".to_owned(), false)
+        ]
+    );
     let retyped = Inspection::parse(
         "column\tt\tid\tUInt64\t\ncolumn\tt\tcode\tString\t\ncolumn\tt__new\tid\tUInt64\t\ncolumn\tt__new\tcode\tUInt32\t\n\
          __clickhouse_schema_rebuild_end__\n",
@@ -673,9 +724,12 @@ fn the_inspection_reads_what_18_16_prints() {
     .unwrap();
     assert_eq!(shared_columns(&retyped, "t"), vec!["id", "code"]);
     assert_eq!(
-        checksum_columns(&retyped, "t"),
-        vec!["id"],
-        "a converted column cannot be hashed alike"
+        names(checksum_columns(&retyped, "t")),
+        vec![
+            ("id".to_owned(), "UInt64".to_owned(), false),
+            ("code".to_owned(), "UInt32".to_owned(), true)
+        ],
+        "a converted column is hashed as converted"
     );
 
     let plan = events_plan("at").unwrap();
@@ -734,7 +788,7 @@ fn every_read_script_prints_the_end_marker_last() {
         plan.partitions_query("toYYYYMMDD(at)"),
         plan.partitions_query(""),
         plan.stage_script(&partition, "toYYYYMMDD(at)", &cutover, &["id".to_owned()]),
-        plan.counts_script("", "toYYYYMMDD(at)", &[], true, &cutover, None),
+        plan.counts_script("", "toYYYYMMDD(at)", &[], true, &cutover, None, None),
     ] {
         assert!(script.ends_with(marker), "{script}");
     }
@@ -898,10 +952,12 @@ fn row_differences_are_listed_whole_and_only_those_both_reads_share_count() {
         !script.contains("SYSTEM SYNC REPLICA `shop`.`events__new`"),
         "{script}"
     );
-    // Each column hashed by itself, so that a NULL does not make the row's hash NULL.
+    // Each column hashed by itself, so that a NULL does not make the row's hash NULL; as text,
+    // which `cityHash64` takes of any type on every server.
     assert!(
         script.contains(
-            "cityHash64(ifNull(cityHash64(__clickhouse_schema_c0), 0), ifNull(cityHash64(__clickhouse_schema_c1), 1))"
+            "cityHash64(ifNull(cityHash64(toString(__clickhouse_schema_c0)), 0), \
+             ifNull(cityHash64(toString(__clickhouse_schema_c1)), 1))"
         ),
         "{script}"
     );
@@ -1169,4 +1225,94 @@ fn a_partition_is_selected_by_the_literal_the_server_quoted() {
     for null in ["(NULL)", "ᴺᵁᴸᴸ", "\\N"] {
         assert!(staged(null).contains("WHERE isNull((toDate(at))) AND"), "{null}");
     }
+}
+
+#[test]
+fn ttls_that_rewrite_rows_are_told_from_those_that_delete_them() {
+    for (sql, rewrites) in [
+        ("(id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id", false),
+        (
+            "(id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id TTL at + INTERVAL 1 DAY",
+            false,
+        ),
+        (
+            "(id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id TTL at + INTERVAL 1 DAY DELETE, at + \
+             INTERVAL 2 DAY TO VOLUME 'cold' SETTINGS index_granularity = 8192",
+            false,
+        ),
+        (
+            "(id UInt64, at DateTime, note String TTL at + INTERVAL 1 DAY) ENGINE = MergeTree ORDER BY id",
+            true,
+        ),
+        (
+            "CREATE TABLE db.t (id UInt64, at DateTime, v UInt64) ENGINE = MergeTree ORDER BY (id, toDate(at)) TTL at + \
+             INTERVAL 1 DAY GROUP BY id, toDate(at) SET v = sum(v)",
+            true,
+        ),
+        (
+            "(id UInt64, at DateTime, v UInt64) ENGINE = MergeTree ORDER BY id TTL at + INTERVAL 1 DAY WHERE v = 0",
+            false,
+        ),
+        // `SET` inside SETTINGS or a projection is not a TTL's.
+        (
+            "(id UInt64, PROJECTION p (SELECT id ORDER BY id)) ENGINE = MergeTree ORDER BY id SETTINGS \
+             min_bytes_for_wide_part = 0",
+            false,
+        ),
+        ("(`ttl` UInt64) ENGINE = MergeTree ORDER BY tuple()", false),
+    ] {
+        assert_eq!(ttl_rewrites_rows(sql), rewrites, "{sql}");
+    }
+    let plan = events_plan("at").unwrap();
+    assert!(plan.compares_rows("MergeTree", None));
+    assert!(plan.compares_rows(
+        "MergeTree",
+        Some("CREATE TABLE shop.events (id UInt64, at DateTime) ENGINE = MergeTree ORDER BY id TTL at + toIntervalDay(1)")
+    ));
+    assert!(!plan.compares_rows(
+        "MergeTree",
+        Some("CREATE TABLE shop.events (id UInt64, at DateTime, n String TTL at + toIntervalDay(1)) ENGINE = MergeTree ORDER BY id")
+    ));
+    assert!(!plan.compares_rows("SummingMergeTree", None));
+}
+
+#[test]
+fn the_hashes_after_the_swap_read_only_partitions_changed_since_the_dual_write_began() {
+    let plan = events_plan("at").unwrap();
+    let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
+    let changed = plan.changed_partitions_query("toYYYYMMDD(at)", &cutover);
+    assert!(
+        changed.starts_with(
+            "SELECT DISTINCT 'p', toString((toYYYYMMDD(at))) FROM `shop`.`events__old` WHERE _part IN (SELECT name FROM \
+             system.parts WHERE database = 'shop' AND table = 'events__old' AND active AND modification_time + 5 >= \
+             (SELECT min(at) FROM `shop`.`clickhouse_schema_rebuild_receipts` WHERE table_name = 'shop.events' AND \
+             step = 'cutover' AND cutover = '100')) FORMAT TSV;\n"
+        ),
+        "{changed}"
+    );
+    // Without the receipt, min(at) is the epoch and every part counts; a DateTime less 5 there
+    // would wrap around and count none, so the slack is added to the part's time instead.
+    assert!(!changed.contains(") - 5"), "{changed}");
+    assert!(changed.ends_with(&end_statement()));
+    let columns = [HashedColumn {
+        name: "id".to_owned(),
+        ty: "UInt64".to_owned(),
+        converted: false,
+    }];
+    let only = ["20261101".to_owned(), "b'c".to_owned()];
+    let script = plan.counts_script(
+        STAGE_SUFFIX,
+        "toYYYYMMDD(at)",
+        &columns,
+        false,
+        &cutover,
+        None,
+        Some(&only),
+    );
+    assert!(
+        script.contains(
+            "FROM `shop`.`events__rebuild_stage` WHERE toString((toYYYYMMDD(at))) IN ('20261101', 'b\\'c') GROUP BY p"
+        ),
+        "{script}"
+    );
 }
