@@ -5,7 +5,8 @@
 //   3. a rebuild of a table receiving about 100 rows/s (tests/lib/writer.mjs, batches of 20): the
 //      whole apply, and how long the dual write lasts (its view created to the last swap).
 // Run: node bench/rebuild.mjs   (after `npm run build` and `cargo build -p clickhouse-schema-sandbox`)
-// BENCH_ROWS (default 2,000,000) rows in BENCH_PARTITIONS (default 10) partitions; BENCH_RUNS (default 3).
+// BENCH_ROWS (default 2,000,000) rows in BENCH_PARTITIONS (default 10) partitions; BENCH_RUNS (default 3);
+// BENCH_TRAFFIC=0 leaves out part 3.
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -85,7 +86,8 @@ console.log(`verification, checksum: +${median(results.checksum.map((r) => r.ver
 // 3. Under writes: the same table, a writer adding batches of 20 rows as fast as one insert exec
 // allows (reported: its rows/s), for the whole apply.
 const traffic = { apply: [], dualWrite: [], rate: [], restarts: 0 };
-for (let run = 0; run < RUNS; run++) {
+const TRAFFIC_RUNS = process.env.BENCH_TRAFFIC === '0' ? 0 : RUNS;
+for (let run = 0; run < TRAFFIC_RUNS; run++) {
   const name = `t_traffic_${run}`;
   const first = await apply('bench-rebuild', props(name, 'id', 'count'));
   sandbox.query(pod, fill(name));
@@ -121,6 +123,7 @@ for (let run = 0; run < RUNS; run++) {
   if (failed.length > 0) console.log(`run ${run}: ${failed.length} insert(s) failed: ${failed[0]}`);
   sandbox.query(pod, `DROP TABLE bench_rb.${name}`);
 }
+if (TRAFFIC_RUNS === 0) process.exit(0);
 console.log(`under writes (${median(traffic.rate).toFixed(0)} rows/s acknowledged during the apply):`);
 console.log(`  the whole apply: ${median(traffic.apply).toFixed(0)} ms; the dual write (view created to last swap): ${median(traffic.dualWrite).toFixed(0)} ms`);
 console.log(`  deploys run again after the check before the backfill started a rebuild over: ${traffic.restarts} in ${RUNS} run(s)`);

@@ -30,7 +30,8 @@
 //!
 //! And a late row with a row of its partition deleted after verification (as a TTL would): the
 //! counts after the swap stood still or fell, so the late row was dropped with the old table, on
-//! one source and on two; rows and their hashes are compared with the snapshot now.
+//! one source and on two; rows and their hashes are compared with the snapshot now, a converted
+//! column as converted, and the old table is read again before it is dropped.
 //!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
 //! just before the first verification reads it, to stop the swap's script after its RENAME, and to
@@ -133,7 +134,8 @@ through_inner!(
     FoldDuringSnapshot,
     LateRowAtEachRead,
     CutFinish,
-    BeforeFinalVerification
+    BeforeFinalVerification,
+    Stragglers
 );
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
@@ -276,6 +278,14 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     if let Err(e) = Box::pin(a_row_corrected_in_a_converted_column(&sb)).await {
         failures.push(format!(
             "a row corrected in a converted column after verification: {e}"
+        ));
+    }
+    if let Err(e) = Box::pin(rows_into_the_old_table_after_it_was_compared(&sb)).await {
+        failures.push(format!("rows into the old table after it was compared: {e}"));
+    }
+    if let Err(e) = Box::pin(a_folding_table_and_a_row_between_a_drop_and_its_rename(&sb)).await {
+        failures.push(format!(
+            "an engine that folds rows, a row between the view's drop and the RENAME: {e}"
         ));
     }
     sb.shutdown().await.expect("shutdown");
@@ -2561,5 +2571,196 @@ async fn a_row_corrected_in_a_converted_column(sb: &Sandbox) -> Result<(), Strin
     check(
         kept == "b\n",
         format!("the kept old table holds the corrected row: {kept:?}"),
+    )
+}
+
+/// Writes a row into the live table just before the backfill's first copy (a part made during
+/// the dual write, so its partition's rows are hashed after the swap), and one dated before the
+/// cut-over into the old table right after the snapshot's hashes were read, as an insert still
+/// running at the RENAME would.
+struct Stragglers<'a> {
+    inner: &'a KubeTransport,
+    db: &'static str,
+    early: AtomicBool,
+    straggler: AtomicBool,
+}
+
+impl Executor for Stragglers<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let early = (request.stdin.contains("'copied'") && !self.early.swap(true, Ordering::SeqCst))
+            .then(|| format!("INSERT INTO {}.t VALUES (2, 'early')", self.db));
+        let straggler = (request
+            .stdin
+            .contains(&format!("FROM `{}`.`t__rebuild_stage` WHERE", self.db))
+            && request.stdin.contains("sumWithOverflowIf")
+            && !self.straggler.swap(true, Ordering::SeqCst))
+        .then(|| format!("INSERT INTO {}.t__old VALUES (1001, 'straggler')", self.db));
+        let (inner, pod) = (self.inner, request.pod.clone());
+        async move {
+            if let Some(row) = early {
+                write_row(inner, &pod, &row).await?;
+            }
+            let out = inner.exec(request).await?;
+            if let Some(row) = straggler {
+                write_row(inner, &pod, &row).await?;
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Runs one INSERT on `pod`, which must succeed.
+async fn write_row(inner: &KubeTransport, pod: &str, row: &str) -> Result<(), TransportError> {
+    let written = inner
+        .exec(statement_exec(pod, row, Duration::from_secs(30)))
+        .await?;
+    assert_eq!(written.exit_code, 0, "{row}: {written:?}");
+    Ok(())
+}
+
+/// Rows that reach the old table after it was compared with the table (an insert still running
+/// at the RENAME in an Atomic database writes into the old table, which it holds): the old table
+/// is read again before it is dropped, and one that got rows is kept, with an event; before,
+/// `keepOld: false` dropped it with them (review H8 of rebuild-after-swap-hashes.md). The row
+/// is dated before the cut-over (id 1001, which the table does not hold): a late row the table
+/// lacks.
+async fn rows_into_the_old_table_after_it_was_compared(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let db = "rb_straggler";
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            db,
+            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let id = "rb-straggler";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    // Ids up to 5000: the cut-over is 5001, above every straggler.
+    sql_on(
+        &t,
+        &pod,
+        format!("INSERT INTO {db}.t SELECT (number + 1) * 10, 'k' FROM system.numbers LIMIT 500"),
+    )
+    .await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    let stragglers = Stragglers {
+        inner: &t,
+        db,
+        early: AtomicBool::new(false),
+        straggler: AtomicBool::new(false),
+    };
+    let events = Recorded::default();
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&stragglers, &clock, &events))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    check(
+        stragglers.early.load(Ordering::SeqCst) && stragglers.straggler.load(Ordering::SeqCst),
+        "both rows were written".to_owned(),
+    )?;
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let early = query(format!("SELECT count() FROM {db}.t WHERE kind = 'early'")).await?;
+    check(
+        early == "1\n",
+        format!("the row written during the dual write is in the table once: {early:?}"),
+    )?;
+    let in_table = query(format!("SELECT count() FROM {db}.t WHERE kind = 'straggler'")).await?;
+    let old = query(format!(
+        "SELECT count() FROM system.tables WHERE database = '{db}' AND name = 't__old'"
+    ))
+    .await?;
+    let in_old = if old == "1\n" {
+        query(format!(
+            "SELECT count() FROM {db}.t__old WHERE kind = 'straggler'"
+        ))
+        .await?
+    } else {
+        "0\n".to_owned()
+    };
+    check(
+        in_table == "1\n" || in_old == "1\n",
+        format!(
+            "the row is in the table ({in_table:?}) or in the kept old table ({in_old:?}); the apply: {outcome:?}; \
+             events: {:#?}",
+            events.messages()
+        ),
+    )?;
+    let said = events.messages();
+    check(
+        in_table == "1\n"
+            || said
+                .iter()
+                .any(|m| m.contains("got rows after it was compared with the table")),
+        format!("an event says why the old table is kept: {said:#?}"),
+    )
+}
+
+/// One source whose engine folds rows (`SummingMergeTree`), and a row from the cut-over on written
+/// between the view's drop and the RENAME: it reached only the old table, and with one source
+/// nothing compared the old table's rows from the cut-over on, so `keepOld: false` dropped it.
+/// More such rows in the old table than in the snapshot keep it now, with an event.
+async fn a_folding_table_and_a_row_between_a_drop_and_its_rename(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let db = "rb_fold_window";
+    let clock = RealClock(Instant::now());
+    let props = |order: &str| {
+        rebuild_props(
+            db,
+            &format!(
+                "(id UInt64, kind String, v UInt64) ENGINE = SummingMergeTree(v) PARTITION BY id % 3 ORDER BY {order}"
+            ),
+            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        )
+    };
+    let id = "rb-fold-window";
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    sql_on(
+        &t,
+        &pod,
+        format!("INSERT INTO {db}.t SELECT number + 1, 'k', 1 FROM system.numbers LIMIT 100"),
+    )
+    .await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    // The cut-over is 101; row 9000 is from it on.
+    let meddling = RowAfterADrop {
+        inner: &t,
+        row: format!("INSERT INTO {db}.t VALUES (9000, 'window', 1)"),
+        at_drop: 1,
+        into: None,
+        also: None,
+        drops: Mutex::new(Vec::new()),
+        on: Mutex::new(None),
+    };
+    let events = Recorded::default();
+    let (_, outcome) = apply(id, &v2, Some(&state), &cluster(&meddling, &clock, &events))
+        .await
+        .map_err(|e| format!("the rebuild: {e}"))?;
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let in_table = query(format!("SELECT count() FROM {db}.t WHERE id = 9000")).await?;
+    let old = query(format!(
+        "SELECT count() FROM system.tables WHERE database = '{db}' AND name = 't__old'"
+    ))
+    .await?;
+    let in_old = if old == "1\n" {
+        query(format!("SELECT count() FROM {db}.t__old WHERE id = 9000")).await?
+    } else {
+        "0\n".to_owned()
+    };
+    check(
+        in_table == "1\n" || in_old == "1\n",
+        format!(
+            "the row is in the table ({in_table:?}) or in the kept old table ({in_old:?}); the apply: {outcome:?}; \
+             events: {:#?}",
+            events.messages()
+        ),
     )
 }

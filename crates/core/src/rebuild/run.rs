@@ -1353,9 +1353,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             .get(table)
             .map(|(_, k)| k.clone())
             .unwrap_or_default();
-        // Rows are hashed only when `verify` asks (a scan of every column costs).
-        let columns = match plan.config.verify {
-            crate::config::RebuildVerify::Checksum => rebuild::checksum_columns(inspection, table),
+        // Rows are hashed only when `verify` asks (a scan of every column costs), and a column
+        // the new table converts is left out here: the live table may hold a value that does
+        // not convert, which the backfill reports by its partition, while a hash of the converted
+        // value would fail verification's whole-table read first (the comparison after the swap
+        // hashes it, where every row before the cut-over was converted once already).
+        let columns: Vec<rebuild::HashedColumn> = match plan.config.verify {
+            crate::config::RebuildVerify::Checksum => rebuild::checksum_columns(inspection, table)
+                .into_iter()
+                .filter(|c| !c.converted)
+                .collect(),
             _ => Vec::new(),
         };
         let copied_columns = rebuild::copy_columns(inspection, table);
@@ -1859,6 +1866,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .with_pod(&due[0].name));
         }
         let mut keep: BTreeSet<String> = BTreeSet::new();
+        // Each old table's first read: its target, its pod, the counts' script and what it read.
+        let mut first_reads: Vec<(&String, &PodInfo, String, rebuild::SplitCounts)> = Vec::new();
         for (target, pods) in targets {
             let pod = pods[0];
             let inspection = &inspected[&pod.name];
@@ -1915,6 +1924,12 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let counts = self
                     .read_counts(at, counts_of(OLD_SUFFIX, replicated, None))
                     .await?;
+                first_reads.push((
+                    target,
+                    *p,
+                    counts_of(OLD_SUFFIX, replicated, None),
+                    counts.clone(),
+                ));
                 if plain && !columns.is_empty() {
                     let out = self
                         .rebuild_exec(&at, plan.changed_partitions_query(&live_key, cutover), true)
@@ -1947,11 +1962,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // the table since do not hide any): a partition whose rows or hash differ between
             // the old tables and the snapshot either got a row after it was verified or lost one
             // (a TTL, a DELETE), and the comparison row by row below tells which.
-            let snapshot = if plain || per_source.len() != 1 {
-                Some(self.read_counts(at, counts_of(STAGE_SUFFIX, false, None)).await?)
-            } else {
-                None
-            };
+            let snapshot = self.read_counts(at, counts_of(STAGE_SUFFIX, false, None)).await?;
             // The rows' hashes, read only in the partitions of the old tables that changed since
             // the dual write began (see `changed_partitions_query`): every other one is as the
             // backfill copied it, and reading every column of a large table after the RENAME
@@ -1988,8 +1999,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     .map(|(p, _, _)| p)
                     .collect::<BTreeSet<_>>()
             };
-            let behind: Vec<String> = match &snapshot {
-                Some(snapshot) if plain => differ(
+            let behind: Vec<String> = if plain {
+                differ(
                     &snapshot.before,
                     &old_before,
                     &snapshot_hashed.before,
@@ -1999,8 +2010,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 .chain(grew)
                 .collect::<BTreeSet<_>>()
                 .into_iter()
-                .collect(),
-                _ => grew.into_iter().collect(),
+                .collect()
+            } else {
+                grew.into_iter().collect()
             };
             // Rows from the cut-over on that reached the old table only: an insert that began
             // between the view's drop and the RENAME (on servers whose inserts outlive a dropped
@@ -2014,22 +2026,23 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 // a view (or the copy of rows dated ahead), so the old tables together hold them
                 // as the snapshot does; a row written between a view's drop and its RENAME
                 // makes them differ (a plain table on the pod: no queue to wait for). Where
-                // merges fold rows, only more such rows in the old tables tell.
-                let missed: Vec<String> = match &snapshot {
-                    Some(snapshot) if per_source.len() != 1 && plain => differ(
+                // merges change rows, one source too, only more such rows in the old tables than
+                // in the snapshot tell.
+                let missed: Vec<String> = if plain {
+                    differ(
                         &snapshot.after,
                         &old_after,
                         &snapshot_hashed.after,
                         &old_hashed.after,
                     )
                     .into_iter()
-                    .collect(),
-                    Some(snapshot) if per_source.len() != 1 => old_after
+                    .collect()
+                } else {
+                    old_after
                         .iter()
                         .filter(|(p, (n, _))| snapshot.after.get(*p).map_or(0, |s| s.0) < *n)
                         .map(|(p, _)| p.clone())
-                        .collect(),
-                    _ => Vec::new(),
+                        .collect()
                 };
                 if behind.is_empty() && missed.is_empty() {
                     // Only rows the view carried, as far as counts can tell.
@@ -2113,7 +2126,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let copied = self
                     .catch_up(&at, script, &format!("{what}; copied after the swap"), false)
                     .await?;
-                if before && let Some(snapshot) = &snapshot {
+                if before {
                     // old = snapshot - removed + copied
                     let rows = |counts: &rebuild::Counts| counts.get(p).map_or(0, |c| c.0);
                     let gone = (copied + rows(&snapshot.before)).saturating_sub(rows(&old_before));
@@ -2153,6 +2166,39 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         } else {
                             String::new()
                         }
+                    ),
+                );
+            }
+        }
+        // The old tables read again just before they are dropped: rows that an insert still
+        // running at the RENAME (it holds the old table, in an Atomic database) wrote after the
+        // first read, in a partition found alike, would go with them. Fewer rows (a TTL, a merge
+        // that folds) lose nothing; more keep every old table of the target, whatever `keepOld`.
+        for (target, p, script, first) in &first_reads {
+            if targets[*target].iter().all(|p| keep.contains(&p.name)) {
+                continue;
+            }
+            let again = self
+                .read_counts(At::new(plan, "swap", &p.name), script.clone())
+                .await?;
+            let more = |now: &rebuild::Counts, then: &rebuild::Counts| {
+                now.iter()
+                    .any(|(partition, (n, _))| then.get(partition).map_or(0, |c| c.0) < *n)
+            };
+            if more(&again.before, &first.before) || more(&again.after, &first.after) {
+                keep.extend(targets[*target].iter().map(|p| p.name.clone()));
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(&p.name),
+                    None,
+                    None,
+                    format!(
+                        "{key}: {table}{OLD_SUFFIX} on {} got rows after it was compared with the table (an insert \
+                         still running at the swap wrote them), so it is kept on {} pod(s) so that nothing is lost: \
+                         compare it with the table, copy what is missing by hand, then drop it",
+                        p.name,
+                        targets[*target].len()
                     ),
                 );
             }
