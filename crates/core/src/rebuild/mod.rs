@@ -95,10 +95,16 @@ pub const DROP_SIZE_LIMIT: u32 = 359;
 /// The table, in the rebuilt table's database, that holds a rebuild's receipts.
 pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";
 /// A backfill batch (partitions copied in one exec) closes at this many rows...
-pub const BATCH_ROWS: u64 = 1_000_000;
-/// ...or this many partitions: an exec's start costs about as much as copying 100,000 rows, and a
-/// batch that fails is named by its partition, so batches stay small.
-pub const BATCH_PARTITIONS: usize = 8;
+pub const BATCH_ROWS: u64 = 4_000_000;
+/// ...or this many partitions: an exec's start costs about as much as copying 100,000 rows. Each
+/// partition's statements are bounded as statements alone are, and the exec by their sum (see
+/// [`COPY_STATEMENTS`]), so the size of a batch changes only how often progress is reported
+/// (an event per partition once its batch ends) and what a cut batch leaves to the next apply
+/// (the partitions without receipts).
+pub const BATCH_PARTITIONS: usize = 16;
+/// The statements of one partition's copy ([`RebuildPlan::copy_script`]): the staging table
+/// emptied, the rows copied into it, moved into the new table, the receipts, the count.
+pub const COPY_STATEMENTS: usize = 5;
 /// At most this many differing rows are listed by [`RebuildPlan::row_differences_script`].
 pub const ROW_DIFFERENCES_SHOWN: usize = 10_000;
 /// How many times verification reads both tables before it calls a difference one: an insert

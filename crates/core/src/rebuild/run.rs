@@ -1280,7 +1280,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             pod: &pod.name,
             partition: Some(&first.id),
         };
-        let (output, script) = self.rebuild_run(&at, script, false).await?;
+        // Each partition's copy and move may take as long as a statement alone.
+        let statements = batch.len() * rebuild::COPY_STATEMENTS;
+        let (output, script) = self.rebuild_run_bounded(&at, script, false, statements).await?;
         let finished = rebuild::parse_copied(&output.stdout).unwrap_or_default();
         for (n, partition) in batch {
             match finished.iter().find(|(id, _)| *id == partition.id) {
@@ -2624,9 +2626,34 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         script: String,
         retry: bool,
     ) -> Result<(ExecOutput, String), ClickHouseSchemaError> {
+        self.rebuild_run_bounded(at, script, retry, 1).await
+    }
+
+    /// [`Self::rebuild_run`] of a script of `statements` statements that may each take as long
+    /// as a statement alone (the copies of a backfill batch): each is bounded as a statement is,
+    /// and the exec by their sum, so a batch is never cut short where single copies would end.
+    async fn rebuild_run_bounded(
+        &self,
+        at: &At<'_>,
+        script: String,
+        retry: bool,
+        statements: usize,
+    ) -> Result<(ExecOutput, String), ClickHouseSchemaError> {
         // Under a query id of its own, so that a cancellation, a lost lease or a dropped exec can
         // stop it where it runs: a copy can take minutes (see `reconcile::abandoned`).
-        let (request, query_id) = self.script_request("rb", at.pod, script);
+        let (mut request, query_id) = self.script_request("rb", at.pod, script);
+        if statements > 1 {
+            request.command = crate::command::render_batch(
+                self.client,
+                self.settings,
+                request.stdin.len(),
+                self.statement_timeout,
+                statements,
+                &query_id,
+                None,
+            );
+            request.timeout = crate::command::batch_exec_timeout(self.statement_timeout, statements, false);
+        }
         let what = format!("step {} of rebuilding {}", at.step, at.plan.key());
         let call = retry.then_some(Call::Rebuild { pod: at.pod });
         let output = match self.exec_tracked(&request, &what, &query_id, call).await {

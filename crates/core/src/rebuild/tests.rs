@@ -313,6 +313,8 @@ fn a_partition_of_the_same_partitioning_is_copied_in_one_script_with_its_receipt
     );
     let lines: Vec<&str> = script.lines().collect();
     assert_eq!(lines.len(), 5, "{script}");
+    // A batch's exec is bounded by its statements' bounds summed, counted by COPY_STATEMENTS.
+    assert_eq!(lines.len(), COPY_STATEMENTS, "{script}");
     assert_eq!(lines[0], "TRUNCATE TABLE `shop`.`events__rebuild_stage`;");
     assert!(lines[1].ends_with("WHERE (toYYYYMMDD(at)) = 20261101 AND `at` < toDateTime(9);"));
     assert_eq!(
