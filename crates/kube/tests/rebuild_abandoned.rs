@@ -46,13 +46,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clickhouse_schema_core::ErrorKind;
 use clickhouse_schema_core::config::validate::validate;
 use clickhouse_schema_core::lifecycle::apply;
 use clickhouse_schema_core::transport::{
     Cluster, Event, Events, ExecOutput, ExecRequest, Executor, LeaseApi, NeverCancelled, NoEvents, PodInfo,
     PodLister, TransportError, TransportErrorKind,
 };
+use clickhouse_schema_core::{ErrorKind, ResolvedConfig, SchemaState};
 use clickhouse_schema_kube::KubeTransport;
 use clickhouse_schema_sandbox::{Engine, Layout, Sandbox, SandboxOptions};
 use common::*;
@@ -1129,11 +1129,17 @@ impl Executor for RowAfterADrop<'_> {
     }
 }
 
-async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox, late: bool) -> Result<(), String> {
-    let t = transport_of(sb).await?;
-    let pods = sb.pod_names();
-    let db = if late { "rb_late" } else { "rb_many" };
-    let clock = RealClock(Instant::now());
+/// A local `MergeTree` table `db.t (id UInt64, kind String)`, partitioned by `id % 3`, applied on
+/// each of `pods` as resource `id`, with ids 1-100 on the first pod and 101-200 on the second (the
+/// cut-over is then 201); and the declaration that rebuilds them into one `ReplicatedMergeTree`
+/// ordered by `(kind, id)` (`keepOld: false`). Returns the first apply's state and that declaration.
+async fn two_local_sources(
+    t: &KubeTransport,
+    pods: &[String],
+    db: &str,
+    id: &str,
+    clock: &RealClock,
+) -> Result<(SchemaState, ResolvedConfig), String> {
     let props = |engine: &str, order: &str| {
         rebuild_props(
             db,
@@ -1141,14 +1147,13 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox, late: bool) -> Result
             json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
         )
     };
-    let id = "rb-many";
     let v1 = validate(id, &props("MergeTree", "id")).map_err(|e| format!("{e:?}"))?;
-    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
+    let (state, _) = apply(id, &v1, None, &cluster(t, clock, &NoEvents))
         .await
         .map_err(|e| format!("first apply: {e}"))?;
     for (i, pod) in pods.iter().enumerate() {
         sql_on(
-            &t,
+            t,
             pod,
             format!(
                 "INSERT INTO {db}.t SELECT number + 1 + {}, 'k' FROM system.numbers LIMIT 100",
@@ -1165,6 +1170,16 @@ async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox, late: bool) -> Result
         ),
     )
     .map_err(|e| format!("{e:?}"))?;
+    Ok((state, v2))
+}
+
+async fn a_row_between_a_drop_and_its_rename(sb: &Sandbox, late: bool) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pods = sb.pod_names();
+    let db = if late { "rb_late" } else { "rb_many" };
+    let clock = RealClock(Instant::now());
+    let id = "rb-many";
+    let (state, v2) = two_local_sources(&t, &pods, db, id, &clock).await?;
     // The cut-over is 201: the largest id plus one. A late row (dated before it) goes into the
     // second pod at the first drop, after verification; a row from the cut-over on into the
     // second pod right after its own drop.
@@ -2428,37 +2443,8 @@ async fn a_late_row_and_a_removed_one_on_two_sources(sb: &Sandbox) -> Result<(),
     let pods = sb.pod_names();
     let db = "rb_two_sums";
     let clock = RealClock(Instant::now());
-    let props = |engine: &str, order: &str| {
-        rebuild_props(
-            db,
-            &format!("(id UInt64, kind String) ENGINE = {engine} PARTITION BY id % 3 ORDER BY {order}"),
-            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
-        )
-    };
     let id = "rb-two-sums";
-    let v1 = validate(id, &props("MergeTree", "id")).map_err(|e| format!("{e:?}"))?;
-    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
-        .await
-        .map_err(|e| format!("first apply: {e}"))?;
-    for (i, pod) in pods.iter().enumerate() {
-        sql_on(
-            &t,
-            pod,
-            format!(
-                "INSERT INTO {db}.t SELECT number + 1 + {}, 'k' FROM system.numbers LIMIT 100",
-                i * 100
-            ),
-        )
-        .await?;
-    }
-    let v2 = validate(
-        id,
-        &props(
-            &format!("ReplicatedMergeTree('/clickhouse/tables/{{shard}}/{db}/t_v2', '{{replica}}')"),
-            "(kind, id)",
-        ),
-    )
-    .map_err(|e| format!("{e:?}"))?;
+    let (state, v2) = two_local_sources(&t, &pods, db, id, &clock).await?;
     // The cut-over is 201; rows 150 and 3 are both in partition 0.
     let meddling = BeforeFinalVerification {
         inner: &t,
