@@ -2262,6 +2262,31 @@ async fn a_declaration_changed_back_while_a_rebuild_was_unfinished(sb: &Sandbox)
     )
 }
 
+/// `db.t` as `definition(order)` declares it (the columns and engine, `{order}` its ORDER BY), with
+/// a `rebuild` entry of `entry`, applied as resource `id` ordered by `id`, then filled on `pod` by
+/// `fill`; and the declaration ordered by `(kind, id)`. Returns the first apply's state and that
+/// declaration.
+#[allow(clippy::too_many_arguments)]
+async fn filled_then_reordered(
+    t: &KubeTransport,
+    pod: &str,
+    db: &str,
+    id: &str,
+    clock: &RealClock,
+    definition: impl Fn(&str) -> String,
+    entry: serde_json::Value,
+    fill: String,
+) -> Result<(SchemaState, ResolvedConfig), String> {
+    let props = |order: &str| rebuild_props(db, &definition(order), entry.clone());
+    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
+    let (state, _) = apply(id, &v1, None, &cluster(t, clock, &NoEvents))
+        .await
+        .map_err(|e| format!("first apply: {e}"))?;
+    sql_on(t, pod, fill).await?;
+    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
+    Ok((state, v2))
+}
+
 /// One source (a local table), and between verification and the swap a late row (dated before
 /// the cut-over, when `late`) and the removal of `removed` other rows of its partition (a DELETE,
 /// as a TTL would): counts alone saw no partition with more rows than verification found, and
@@ -2283,31 +2308,26 @@ async fn a_late_row_and_removed_ones_after_verification(
     // reader failed on.
     let verify = if late { "count" } else { "checksum" };
     let clock = RealClock(Instant::now());
-    let props = |order: &str| {
-        rebuild_props(
-            &db,
-            &format!(
-                "(id UInt64, kind String, note Nullable(String), price Decimal(10, 2), ref UUID, flags \
-                 Array(Nullable(UInt8))) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"
-            ),
-            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1, "verify": verify }),
-        )
-    };
     let id = "rb-hidden";
-    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
-    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
-        .await
-        .map_err(|e| format!("first apply: {e}"))?;
-    sql_on(
+    let (state, v2) = filled_then_reordered(
         &t,
         &pod,
+        &db,
+        id,
+        &clock,
+        |order| {
+            format!(
+                "(id UInt64, kind String, note Nullable(String), price Decimal(10, 2), ref UUID, flags \
+                 Array(Nullable(UInt8))) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"
+            )
+        },
+        json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1, "verify": verify }),
         format!(
             "INSERT INTO {db}.t SELECT number + 1, 'k', if(number % 2 = 0, NULL, 'n'), number / 4, \
              generateUUIDv4(), [1, NULL] FROM system.numbers LIMIT 100"
         ),
     )
     .await?;
-    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
     // The cut-over is 101. Row 0 and the removed rows are all in partition 0.
     let gone = removed.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
     let meddling = RowAfterADrop {
@@ -2615,26 +2635,19 @@ async fn rows_into_the_old_table_after_it_was_compared(sb: &Sandbox) -> Result<(
     let pod = sb.pod_names()[0].clone();
     let db = "rb_straggler";
     let clock = RealClock(Instant::now());
-    let props = |order: &str| {
-        rebuild_props(
-            db,
-            &format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
-            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
-        )
-    };
     let id = "rb-straggler";
-    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
-    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
-        .await
-        .map_err(|e| format!("first apply: {e}"))?;
     // Ids up to 5000: the cut-over is 5001, above every straggler.
-    sql_on(
+    let (state, v2) = filled_then_reordered(
         &t,
         &pod,
+        db,
+        id,
+        &clock,
+        |order| format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+        json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
         format!("INSERT INTO {db}.t SELECT (number + 1) * 10, 'k' FROM system.numbers LIMIT 500"),
     )
     .await?;
-    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
     let stragglers = Stragglers {
         inner: &t,
         db,
@@ -2695,27 +2708,22 @@ async fn a_folding_table_and_a_row_between_a_drop_and_its_rename(sb: &Sandbox) -
     let pod = sb.pod_names()[0].clone();
     let db = "rb_fold_window";
     let clock = RealClock(Instant::now());
-    let props = |order: &str| {
-        rebuild_props(
-            db,
-            &format!(
-                "(id UInt64, kind String, v UInt64) ENGINE = SummingMergeTree(v) PARTITION BY id % 3 ORDER BY {order}"
-            ),
-            json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
-        )
-    };
     let id = "rb-fold-window";
-    let v1 = validate(id, &props("id")).map_err(|e| format!("{e:?}"))?;
-    let (state, _) = apply(id, &v1, None, &cluster(&t, &clock, &NoEvents))
-        .await
-        .map_err(|e| format!("first apply: {e}"))?;
-    sql_on(
+    let (state, v2) = filled_then_reordered(
         &t,
         &pod,
+        db,
+        id,
+        &clock,
+        |order| {
+            format!(
+                "(id UInt64, kind String, v UInt64) ENGINE = SummingMergeTree(v) PARTITION BY id % 3 ORDER BY {order}"
+            )
+        },
+        json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
         format!("INSERT INTO {db}.t SELECT number + 1, 'k', 1 FROM system.numbers LIMIT 100"),
     )
     .await?;
-    let v2 = validate(id, &props("(kind, id)")).map_err(|e| format!("{e:?}"))?;
     // The cut-over is 101; row 9000 is from it on.
     let meddling = RowAfterADrop {
         inner: &t,
