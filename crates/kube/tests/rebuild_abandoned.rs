@@ -31,7 +31,8 @@
 //! And a late row with a row of its partition deleted after verification (as a TTL would): the
 //! counts after the swap stood still or fell, so the late row was dropped with the old table, on
 //! one source and on two; rows and their hashes are compared with the snapshot now, a converted
-//! column as converted, and the old table is read again before it is dropped.
+//! column as converted, and the old table is read again before it is dropped. A mutation still
+//! going on in the old table keeps it.
 //!
 //! The product's transport is wrapped only to play "another client wrote into the new table" once,
 //! just before the first verification reads it, to stop the swap's script after its RENAME, and to
@@ -135,7 +136,8 @@ through_inner!(
     LateRowAtEachRead,
     CutFinish,
     BeforeFinalVerification,
-    Stragglers
+    Stragglers,
+    AtTheViewDrop
 );
 
 /// The product's transport on `sb`, with the sandbox's admin identity.
@@ -282,6 +284,9 @@ async fn a_rebuild_its_verification_abandoned_finishes_on_the_next_apply() {
     }
     if let Err(e) = Box::pin(rows_into_the_old_table_after_it_was_compared(&sb)).await {
         failures.push(format!("rows into the old table after it was compared: {e}"));
+    }
+    if let Err(e) = Box::pin(a_mutation_unfinished_at_the_swap(&sb)).await {
+        failures.push(format!("a mutation unfinished at the swap: {e}"));
     }
     if let Err(e) = Box::pin(a_folding_table_and_a_row_between_a_drop_and_its_rename(&sb)).await {
         failures.push(format!(
@@ -2755,6 +2760,92 @@ async fn a_folding_table_and_a_row_between_a_drop_and_its_rename(sb: &Sandbox) -
             "the row is in the table ({in_table:?}) or in the kept old table ({in_old:?}); the apply: {outcome:?}; \
              events: {:#?}",
             events.messages()
+        ),
+    )
+}
+
+/// Runs `statements` on the pod right after the first exec that drops a view, without waiting
+/// for anything they start.
+struct AtTheViewDrop<'a> {
+    inner: &'a KubeTransport,
+    statements: Vec<String>,
+    done: AtomicBool,
+}
+
+impl Executor for AtTheViewDrop<'_> {
+    fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
+        let now = request.stdin.contains("'swapping'") && !self.done.swap(true, Ordering::SeqCst);
+        let (inner, pod, statements) = (
+            self.inner,
+            request.pod.clone(),
+            now.then(|| self.statements.clone()),
+        );
+        async move {
+            let out = inner.exec(request).await?;
+            for sql in statements.unwrap_or_default() {
+                write_row(inner, &pod, &sql).await?;
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// A mutation issued on the live table just before the RENAME that has not finished when the old
+/// table is compared (merges stopped, as a busy server leaves it queued): it goes on in the old
+/// table, which its counts and hashes do not show yet, and the table keeps the rows it deletes.
+/// Before, `keepOld: false` dropped the old table with the mutation and said nothing; now it is
+/// kept, with an event saying to run it again (review G1 of rebuild-after-swap-second.md).
+async fn a_mutation_unfinished_at_the_swap(sb: &Sandbox) -> Result<(), String> {
+    let t = transport_of(sb).await?;
+    let pod = sb.pod_names()[0].clone();
+    let db = "rb_mutating";
+    let clock = RealClock(Instant::now());
+    let id = "rb-mutating";
+    let (state, v2) = filled_then_reordered(
+        &t,
+        &pod,
+        db,
+        id,
+        &clock,
+        |order| format!("(id UInt64, kind String) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY {order}"),
+        json!({ "cutoverColumn": "id", "cutoverDelaySeconds": 1 }),
+        format!("INSERT INTO {db}.t SELECT number + 1, 'k' FROM system.numbers LIMIT 100"),
+    )
+    .await?;
+    let meddling = AtTheViewDrop {
+        inner: &t,
+        statements: vec![
+            format!("SYSTEM STOP MERGES {db}.t"),
+            format!("ALTER TABLE {db}.t DELETE WHERE id = 30"),
+        ],
+        done: AtomicBool::new(false),
+    };
+    let events = Recorded::default();
+    let applied = apply(id, &v2, Some(&state), &cluster(&meddling, &clock, &events)).await;
+    let query = |sql: String| sql_on(&t, &pod, sql);
+    let pending = query(format!(
+        "SELECT count() FROM system.mutations WHERE database = '{db}' AND table = 't__old' AND NOT is_done"
+    ))
+    .await?;
+    // Let the old table's mutation end, whatever the outcome.
+    let _ = query(format!("SYSTEM START MERGES {db}.t__old")).await;
+    let (_, outcome) = applied.map_err(|e| format!("the rebuild: {e}"))?;
+    check(
+        meddling.done.load(Ordering::SeqCst) && pending == "1\n",
+        format!("the mutation was still going on in the old table after the apply: {pending:?}"),
+    )?;
+    let old = query(format!(
+        "SELECT count() FROM system.tables WHERE database = '{db}' AND name = 't__old'"
+    ))
+    .await?;
+    let said = events.messages();
+    check(
+        old == "1\n"
+            && said
+                .iter()
+                .any(|m| m.contains("1 mutation(s) (ALTER TABLE ... UPDATE or DELETE) had not finished")),
+        format!(
+            "the old table is kept ({old:?}) and an event says why; the apply: {outcome:?}; events: {said:#?}"
         ),
     )
 }

@@ -97,14 +97,12 @@ pub const RECEIPTS_TABLE: &str = "clickhouse_schema_rebuild_receipts";
 /// A backfill batch (partitions copied in one exec) closes at this many rows...
 pub const BATCH_ROWS: u64 = 4_000_000;
 /// ...or this many partitions: an exec's start costs about as much as copying 100,000 rows. Each
-/// partition's statements are bounded as statements alone are, and the exec by their sum (see
-/// [`COPY_STATEMENTS`]), so the size of a batch changes only how often progress is reported
-/// (an event per partition once its batch ends) and what a cut batch leaves to the next apply
-/// (the partitions without receipts).
+/// statement is bounded as a statement alone is, and the exec by one statement's bound per
+/// partition, as each partition's copy in an exec of its own was (its one long statement is the
+/// copy), so the size of a batch changes only how often progress is reported (an event per
+/// partition once its batch ends), what a cut batch leaves to the next apply (the partitions
+/// without receipts), and how long a stop that cannot be confirmed holds the lease.
 pub const BATCH_PARTITIONS: usize = 16;
-/// The statements of one partition's copy ([`RebuildPlan::copy_script`]): the staging table
-/// emptied, the rows copied into it, moved into the new table, the receipts, the count.
-pub const COPY_STATEMENTS: usize = 5;
 /// At most this many differing rows are listed by [`RebuildPlan::row_differences_script`].
 pub const ROW_DIFFERENCES_SHOWN: usize = 10_000;
 /// How many times verification reads both tables before it calls a difference one: an insert
@@ -879,17 +877,35 @@ impl RebuildPlan {
         )
     }
 
+    /// How many mutations of the old table have not finished (an `ALTER TABLE ... UPDATE` or
+    /// `DELETE` issued on the live table before the RENAME goes on in the old one): one `m` line.
+    /// Their rows read as they were before it, so the table holds them so too.
+    pub fn pending_mutations_query(&self) -> String {
+        format!(
+            "SELECT 'm', toString(count()) FROM system.mutations WHERE database = {} AND table = {} AND NOT is_done \
+             FORMAT TSV;\n{}",
+            literal(&self.database),
+            literal(&format!("{}{OLD_SUFFIX}", self.table)),
+            end_statement(),
+        )
+    }
+
     /// The partitions of the old table (their text, as [`Self::counts_script`] prints them, one
     /// `p` line each) holding a part made since the dual write at `cutover` began on the pod (its
     /// `cutover` receipt; every partition when there is none): an insert, a merge, a mutation or
     /// a TTL. Every other partition is as it was before the backfill copied it, so only these
     /// need their rows hashed after the swap. Parts made within 5 s before the receipt count too
     /// (a part's time is its directory's, in whole seconds).
+    ///
+    /// A partition counts whole, by its id: a part that changes rows without holding them (a
+    /// lightweight update's patch part on 25.7 and later) marks the rows of its partition. Parts
+    /// merged away since are read too (a merge leaves a newer part in the partition anyway).
     pub fn changed_partitions_query(&self, live_key: &str, cutover: &Cutover) -> String {
         format!(
             "SELECT DISTINCT 'p', {key} FROM {old} WHERE _part IN (SELECT name FROM system.parts WHERE database = {db} \
-             AND table = {old_name} AND active AND modification_time + 5 >= (SELECT min(at) FROM {receipts} WHERE \
-             table_name = {table_key} AND step = 'cutover' AND cutover = {cut})) FORMAT TSV;\n{end}",
+             AND table = {old_name} AND partition_id IN (SELECT partition_id FROM system.parts WHERE database = {db} \
+             AND table = {old_name} AND modification_time + 5 >= (SELECT min(at) FROM {receipts} WHERE table_name = \
+             {table_key} AND step = 'cutover' AND cutover = {cut}))) FORMAT TSV;\n{end}",
             key = partition_text(live_key),
             old = self.name(OLD_SUFFIX),
             db = literal(&self.database),

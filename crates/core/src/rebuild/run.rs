@@ -1280,8 +1280,9 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             pod: &pod.name,
             partition: Some(&first.id),
         };
-        // Each partition's copy and move may take as long as a statement alone.
-        let statements = batch.len() * rebuild::COPY_STATEMENTS;
+        // One statement's bound per partition, as each partition's copy in an exec of its own
+        // had (see `BATCH_PARTITIONS`).
+        let statements = batch.len();
         let (output, script) = self.rebuild_run_bounded(&at, script, false, statements).await?;
         let finished = rebuild::parse_copied(&output.stdout).unwrap_or_default();
         for (n, partition) in batch {
@@ -1921,6 +1922,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let mut old_after = rebuild::Counts::new();
             let mut grew: BTreeSet<String> = BTreeSet::new();
             let mut changed: BTreeSet<String> = BTreeSet::new();
+            let mut pending: u64 = 0;
             for (source, p) in &per_source {
                 let at = At::new(plan, "swap", &p.name);
                 let counts = self
@@ -1932,6 +1934,14 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     counts_of(OLD_SUFFIX, replicated, None),
                     counts.clone(),
                 ));
+                let out = self
+                    .rebuild_exec(&at, plan.pending_mutations_query(), true)
+                    .await?;
+                pending += rebuild::parse_tagged(&out, "m")
+                    .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?
+                    .iter()
+                    .filter_map(|n| n.parse::<u64>().ok())
+                    .sum::<u64>();
                 if plain && !columns.is_empty() {
                     let out = self
                         .rebuild_exec(&at, plan.changed_partitions_query(&live_key, cutover), true)
@@ -2016,6 +2026,26 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             } else {
                 grew.into_iter().collect()
             };
+            // A mutation issued on the live table before the RENAME goes on in the old table, and
+            // neither its counts nor its hashes show it yet: the table keeps the rows as they were
+            // copied, and the old table stays, for the user to run it again.
+            if pending > 0 {
+                keep.extend(pods.iter().map(|p| p.name.clone()));
+                self.rebuild_event(
+                    plan,
+                    "swap",
+                    Some(&pod.name),
+                    None,
+                    None,
+                    format!(
+                        "{key}: {pending} mutation(s) (ALTER TABLE ... UPDATE or DELETE) had not finished when the \
+                         table was swapped; they go on in {table}{OLD_SUFFIX}, so {table} holds those rows as they \
+                         were before them: run them again on {table}; {table}{OLD_SUFFIX} is kept on {} pod(s) to \
+                         compare with, then drop it",
+                        pods.len()
+                    ),
+                );
+            }
             // Rows from the cut-over on that reached the old table only: an insert that began
             // between the view's drop and the RENAME (on servers whose inserts outlive a dropped
             // view). The view carried every other such row, so the difference is what it missed.
@@ -2099,8 +2129,8 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         false,
                     )
                 }));
-            // Rows the snapshot holds and the old table no longer does, per partition before the
-            // cut-over: the rows copied less what the old table gained.
+            // Rows the snapshot holds and the old table no longer does, per partition: the rows
+            // copied less what the old table gained.
             let mut removed: BTreeMap<&String, (u64, u64)> = BTreeMap::new();
             // The old table's rows against the new table's snapshot (see `snapshot_script`). A
             // receipt says the copies begin: an apply that finishes this swap after them compares
@@ -2128,13 +2158,20 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                 let copied = self
                     .catch_up(&at, script, &format!("{what}; copied after the swap"), false)
                     .await?;
-                if before {
-                    // old = snapshot - removed + copied
-                    let rows = |counts: &rebuild::Counts| counts.get(p).map_or(0, |c| c.0);
-                    let gone = (copied + rows(&snapshot.before)).saturating_sub(rows(&old_before));
-                    if gone > 0 {
-                        removed.insert(p, (gone, copied));
-                    }
+                // old = snapshot - removed + copied, in each range: from the cut-over on, the
+                // view carried every row, so one the old table no longer holds as carried was
+                // changed or removed there too.
+                let (old, snapshot) = if before {
+                    (&old_before, &snapshot.before)
+                } else {
+                    (&old_after, &snapshot.after)
+                };
+                let rows = |counts: &rebuild::Counts| counts.get(p).map_or(0, |c| c.0);
+                let gone = (copied + rows(snapshot)).saturating_sub(rows(old));
+                if gone > 0 {
+                    let entry = removed.entry(p).or_insert((0, 0));
+                    entry.0 += gone;
+                    entry.1 += copied;
                 }
             }
             if !removed.is_empty() {
@@ -2474,7 +2511,18 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             // Local old tables into one `Replicated` table: several sources, whose missing rows
             // cannot be told apart (as after_swap keeps them).
             let several = !replicated(&old_name) && replicated(table);
-            if several || !plan.copies_differences(&old_engine) {
+            // A mutation still going on in the old table (issued on the live table before the
+            // RENAME) changes rows no comparison sees yet.
+            let out = self
+                .rebuild_exec(&at, plan.pending_mutations_query(), true)
+                .await?;
+            let pending: u64 = rebuild::parse_tagged(&out, "m")
+                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?
+                .iter()
+                .filter_map(|n| n.parse::<u64>().ok())
+                .sum();
+            let compares = plan.compares_rows(&old_engine, inspection.create.as_deref());
+            if several || !compares || pending > 0 {
                 Box::pin(self.finish(&at, &cutover, &pod.name, true)).await?;
                 self.rebuild_event(
                     plan,
@@ -2489,9 +2537,16 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                         plan.key(),
                         pod.name,
                         if several {
-                            "several old tables fed the one new table"
+                            "several old tables fed the one new table".to_owned()
+                        } else if pending > 0 {
+                            format!(
+                                "{pending} mutation(s) (ALTER TABLE ... UPDATE or DELETE) go on in it, which the \
+                                 table does not have (run them again on it)"
+                            )
+                        } else if plan.copies_differences(&old_engine) {
+                            "a TTL of the table rewrites rows when parts merge".to_owned()
                         } else {
-                            "its engine folds rows when parts merge"
+                            "its engine folds rows when parts merge".to_owned()
                         }
                     ),
                 );
