@@ -1750,6 +1750,24 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
         Ok(())
     }
 
+    /// How many mutations of the old table on `at`'s pod have not finished
+    /// ([`RebuildPlan::pending_mutations_query`]).
+    async fn pending_mutations(&self, at: &At<'_>) -> Result<u64, ClickHouseSchemaError> {
+        let out = self
+            .rebuild_exec(at, at.plan.pending_mutations_query(), true)
+            .await?;
+        let counts = rebuild::parse_tagged(&out, "m")
+            .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, at, &why))?;
+        counts
+            .iter()
+            .map(|n| {
+                n.parse::<u64>().map_err(|_| {
+                    self.rebuild_error(ErrorKind::RebuildFailed, at, &format!("not a count: {n}"))
+                })
+            })
+            .sum()
+    }
+
     /// Runs a [`RebuildPlan::counts_script`] and reads its counts.
     async fn read_counts(
         &self,
@@ -1934,14 +1952,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
                     counts_of(OLD_SUFFIX, replicated, None),
                     counts.clone(),
                 ));
-                let out = self
-                    .rebuild_exec(&at, plan.pending_mutations_query(), true)
-                    .await?;
-                pending += rebuild::parse_tagged(&out, "m")
-                    .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?
-                    .iter()
-                    .filter_map(|n| n.parse::<u64>().ok())
-                    .sum::<u64>();
+                pending += self.pending_mutations(&at).await?;
                 if plain && !columns.is_empty() {
                     let out = self
                         .rebuild_exec(&at, plan.changed_partitions_query(&live_key, cutover), true)
@@ -2513,14 +2524,7 @@ impl<T: PodLister + Executor, C: Clock> Run<'_, T, C> {
             let several = !replicated(&old_name) && replicated(table);
             // A mutation still going on in the old table (issued on the live table before the
             // RENAME) changes rows no comparison sees yet.
-            let out = self
-                .rebuild_exec(&at, plan.pending_mutations_query(), true)
-                .await?;
-            let pending: u64 = rebuild::parse_tagged(&out, "m")
-                .map_err(|why| self.rebuild_error(ErrorKind::RebuildFailed, &at, &why))?
-                .iter()
-                .filter_map(|n| n.parse::<u64>().ok())
-                .sum();
+            let pending = self.pending_mutations(&at).await?;
             let compares = plan.compares_rows(&old_engine, inspection.create.as_deref());
             if several || !compares || pending > 0 {
                 Box::pin(self.finish(&at, &cutover, &pod.name, true)).await?;
