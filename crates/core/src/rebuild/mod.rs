@@ -1323,7 +1323,7 @@ impl RebuildPlan {
         let key = if old_key.trim().is_empty() {
             "''".to_owned()
         } else {
-            format!("toString(({old_key}))")
+            partition_text(old_key)
         };
         format!(
             "SELECT DISTINCT 'p', {key} FROM {} FORMAT TSV;\n{}",
@@ -1429,13 +1429,18 @@ fn column_list(columns: &[String]) -> String {
 /// The partition verification names an unpartitioned table's one partition.
 const UNPARTITIONED: &str = "tuple()";
 
+/// The text the partition of a NULL key (a `Nullable` key on 26.x, `allow_nullable_key`) is
+/// counted under, as TSV prints a NULL: `toString` of NULL is NULL, which no `=` matches, so its
+/// late rows were counted but never copied. A key whose text is this very string shares it.
+const NULL_PARTITION: &str = "\\N";
+
 /// A row's partition as text, which the counts print and the catch-up's filter compares with
 /// (`key_filter`).
 fn partition_text(live_key: &str) -> String {
     if live_key.trim().is_empty() {
         format!("'{UNPARTITIONED}'")
     } else {
-        format!("toString(({live_key}))")
+        format!("ifNull(toString(({live_key})), {})", literal(NULL_PARTITION))
     }
 }
 
@@ -1445,7 +1450,7 @@ fn key_filter(live_key: &str, partition: &str) -> String {
     if live_key.trim().is_empty() || partition.is_empty() {
         "1".to_owned()
     } else {
-        format!("toString(({live_key})) = {}", literal(partition))
+        format!("{} = {}", partition_text(live_key), literal(partition))
     }
 }
 

@@ -518,7 +518,7 @@ fn counts_split_at_the_cut_over_with_or_without_checksums_and_wait_for_replicati
     );
     assert!(count.starts_with("SYSTEM SYNC REPLICA `shop`.`events__new`;\n"));
     assert!(count.contains(
-        "SELECT toString((toYYYYMMDD(at))) AS p, countIf(`at` < toDateTime(100)), toUInt64(0), countIf(`at` >= \
+        "SELECT ifNull(toString((toYYYYMMDD(at))), '\\\\N') AS p, countIf(`at` < toDateTime(100)), toUInt64(0), countIf(`at` >= \
          toDateTime(100) AND `at` < toDateTime(200)), toUInt64(0) FROM `shop`.`events__new` GROUP BY p"
     ));
     // Without a bound, every row from the cut-over on.
@@ -635,7 +635,7 @@ fn a_catch_up_copies_the_difference_of_two_tables_as_multisets() {
     // table's rows subtracted, and each missing row copied as often as it is missing.
     assert!(insert.contains(
         "SELECT `id` AS __clickhouse_schema_c0, CAST(`code` AS UInt32) AS __clickhouse_schema_c1, toInt64(1) AS \
-         __clickhouse_schema_side FROM `shop`.`events` WHERE toString(((toYYYYMM(at), kind))) = '(2026,\\'a\\')' AND \
+         __clickhouse_schema_side FROM `shop`.`events` WHERE ifNull(toString(((toYYYYMM(at), kind))), '\\\\N') = '(2026,\\'a\\')' AND \
          `at` < toDateTime(100) UNION ALL SELECT `id` AS __clickhouse_schema_c0, `code` AS __clickhouse_schema_c1, \
          toInt64(-1) AS __clickhouse_schema_side FROM `shop`.`events__new` WHERE"
     ), "{insert}");
@@ -900,10 +900,9 @@ fn open_swaps_and_old_partitions_are_read_whole_or_not_at_all() {
         swaps.contains("step = 'finished' AND source = 'pod-0'"),
         "{swaps}"
     );
-    assert!(
-        plan.old_partitions_query("toYYYYMMDD(at)")
-            .starts_with("SELECT DISTINCT 'p', toString((toYYYYMMDD(at))) FROM `shop`.`events__old`")
-    );
+    assert!(plan.old_partitions_query("toYYYYMMDD(at)").starts_with(
+        "SELECT DISTINCT 'p', ifNull(toString((toYYYYMMDD(at))), '\\\\N') FROM `shop`.`events__old`"
+    ));
     assert!(
         plan.old_partitions_query("")
             .starts_with("SELECT DISTINCT 'p', '' FROM")
@@ -1283,7 +1282,7 @@ fn the_hashes_after_the_swap_read_only_partitions_changed_since_the_dual_write_b
     let changed = plan.changed_partitions_query("toYYYYMMDD(at)", &cutover);
     assert!(
         changed.starts_with(
-            "SELECT DISTINCT 'p', toString((toYYYYMMDD(at))) FROM `shop`.`events__old` WHERE _part IN (SELECT name FROM \
+            "SELECT DISTINCT 'p', ifNull(toString((toYYYYMMDD(at))), '\\\\N') FROM `shop`.`events__old` WHERE _part IN (SELECT name FROM \
              system.parts WHERE database = 'shop' AND table = 'events__old' AND partition_id IN (SELECT partition_id \
              FROM system.parts WHERE database = 'shop' AND table = 'events__old' AND modification_time + 5 >= (SELECT \
              min(at) FROM `shop`.`clickhouse_schema_rebuild_receipts` WHERE table_name = 'shop.events' AND step = \
@@ -1318,8 +1317,38 @@ fn the_hashes_after_the_swap_read_only_partitions_changed_since_the_dual_write_b
     );
     assert!(
         script.contains(
-            "FROM `shop`.`events__rebuild_stage` WHERE toString((toYYYYMMDD(at))) IN ('20261101', 'b\\'c') GROUP BY p"
+            "FROM `shop`.`events__rebuild_stage` WHERE ifNull(toString((toYYYYMMDD(at))), '\\\\N') IN ('20261101', 'b\\'c') GROUP BY p"
         ),
+        "{script}"
+    );
+}
+
+#[test]
+fn the_partition_of_a_null_key_is_counted_and_copied_under_its_own_text() {
+    // TSV prints the text `\N` as `\\N`; it reads back as `\N`, which the catch-up's filter
+    // matches with the same expression the counts printed (a NULL's `toString` is NULL, which `=`
+    // matched with nothing).
+    let counts = parse_counts(&format!("\\\\N\t2\t0\t0\t0\nN\t1\t0\t0\t0\n{END}\n")).unwrap();
+    assert_eq!(
+        counts.before.keys().collect::<Vec<_>>(),
+        vec!["N", "\\N"],
+        "a NULL key and the text N stay apart"
+    );
+    let plan = events_plan("at").unwrap();
+    let cutover = Cutover::parse(CutoverKind::Time, "100").unwrap();
+    let script = plan.catch_up_script(
+        "",
+        NEW_SUFFIX,
+        "\\N",
+        "k",
+        &plan.before(&cutover),
+        &[("id".to_owned(), None)],
+        false,
+        false,
+        None,
+    );
+    assert!(
+        script.contains("WHERE ifNull(toString((k)), '\\\\N') = '\\\\N' AND"),
         "{script}"
     );
 }
