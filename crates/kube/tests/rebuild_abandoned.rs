@@ -83,7 +83,9 @@ impl<'a> Meddling<'a> {
 impl Executor for Meddling<'_> {
     fn exec(&self, request: ExecRequest) -> impl Future<Output = Result<ExecOutput, TransportError>> + Send {
         self.stdins.lock().unwrap().push(request.stdin.clone());
-        let counts_new = request.stdin.starts_with("SELECT toString(")
+        // A read of the new table's counts (one that waits for no replication queue first).
+        let counts_new = request.stdin.starts_with("SELECT ")
+            && request.stdin.contains(" AS p, countIf(")
             && request
                 .stdin
                 .contains(&format!("FROM {} GROUP BY p", self.new_table));
